@@ -1,0 +1,32 @@
+//! The lbd packet pipeline, with no I/O.
+//!
+//! This crate is deterministic: it reads no clock (time comes in as a
+//! [`Tick`]), opens no socket, spawns no thread, logs nothing per packet and
+//! allocates nothing on the per-packet path. The DPDK shell in `lbd` pumps it:
+//! it hands frames in as `&mut [u8]` and acts on the verdicts that come back.
+//! Everything here is therefore testable on byte buffers, fuzzable and
+//! benchable to the nanosecond.
+//!
+//! Modules:
+//! - [`wire`]: zero-copy views over Ethernet, 802.1Q, ARP, IPv4, IPv6, TCP,
+//!   UDP and ICMP, smoltcp-style (`new_checked`, then accessors never panic).
+//! - [`checksum`]: full and RFC 1624 incremental Internet checksums.
+//! - [`drop`]: [`DropReason`], the `#[repr(u8)]` enum that indexes the
+//!   per-worker drop counters.
+//! - [`local`]: answers for the balancer's own addresses (ARP, ICMP echo,
+//!   ICMPv6 echo and neighbor solicitation).
+//! - [`maglev`]: the Maglev consistent-hash ring.
+//! - [`flow`] and [`conntrack`]: flow keys and the per-worker connection table.
+#![forbid(unsafe_code)]
+
+pub mod checksum;
+pub mod conntrack;
+pub mod drop;
+pub mod flow;
+pub mod local;
+pub mod maglev;
+pub mod time;
+pub mod wire;
+
+pub use drop::DropReason;
+pub use time::Tick;

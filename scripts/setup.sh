@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Idempotent set-up for building, testing and demoing lbd on Debian 12.
+#
+# Installs everything from Debian's packages and crates.io, then (as root)
+# reserves and mounts 2 MiB hugepages. Safe to run any number of times: each
+# step checks before it acts. Set LBD_SETUP_QUIET=1 to silence apt output.
+set -euo pipefail
+
+log() { printf 'setup: %s\n' "$*"; }
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+        log "not root and no sudo: cannot install packages; run as root"; exit 1
+    fi
+fi
+
+# Build: DPDK and its headers, pkg-config, libclang for bindgen, protoc, a C compiler.
+# Tests and demo: iproute2 (ip netns), ethtool (checksum offload off on veths),
+# iputils-ping, arping, tcpdump, curl, python3 (HTTP servers in namespaces),
+# socat (UDP echo), apache2-utils (ab), procps (pkill/pgrep).
+PACKAGES=(
+    dpdk libdpdk-dev pkg-config libclang-dev clang protobuf-compiler build-essential
+    iproute2 ethtool iputils-ping arping tcpdump curl python3 socat apache2-utils procps
+    valgrind
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    log "installing from Debian: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -q
+    $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+    log "Debian packages already installed"
+fi
+
+# Rust toolchain: use the machine's rustup toolchain; install one only if none is there.
+if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+    log "cargo not found: installing Debian's rust toolchain"
+    $SUDO apt-get install -y -q cargo rustc
+fi
+if command -v rustup >/dev/null 2>&1; then
+    rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy || true
+fi
+
+# Hugepages: production and benchmarks use them; the demo and tests run with --no-huge.
+if [ "$(id -u)" -eq 0 ] && [ -w /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages ]; then
+    want=${LBD_HUGEPAGES:-1024}
+    have=$(cat /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages)
+    if [ "$have" -lt "$want" ]; then
+        echo "$want" > /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages || true
+        have=$(cat /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages)
+    fi
+    mkdir -p /dev/hugepages
+    if ! grep -q ' /dev/hugepages hugetlbfs ' /proc/mounts; then
+        mount -t hugetlbfs nodev /dev/hugepages || log "could not mount hugetlbfs on /dev/hugepages"
+    fi
+    log "hugepages: $have x 2 MiB reserved, hugetlbfs mounted on /dev/hugepages"
+else
+    log "not root: no hugepages reserved; run lbd with --no-huge, or as root:"
+    log "  echo 1024 > /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages && mount -t hugetlbfs nodev /dev/hugepages"
+fi
+log "done"
