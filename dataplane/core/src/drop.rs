@@ -1,1 +1,208 @@
-//! Placeholder: filled by its owner in this session.
+//! Why a packet was dropped.
+//!
+//! [`DropReason`] is `#[repr(u8)]` and dense from zero, so a worker counts
+//! drops in a plain `[u64; DropReason::COUNT]` indexed by `reason as usize`,
+//! with no hashing and no allocation. Every drop in the pipeline has exactly
+//! one reason; an operator reads them by [`DropReason::name`].
+
+/// The reason a packet was dropped. Discriminants are dense from 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum DropReason {
+    /// Frame shorter than an Ethernet header, or a header runs past the end.
+    Truncated = 0,
+    /// EtherType other than IPv4, IPv6, ARP (after at most one 802.1Q tag).
+    UnsupportedEtherType,
+    /// ARP that is not Ethernet/IPv4, or an ARP operation we do not handle.
+    MalformedArp,
+    /// ARP request for an address the balancer does not own.
+    ArpNotForUs,
+    /// IPv4 header invalid: version, IHL, total length or header checksum.
+    MalformedIpv4,
+    /// IPv6 header invalid: version or payload length.
+    MalformedIpv6,
+    /// An IPv6 extension header chain that is too long, truncated, or of a
+    /// kind the balancer does not walk (e.g. ESP).
+    Ipv6ExtensionHeader,
+    /// TCP header invalid: data offset out of range or truncated.
+    MalformedTcp,
+    /// UDP header invalid: length field out of range.
+    MalformedUdp,
+    /// ICMP or ICMPv6 message truncated or invalid.
+    MalformedIcmp,
+    /// An IP protocol other than TCP, UDP, ICMP, ICMPv6.
+    UnsupportedProtocol,
+    /// L4 checksum wrong on a packet the balancer must answer itself.
+    BadChecksum,
+    /// Addressed to the balancer (interface address) but nothing answers it.
+    LocalUnhandled,
+    /// Not addressed to the balancer nor to any frontend.
+    NoFrontend,
+    /// The frontend exists, but its service has no backend that takes flows.
+    NoBackend,
+    /// The client's source address is outside the service's source ranges.
+    SourceRangeDenied,
+    /// TTL or hop limit would reach zero when forwarded.
+    TtlExceeded,
+    /// A non-first IPv4 fragment or an IPv6 fragment: not reassembled.
+    Fragment,
+    /// A reply-direction packet (from a backend) with no conntrack entry.
+    NoConntrackReply,
+    /// A TCP packet that cannot open a connection (not a SYN) and has no entry.
+    TcpNotSyn,
+    /// Conntrack full and nothing evictable, for a full-NAT flow.
+    ConntrackFull,
+    /// This worker's share of SNAT ports is exhausted.
+    SnatExhausted,
+    /// An ICMP error quoting a flow that is not tracked.
+    IcmpErrorUntracked,
+    /// The next hop's MAC address is not known.
+    NoNeighbor,
+    /// The frame would exceed the egress MTU.
+    TooBig,
+    /// Hand-over to the owning worker failed: its ring was full.
+    HandoverRingFull,
+    /// The NIC did not accept the packet on transmit (tx ring full).
+    TxFull,
+}
+
+impl DropReason {
+    /// Number of reasons: the length of a per-worker drop counter array.
+    pub const COUNT: usize = DropReason::TxFull as usize + 1;
+
+    /// Every reason, in discriminant order.
+    pub const ALL: [DropReason; DropReason::COUNT] = [
+        DropReason::Truncated,
+        DropReason::UnsupportedEtherType,
+        DropReason::MalformedArp,
+        DropReason::ArpNotForUs,
+        DropReason::MalformedIpv4,
+        DropReason::MalformedIpv6,
+        DropReason::Ipv6ExtensionHeader,
+        DropReason::MalformedTcp,
+        DropReason::MalformedUdp,
+        DropReason::MalformedIcmp,
+        DropReason::UnsupportedProtocol,
+        DropReason::BadChecksum,
+        DropReason::LocalUnhandled,
+        DropReason::NoFrontend,
+        DropReason::NoBackend,
+        DropReason::SourceRangeDenied,
+        DropReason::TtlExceeded,
+        DropReason::Fragment,
+        DropReason::NoConntrackReply,
+        DropReason::TcpNotSyn,
+        DropReason::ConntrackFull,
+        DropReason::SnatExhausted,
+        DropReason::IcmpErrorUntracked,
+        DropReason::NoNeighbor,
+        DropReason::TooBig,
+        DropReason::HandoverRingFull,
+        DropReason::TxFull,
+    ];
+
+    /// The stable snake_case name used in counters, logs and the API.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DropReason::Truncated => "truncated",
+            DropReason::UnsupportedEtherType => "unsupported_ethertype",
+            DropReason::MalformedArp => "malformed_arp",
+            DropReason::ArpNotForUs => "arp_not_for_us",
+            DropReason::MalformedIpv4 => "malformed_ipv4",
+            DropReason::MalformedIpv6 => "malformed_ipv6",
+            DropReason::Ipv6ExtensionHeader => "ipv6_extension_header",
+            DropReason::MalformedTcp => "malformed_tcp",
+            DropReason::MalformedUdp => "malformed_udp",
+            DropReason::MalformedIcmp => "malformed_icmp",
+            DropReason::UnsupportedProtocol => "unsupported_protocol",
+            DropReason::BadChecksum => "bad_checksum",
+            DropReason::LocalUnhandled => "local_unhandled",
+            DropReason::NoFrontend => "no_frontend",
+            DropReason::NoBackend => "no_backend",
+            DropReason::SourceRangeDenied => "source_range_denied",
+            DropReason::TtlExceeded => "ttl_exceeded",
+            DropReason::Fragment => "fragment",
+            DropReason::NoConntrackReply => "no_conntrack_reply",
+            DropReason::TcpNotSyn => "tcp_not_syn",
+            DropReason::ConntrackFull => "conntrack_full",
+            DropReason::SnatExhausted => "snat_exhausted",
+            DropReason::IcmpErrorUntracked => "icmp_error_untracked",
+            DropReason::NoNeighbor => "no_neighbor",
+            DropReason::TooBig => "too_big",
+            DropReason::HandoverRingFull => "handover_ring_full",
+            DropReason::TxFull => "tx_full",
+        }
+    }
+}
+
+/// Per-worker drop counters, indexed by [`DropReason`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DropCounters(pub [u64; DropReason::COUNT]);
+
+impl Default for DropCounters {
+    fn default() -> Self {
+        DropCounters([0; DropReason::COUNT])
+    }
+}
+
+impl DropCounters {
+    /// Count one drop.
+    #[inline]
+    pub fn count(&mut self, reason: DropReason) {
+        self.0[reason as usize] += 1;
+    }
+
+    /// The count for one reason.
+    #[inline]
+    pub fn get(&self, reason: DropReason) -> u64 {
+        self.0[reason as usize]
+    }
+
+    /// All drops.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+
+    /// Non-zero counters with their names, in reason order.
+    pub fn nonzero(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
+        DropReason::ALL
+            .iter()
+            .map(|&r| (r, self.get(r)))
+            .filter(|&(_, n)| n != 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn discriminants_are_dense_and_all_is_in_order() {
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i, "{r:?}");
+        }
+    }
+
+    #[test]
+    fn names_are_unique_snake_case() {
+        let mut names: Vec<&str> = DropReason::ALL.iter().map(|r| r.name()).collect();
+        for n in &names {
+            assert!(n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'), "{n}");
+        }
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), DropReason::COUNT);
+    }
+
+    #[test]
+    fn counters_count_per_reason() {
+        let mut c = DropCounters::default();
+        c.count(DropReason::NoFrontend);
+        c.count(DropReason::NoFrontend);
+        c.count(DropReason::TxFull);
+        assert_eq!(c.get(DropReason::NoFrontend), 2);
+        assert_eq!(c.total(), 3);
+        let nz: Vec<_> = c.nonzero().collect();
+        assert_eq!(nz, vec![(DropReason::NoFrontend, 2), (DropReason::TxFull, 1)]);
+    }
+}
