@@ -1,1 +1,690 @@
-//! Placeholder: filled by its owner in this session.
+//! Flow keys, flow ownership across workers, and per-worker SNAT ports.
+//!
+//! This module owns three things:
+//! - [`FlowKey`]: the 5-tuple of one direction of a flow, with separate IPv4
+//!   and IPv6 forms so the IPv4 conntrack table stays compact. ICMP echo flows
+//!   carry the echo identifier in both port fields, so `reversed()` of an
+//!   echo request's key is the key of its reply.
+//! - Ownership: every flow belongs to exactly one worker.
+//!   [`owner_of_client`] hashes the client endpoint (both directions of a
+//!   DNAT flow carry it), [`owner_of_snat_port`] reads the owner out of a
+//!   full-NAT SNAT port (`port & mask == worker`, DPVS's `sa_pool` idea), so
+//!   a reply that lands on the wrong queue can be handed to its owner without
+//!   any lookup.
+//! - [`SnatPorts`]: one worker's share of SNAT ports. Invariant: it only ever
+//!   hands out ports with `port & mask == worker`, never a port that is in
+//!   use, and it never allocates after construction.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::ops::RangeInclusive;
+
+/// A worker (lcore) index, dense from 0 to `n_workers - 1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct WorkerId(pub u16);
+
+/// The L4 protocols the balancer tracks; discriminants are IP protocol numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum Proto {
+    /// ICMP (IPv4); only echo flows are tracked.
+    Icmp = 1,
+    /// TCP.
+    Tcp = 6,
+    /// UDP.
+    Udp = 17,
+    /// ICMPv6; only echo flows are tracked.
+    Icmpv6 = 58,
+}
+
+impl Proto {
+    /// The protocol for an IP protocol number, `None` if not tracked.
+    #[inline]
+    pub const fn from_u8(n: u8) -> Option<Proto> {
+        match n {
+            1 => Some(Proto::Icmp),
+            6 => Some(Proto::Tcp),
+            17 => Some(Proto::Udp),
+            58 => Some(Proto::Icmpv6),
+            _ => None,
+        }
+    }
+
+    /// True for ICMP and ICMPv6, whose "ports" are the echo identifier.
+    #[inline]
+    pub const fn is_icmp(self) -> bool {
+        matches!(self, Proto::Icmp | Proto::Icmpv6)
+    }
+}
+
+/// One direction of an IPv4 flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlowKeyV4 {
+    /// Source address.
+    pub src: Ipv4Addr,
+    /// Destination address.
+    pub dst: Ipv4Addr,
+    /// Source port, or the echo identifier for ICMP.
+    pub sport: u16,
+    /// Destination port, or the echo identifier for ICMP.
+    pub dport: u16,
+    /// L4 protocol.
+    pub proto: Proto,
+}
+
+impl FlowKeyV4 {
+    /// The key of an ICMP echo request or reply: the identifier is both ports.
+    #[inline]
+    pub const fn icmp_echo(src: Ipv4Addr, dst: Ipv4Addr, ident: u16) -> Self {
+        FlowKeyV4 {
+            src,
+            dst,
+            sport: ident,
+            dport: ident,
+            proto: Proto::Icmp,
+        }
+    }
+
+    /// The same flow seen from the other direction.
+    #[inline]
+    pub const fn reversed(&self) -> Self {
+        FlowKeyV4 {
+            src: self.dst,
+            dst: self.src,
+            sport: self.dport,
+            dport: self.sport,
+            proto: self.proto,
+        }
+    }
+}
+
+/// One direction of an IPv6 flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlowKeyV6 {
+    /// Source address.
+    pub src: Ipv6Addr,
+    /// Destination address.
+    pub dst: Ipv6Addr,
+    /// Source port, or the echo identifier for ICMPv6.
+    pub sport: u16,
+    /// Destination port, or the echo identifier for ICMPv6.
+    pub dport: u16,
+    /// L4 protocol.
+    pub proto: Proto,
+}
+
+impl FlowKeyV6 {
+    /// The key of an ICMPv6 echo request or reply: the identifier is both ports.
+    #[inline]
+    pub const fn icmp_echo(src: Ipv6Addr, dst: Ipv6Addr, ident: u16) -> Self {
+        FlowKeyV6 {
+            src,
+            dst,
+            sport: ident,
+            dport: ident,
+            proto: Proto::Icmpv6,
+        }
+    }
+
+    /// The same flow seen from the other direction.
+    #[inline]
+    pub const fn reversed(&self) -> Self {
+        FlowKeyV6 {
+            src: self.dst,
+            dst: self.src,
+            sport: self.dport,
+            dport: self.sport,
+            proto: self.proto,
+        }
+    }
+}
+
+/// One direction of a flow, IPv4 or IPv6.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FlowKey {
+    /// An IPv4 flow.
+    V4(FlowKeyV4),
+    /// An IPv6 flow.
+    V6(FlowKeyV6),
+}
+
+impl FlowKey {
+    /// Builds a key from endpoints; `None` if the address families differ.
+    pub fn new(src: (IpAddr, u16), dst: (IpAddr, u16), proto: Proto) -> Option<FlowKey> {
+        match (src.0, dst.0) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => Some(FlowKey::V4(FlowKeyV4 {
+                src: s,
+                dst: d,
+                sport: src.1,
+                dport: dst.1,
+                proto,
+            })),
+            (IpAddr::V6(s), IpAddr::V6(d)) => Some(FlowKey::V6(FlowKeyV6 {
+                src: s,
+                dst: d,
+                sport: src.1,
+                dport: dst.1,
+                proto,
+            })),
+            _ => None,
+        }
+    }
+
+    /// The same flow seen from the other direction.
+    #[inline]
+    pub const fn reversed(&self) -> FlowKey {
+        match self {
+            FlowKey::V4(k) => FlowKey::V4(k.reversed()),
+            FlowKey::V6(k) => FlowKey::V6(k.reversed()),
+        }
+    }
+
+    /// Source endpoint.
+    #[inline]
+    pub fn src(&self) -> (IpAddr, u16) {
+        match self {
+            FlowKey::V4(k) => (IpAddr::V4(k.src), k.sport),
+            FlowKey::V6(k) => (IpAddr::V6(k.src), k.sport),
+        }
+    }
+
+    /// Destination endpoint.
+    #[inline]
+    pub fn dst(&self) -> (IpAddr, u16) {
+        match self {
+            FlowKey::V4(k) => (IpAddr::V4(k.dst), k.dport),
+            FlowKey::V6(k) => (IpAddr::V6(k.dst), k.dport),
+        }
+    }
+
+    /// L4 protocol.
+    #[inline]
+    pub const fn proto(&self) -> Proto {
+        match self {
+            FlowKey::V4(k) => k.proto,
+            FlowKey::V6(k) => k.proto,
+        }
+    }
+
+    /// True for an IPv4 key.
+    #[inline]
+    pub const fn is_v4(&self) -> bool {
+        matches!(self, FlowKey::V4(_))
+    }
+}
+
+/// 64×64→128 multiply folded to 64 bits: the mixing step of wyhash.
+#[inline]
+pub(crate) const fn fold_mul(a: u64, b: u64) -> u64 {
+    let r = (a as u128).wrapping_mul(b as u128);
+    (r as u64) ^ ((r >> 64) as u64)
+}
+
+/// Maps a 32-bit hash onto `0..n` without a division (Lemire's fastrange).
+#[inline]
+pub(crate) const fn fast_range(hash: u32, n: u32) -> u32 {
+    ((hash as u64 * n as u64) >> 32) as u32
+}
+
+/// Fixed, seedless constants: ownership must agree on every worker and every
+/// `lbd` version, so it must never depend on a per-process seed.
+const OWNER_K0: u64 = 0x9E37_79B9_7F4A_7C15;
+const OWNER_K1: u64 = 0xD6E8_FEB8_6659_FD93;
+
+/// The worker that owns a flow by its client endpoint.
+///
+/// Both directions of a DNAT flow carry the client endpoint (the source of
+/// the forward packet, the destination of the reply), so both land on the
+/// same owner. The hash is fixed: changing it would re-home live flows on a
+/// restart with mixed versions. `n_workers == 0` is treated as one worker.
+#[inline]
+pub fn owner_of_client(client: IpAddr, client_port: u16, n_workers: u16) -> WorkerId {
+    let folded = match client {
+        IpAddr::V4(a) => u32::from_be_bytes(a.octets()) as u64,
+        IpAddr::V6(a) => {
+            let b = u128::from_be_bytes(a.octets());
+            fold_mul((b >> 64) as u64 ^ OWNER_K1, b as u64 ^ OWNER_K0)
+        }
+    };
+    let h = fold_mul(folded ^ OWNER_K0, (client_port as u64) ^ OWNER_K1);
+    WorkerId(fast_range((h >> 32) as u32, n_workers.max(1) as u32) as u16)
+}
+
+/// The ownership mask for `n_workers`: `next_power_of_two(n) - 1`.
+#[inline]
+pub const fn snat_port_mask(n_workers: u16) -> u16 {
+    let n = if n_workers == 0 { 1 } else { n_workers };
+    // n <= 65535 so the next power of two fits in u32.
+    ((n as u32).next_power_of_two() - 1) as u16
+}
+
+/// The worker that owns a full-NAT flow by its SNAT port: `port & mask`.
+///
+/// When `n_workers` is not a power of two, ports whose low bits name no
+/// worker are never allocated (DPVS wastes them the same way); a stray
+/// packet to one is mapped into range (`% n_workers`) so it still has an
+/// owner, which will miss in conntrack and drop it.
+#[inline]
+pub const fn owner_of_snat_port(port: u16, n_workers: u16) -> WorkerId {
+    let n = if n_workers == 0 { 1 } else { n_workers };
+    WorkerId((port & snat_port_mask(n)) % n)
+}
+
+/// Why [`SnatPorts::new`] refused a configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SnatNewError {
+    /// The worker index is not below the number of workers.
+    #[error("worker {worker} out of range for {n_workers} workers")]
+    WorkerOutOfRange {
+        /// The worker index given.
+        worker: u16,
+        /// The number of workers given.
+        n_workers: u16,
+    },
+    /// The port range holds no port owned by this worker.
+    #[error("port range {start}..={end} holds no port for worker {worker}")]
+    NoPorts {
+        /// First port of the range.
+        start: u16,
+        /// Last port of the range.
+        end: u16,
+        /// The worker index.
+        worker: u16,
+    },
+    /// More than [`SnatPorts::MAX_ADDRESSES`] addresses, or a duplicate.
+    #[error("too many or duplicate SNAT addresses")]
+    BadAddresses,
+}
+
+/// Why [`SnatPorts::free`] refused a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SnatFreeError {
+    /// The address is not one of this worker's SNAT addresses.
+    #[error("address is not a SNAT address of this worker")]
+    UnknownAddress,
+    /// The port is not in use (double free, or never handed out here).
+    #[error("port is not in use")]
+    NotInUse,
+}
+
+/// The three port spaces per address: TCP, UDP, ICMP/ICMPv6 echo ids.
+const SPACES: usize = 3;
+
+#[inline]
+const fn space_of(proto: Proto) -> usize {
+    match proto {
+        Proto::Tcp => 0,
+        Proto::Udp => 1,
+        Proto::Icmp | Proto::Icmpv6 => 2,
+    }
+}
+
+/// A fixed-capacity FIFO of free ports with an in-use bitmap.
+#[derive(Debug, Clone)]
+struct PortPool {
+    /// Ring buffer of free ports; its length never changes after construction.
+    ring: Box<[u16]>,
+    head: usize,
+    len: usize,
+    /// One bit per port number (8 KiB): set while the port is handed out.
+    in_use: Box<[u64]>,
+}
+
+impl PortPool {
+    fn new(ports: &[u16]) -> Self {
+        PortPool {
+            ring: ports.into(),
+            head: 0,
+            len: ports.len(),
+            in_use: vec![0u64; 65536 / 64].into_boxed_slice(),
+        }
+    }
+
+    #[inline]
+    fn pop(&mut self) -> Option<u16> {
+        if self.len == 0 {
+            return None;
+        }
+        let port = self.ring[self.head];
+        self.head += 1;
+        if self.head == self.ring.len() {
+            self.head = 0;
+        }
+        self.len -= 1;
+        self.in_use[port as usize / 64] |= 1 << (port % 64);
+        Some(port)
+    }
+
+    #[inline]
+    fn push(&mut self, port: u16) -> Result<(), SnatFreeError> {
+        let (word, bit) = (port as usize / 64, 1u64 << (port % 64));
+        if self.in_use[word] & bit == 0 {
+            return Err(SnatFreeError::NotInUse);
+        }
+        self.in_use[word] &= !bit;
+        // Only ports popped earlier are in use, so the ring has room.
+        let mut tail = self.head + self.len;
+        if tail >= self.ring.len() {
+            tail -= self.ring.len();
+        }
+        self.ring[tail] = port;
+        self.len += 1;
+        Ok(())
+    }
+}
+
+/// One worker's share of SNAT (address, port) pairs for full-NAT.
+///
+/// Every port handed out satisfies `port & mask == worker`, so
+/// [`owner_of_snat_port`] finds this worker from a reply's destination port.
+///
+/// Uniqueness is per (SNAT address, protocol), the simpler of the two
+/// choices: a port in use towards one backend is not handed out towards
+/// another. This wastes some of the 5-tuple space (per-backend uniqueness
+/// would multiply it by the number of backends) but needs no per-backend
+/// state and makes `free` O(1). ICMP and ICMPv6 echo identifiers share the
+/// third space. Free ports are reused in FIFO order, so a freed port waits
+/// as long as possible before reuse, which keeps a backend's TIME_WAIT
+/// socket for the old 4-tuple from meeting the new connection.
+///
+/// Everything is allocated in [`SnatPorts::new`]; `alloc` and `free` are
+/// O(1) (alloc may skip exhausted addresses) and never allocate.
+#[derive(Debug, Clone)]
+pub struct SnatPorts {
+    worker: WorkerId,
+    mask: u16,
+    addrs: Box<[IpAddr]>,
+    /// `pools[addr * SPACES + space]`.
+    pools: Box<[PortPool]>,
+    /// Round-robin start for the next allocation, per address family.
+    next_v4: usize,
+    next_v6: usize,
+}
+
+impl SnatPorts {
+    /// At most this many SNAT addresses per worker (bounds the per-alloc scan).
+    pub const MAX_ADDRESSES: usize = 64;
+
+    /// The default SNAT port range: everything above the well-known ports.
+    pub const DEFAULT_PORT_RANGE: RangeInclusive<u16> = 1024..=65535;
+
+    /// Builds the pool of `worker` out of `n_workers`: every port in
+    /// `port_range` with `port & mask == worker`, on every address.
+    pub fn new(
+        worker: WorkerId,
+        n_workers: u16,
+        addresses: &[IpAddr],
+        port_range: RangeInclusive<u16>,
+    ) -> Result<SnatPorts, SnatNewError> {
+        if worker.0 >= n_workers {
+            return Err(SnatNewError::WorkerOutOfRange {
+                worker: worker.0,
+                n_workers,
+            });
+        }
+        if addresses.len() > Self::MAX_ADDRESSES
+            || addresses
+                .iter()
+                .enumerate()
+                .any(|(i, a)| addresses[..i].contains(a))
+        {
+            return Err(SnatNewError::BadAddresses);
+        }
+        let mask = snat_port_mask(n_workers);
+        let ports: Vec<u16> = port_range
+            .clone()
+            .filter(|p| p & mask == worker.0)
+            .collect();
+        if ports.is_empty() {
+            return Err(SnatNewError::NoPorts {
+                start: *port_range.start(),
+                end: *port_range.end(),
+                worker: worker.0,
+            });
+        }
+        let pools = (0..addresses.len() * SPACES)
+            .map(|_| PortPool::new(&ports))
+            .collect();
+        Ok(SnatPorts {
+            worker,
+            mask,
+            addrs: addresses.into(),
+            pools,
+            next_v4: 0,
+            next_v6: 0,
+        })
+    }
+
+    /// The worker this pool belongs to.
+    #[inline]
+    pub fn worker(&self) -> WorkerId {
+        self.worker
+    }
+
+    /// Hands out a free (SNAT address, port) of the backend's address family
+    /// for a flow to `backend`, or `None` when every address is exhausted
+    /// (the caller counts `SnatExhausted`). Addresses are used round-robin.
+    pub fn alloc(&mut self, backend: (IpAddr, u16), proto: Proto) -> Option<(IpAddr, u16)> {
+        let v4 = backend.0.is_ipv4();
+        let n = self.addrs.len();
+        let start = if v4 { self.next_v4 } else { self.next_v6 };
+        let space = space_of(proto);
+        for step in 0..n {
+            let mut i = start + step;
+            if i >= n {
+                i -= n;
+            }
+            let addr = self.addrs[i];
+            if addr.is_ipv4() != v4 {
+                continue;
+            }
+            if let Some(port) = self.pools[i * SPACES + space].pop() {
+                let next = if i + 1 == n { 0 } else { i + 1 };
+                if v4 {
+                    self.next_v4 = next;
+                } else {
+                    self.next_v6 = next;
+                }
+                debug_assert_eq!(port & self.mask, self.worker.0);
+                return Some((addr, port));
+            }
+        }
+        None
+    }
+
+    /// Returns a pair handed out by [`SnatPorts::alloc`] to the pool.
+    pub fn free(&mut self, snat: (IpAddr, u16), proto: Proto) -> Result<(), SnatFreeError> {
+        let i = self
+            .addrs
+            .iter()
+            .position(|a| *a == snat.0)
+            .ok_or(SnatFreeError::UnknownAddress)?;
+        self.pools[i * SPACES + space_of(proto)].push(snat.1)
+    }
+
+    /// Free ports left on `addr` for `proto`; 0 for an unknown address.
+    pub fn available(&self, addr: IpAddr, proto: Proto) -> usize {
+        self.addrs
+            .iter()
+            .position(|a| *a == addr)
+            .map_or(0, |i| self.pools[i * SPACES + space_of(proto)].len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::new(a, b, c, d))
+    }
+
+    #[test]
+    fn proto_numbers_round_trip() {
+        for p in [Proto::Icmp, Proto::Tcp, Proto::Udp, Proto::Icmpv6] {
+            assert_eq!(Proto::from_u8(p as u8), Some(p));
+        }
+        assert_eq!(Proto::from_u8(47), None);
+        assert!(Proto::Icmpv6.is_icmp() && !Proto::Udp.is_icmp());
+    }
+
+    #[test]
+    fn reversed_swaps_endpoints_and_is_an_involution() {
+        let k = FlowKey::new((v4(10, 0, 0, 1), 40000), (v4(192, 0, 2, 1), 80), Proto::Tcp).unwrap();
+        let r = k.reversed();
+        assert_eq!(r.src(), k.dst());
+        assert_eq!(r.dst(), k.src());
+        assert_eq!(r.reversed(), k);
+        let k6 = FlowKey::new(
+            ("2001:db8::1".parse().unwrap(), 1),
+            ("2001:db8::2".parse().unwrap(), 2),
+            Proto::Udp,
+        )
+        .unwrap();
+        assert_eq!(k6.reversed().reversed(), k6);
+        assert!(!k6.is_v4());
+        assert_eq!(
+            FlowKey::new((v4(1, 1, 1, 1), 1), ("::1".parse().unwrap(), 1), Proto::Tcp),
+            None
+        );
+    }
+
+    #[test]
+    fn icmp_echo_key_reverses_to_the_reply_key() {
+        let a = Ipv4Addr::new(10, 0, 0, 1);
+        let b = Ipv4Addr::new(10, 0, 0, 2);
+        let req = FlowKeyV4::icmp_echo(a, b, 0x1234);
+        assert_eq!(req.reversed(), FlowKeyV4::icmp_echo(b, a, 0x1234));
+        let req6 = FlowKeyV6::icmp_echo(Ipv6Addr::LOCALHOST, Ipv6Addr::UNSPECIFIED, 7);
+        assert_eq!((req6.sport, req6.dport, req6.proto), (7, 7, Proto::Icmpv6));
+    }
+
+    #[test]
+    fn owner_of_client_is_deterministic_in_range_and_spreads() {
+        let mut hist = [0u32; 6];
+        for port in 0..6000u16 {
+            let w = owner_of_client(v4(10, 1, 2, 3), port, 6);
+            assert_eq!(w, owner_of_client(v4(10, 1, 2, 3), port, 6));
+            hist[w.0 as usize] += 1;
+        }
+        // Each of 6 workers gets roughly 1000 of 6000 ports.
+        assert!(hist.iter().all(|&n| (800..1200).contains(&n)), "{hist:?}");
+        let v6: IpAddr = "2001:db8::7".parse().unwrap();
+        assert!(owner_of_client(v6, 443, 3).0 < 3);
+        assert_eq!(owner_of_client(v6, 443, 0), WorkerId(0));
+        // Pinned: the hash must never change (see the function's docs).
+        let pinned: Vec<u16> = (0..8)
+            .map(|p| owner_of_client(v4(192, 0, 2, 1), p, 16).0)
+            .collect();
+        assert_eq!(pinned, PINNED_OWNERS);
+    }
+
+    /// Golden values for `owner_of_client(192.0.2.1, 0..8, 16)`.
+    const PINNED_OWNERS: [u16; 8] = [14, 4, 10, 0, 5, 11, 1, 7];
+
+    #[test]
+    fn snat_port_owner_is_the_low_bits() {
+        assert_eq!(snat_port_mask(1), 0);
+        assert_eq!(snat_port_mask(4), 3);
+        assert_eq!(snat_port_mask(6), 7);
+        assert_eq!(owner_of_snat_port(0x1235, 4), WorkerId(1));
+        assert_eq!(owner_of_snat_port(0x1235, 1), WorkerId(0));
+        // 6 workers, mask 7: port ...110 names worker 6, which does not exist.
+        assert!(owner_of_snat_port(6, 6).0 < 6);
+    }
+
+    #[test]
+    fn snat_alloc_honours_mask_ownership() {
+        for n in [1u16, 2, 3, 4, 6, 8] {
+            for w in 0..n {
+                let mut p =
+                    SnatPorts::new(WorkerId(w), n, &[v4(198, 51, 100, 1)], 1024..=65535).unwrap();
+                for _ in 0..100 {
+                    let (_, port) = p.alloc((v4(10, 0, 0, 9), 80), Proto::Tcp).unwrap();
+                    assert_eq!(owner_of_snat_port(port, n), WorkerId(w));
+                    assert!(port >= 1024);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn snat_exhaustion_no_reuse_then_fifo_reuse() {
+        let addr = v4(198, 51, 100, 1);
+        // 4 workers, range 1024..=1039 -> worker 1 owns 1025, 1029, 1033, 1037.
+        let mut p = SnatPorts::new(WorkerId(1), 4, &[addr], 1024..=1039).unwrap();
+        let be = (v4(10, 0, 0, 9), 80);
+        let got: Vec<u16> = (0..4).map(|_| p.alloc(be, Proto::Tcp).unwrap().1).collect();
+        assert_eq!(got, [1025, 1029, 1033, 1037]);
+        assert_eq!(p.alloc(be, Proto::Tcp), None, "exhausted");
+        // Separate space per protocol.
+        assert_eq!(p.alloc(be, Proto::Udp), Some((addr, 1025)));
+        assert_eq!(p.available(addr, Proto::Udp), 3);
+        // Free then reuse; a double free and a foreign address are refused.
+        p.free((addr, 1033), Proto::Tcp).unwrap();
+        assert_eq!(
+            p.free((addr, 1033), Proto::Tcp),
+            Err(SnatFreeError::NotInUse)
+        );
+        assert_eq!(
+            p.free((v4(1, 2, 3, 4), 1033), Proto::Tcp),
+            Err(SnatFreeError::UnknownAddress)
+        );
+        p.free((addr, 1025), Proto::Tcp).unwrap();
+        // FIFO: the port freed first comes back first.
+        assert_eq!(p.alloc(be, Proto::Tcp), Some((addr, 1033)));
+        assert_eq!(p.alloc(be, Proto::Tcp), Some((addr, 1025)));
+        assert_eq!(p.alloc(be, Proto::Tcp), None);
+    }
+
+    #[test]
+    fn snat_never_hands_out_a_port_in_use() {
+        let addrs = [
+            v4(198, 51, 100, 1),
+            v4(198, 51, 100, 2),
+            "2001:db8::1".parse().unwrap(),
+        ];
+        let mut p = SnatPorts::new(WorkerId(0), 2, &addrs, 1024..=2047).unwrap();
+        let mut live = std::collections::HashSet::new();
+        let mut x = 1u32;
+        for i in 0..20_000u32 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let be = if i % 3 == 0 {
+                ("2001:db8::9".parse().unwrap(), 80)
+            } else {
+                (v4(10, 0, 0, 9), 80)
+            };
+            if x % 3 != 0 {
+                if let Some(pair) = p.alloc(be, Proto::Udp) {
+                    assert_eq!(
+                        pair.0.is_ipv4(),
+                        be.0.is_ipv4(),
+                        "family follows the backend"
+                    );
+                    assert!(live.insert(pair), "{pair:?} handed out twice");
+                }
+            } else if let Some(&pair) = live.iter().next() {
+                live.remove(&pair);
+                p.free(pair, Proto::Udp).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn snat_new_rejects_bad_config() {
+        let a = [v4(198, 51, 100, 1)];
+        assert!(matches!(
+            SnatPorts::new(WorkerId(2), 2, &a, 1024..=65535),
+            Err(SnatNewError::WorkerOutOfRange { .. })
+        ));
+        assert!(matches!(
+            SnatPorts::new(WorkerId(1), 4, &a, 1024..=1024),
+            Err(SnatNewError::NoPorts { .. })
+        ));
+        assert_eq!(
+            SnatPorts::new(WorkerId(0), 1, &[a[0], a[0]], 1024..=2000).unwrap_err(),
+            SnatNewError::BadAddresses
+        );
+    }
+}
