@@ -1,0 +1,375 @@
+//! Packet buffers: mempools, owned mbufs and fixed-size bursts.
+//!
+//! An [`Mbuf`] owns one `rte_mbuf`: dropping it frees it back to its pool,
+//! handing it to a tx queue or a ring moves it. A [`Burst`] is an array of
+//! up to [`BURST_MAX`] owned mbufs laid out as DPDK's `struct rte_mbuf **`,
+//! so rx/tx burst calls fill and drain it without copying.
+//!
+//! Only single-segment mbufs are exposed as `&mut [u8]`; lbd configures its
+//! ports without scatter, so every received packet is one segment.
+
+use std::ffi::CString;
+use std::ptr::NonNull;
+
+use dpdk_sys::{rte_mbuf, rte_mempool};
+
+use crate::{last_errno, strerror, Eal};
+
+/// The largest burst, in packets.
+pub const BURST_MAX: usize = 32;
+
+/// Errors of [`Mempool::new`].
+#[derive(Debug, thiserror::Error)]
+pub enum MempoolError {
+    /// The name contained a NUL byte or was longer than DPDK allows.
+    #[error("invalid mempool name {0:?}")]
+    BadName(String),
+    /// `rte_pktmbuf_pool_create` failed (usually: not enough memory; pass a
+    /// larger `--mem` or reserve more hugepages).
+    #[error("creating mempool {name:?} of {count} mbufs failed: {reason}")]
+    CreateFailed {
+        /// Pool name.
+        name: String,
+        /// Number of mbufs asked for.
+        count: u32,
+        /// DPDK's reason.
+        reason: String,
+    },
+}
+
+#[derive(Debug)]
+pub(crate) struct PoolPtr(pub(crate) NonNull<rte_mempool>);
+
+// SAFETY: an rte_mempool is designed to be shared by all lcores: get/put
+// use per-lcore caches plus a lock-free ring.
+unsafe impl Send for PoolPtr {}
+// SAFETY: see Send above.
+unsafe impl Sync for PoolPtr {}
+
+/// A pool of packet buffers (`rte_pktmbuf_pool_create`). Freed on drop, so
+/// ports hold an `Arc` of it and it outlives their rx queues.
+#[derive(Debug)]
+pub struct Mempool {
+    ptr: PoolPtr,
+    name: String,
+    _eal: Eal,
+}
+
+impl Mempool {
+    /// Creates a pool of `count` mbufs with `data_room` bytes each (use
+    /// `dpdk_sys::RTE_MBUF_DEFAULT_BUF_SIZE` for ordinary Ethernet frames),
+    /// a per-lcore cache of `cache` mbufs, on NUMA socket `socket`
+    /// (`None`: any).
+    pub fn new(
+        eal: &Eal,
+        name: &str,
+        count: u32,
+        cache: u32,
+        data_room: u16,
+        socket: Option<i32>,
+    ) -> Result<Mempool, MempoolError> {
+        let cname = CString::new(name).map_err(|_| MempoolError::BadName(name.to_string()))?;
+        let socket = socket.unwrap_or(dpdk_sys::SOCKET_ID_ANY);
+        // SAFETY: EAL is initialised (eal handle); cname is NUL-terminated.
+        let p =
+            unsafe { dpdk_sys::rte_pktmbuf_pool_create(cname.as_ptr(), count, cache, 0, data_room, socket) };
+        match NonNull::new(p) {
+            Some(ptr) => Ok(Mempool {
+                ptr: PoolPtr(ptr),
+                name: name.to_string(),
+                _eal: eal.clone(),
+            }),
+            None => Err(MempoolError::CreateFailed {
+                name: name.to_string(),
+                count,
+                reason: strerror(last_errno()),
+            }),
+        }
+    }
+
+    /// The pool's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Mbufs currently free in the pool (approximate while lcores run).
+    pub fn available(&self) -> u32 {
+        // SAFETY: the pool is alive (self); the count is a racy read by design.
+        unsafe { dpdk_sys::lbd_rte_mempool_avail_count(self.ptr.0.as_ptr()) }
+    }
+
+    /// Takes one mbuf from the pool, empty (data length 0).
+    pub fn alloc(&self) -> Option<Mbuf> {
+        // SAFETY: the pool is alive; alloc returns NULL or an mbuf we now own.
+        NonNull::new(unsafe { dpdk_sys::lbd_rte_pktmbuf_alloc(self.ptr.0.as_ptr()) }).map(Mbuf)
+    }
+
+    pub(crate) fn raw(&self) -> *mut rte_mempool {
+        self.ptr.0.as_ptr()
+    }
+}
+
+impl Drop for Mempool {
+    fn drop(&mut self) {
+        // SAFETY: every holder of this pool (ports' rx queues) holds an Arc
+        // to it, so we are the last user; mbufs still out (owned Mbufs) must
+        // not outlive the pool, which lbd guarantees by dropping workers and
+        // ports first. DPDK does not reclaim or touch outstanding mbufs here.
+        unsafe { dpdk_sys::rte_mempool_free(self.ptr.0.as_ptr()) }
+    }
+}
+
+/// The data of mbuf `m` as a byte slice.
+///
+/// # Safety
+/// `m` must be a valid single-segment mbuf, and the caller must hold it
+/// exclusively (for `&mut`) or shared (for `&`) for the whole lifetime `'a`.
+#[inline]
+unsafe fn mbuf_bytes<'a>(m: *mut rte_mbuf) -> &'a mut [u8] {
+    // SAFETY: m is a valid mbuf (caller); mtod reads two of its fields.
+    let ptr = unsafe { dpdk_sys::lbd_rte_pktmbuf_mtod(m) };
+    // SAFETY: as above; reads data_len.
+    let len = unsafe { dpdk_sys::lbd_rte_pktmbuf_data_len(m) };
+    // SAFETY: buf_addr + data_off points at data_len initialised bytes inside
+    // the mbuf's buffer, which stays valid while the caller holds the mbuf.
+    unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len as usize) }
+}
+
+/// One owned, single-segment packet buffer. Dropping it frees it.
+#[derive(Debug)]
+#[repr(transparent)]
+pub struct Mbuf(NonNull<rte_mbuf>);
+
+// SAFETY: an mbuf is owned by exactly one Mbuf value; moving it between
+// lcores is how DPDK hands packets over (rings, tx on another lcore), and
+// freeing it on another lcore is allowed by the mempool.
+unsafe impl Send for Mbuf {}
+
+impl Mbuf {
+    /// The packet bytes (`rte_pktmbuf_mtod` .. `data_len`).
+    #[inline]
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: we own the mbuf; the shared borrow of self bounds the slice.
+        unsafe { mbuf_bytes(self.0.as_ptr()) }
+    }
+
+    /// The packet bytes, writable.
+    #[inline]
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        // SAFETY: we own the mbuf; &mut self gives exclusive access for the
+        // lifetime of the slice.
+        unsafe { mbuf_bytes(self.0.as_ptr()) }
+    }
+
+    /// Data length in bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        // SAFETY: we own the mbuf; reads one field.
+        unsafe { dpdk_sys::lbd_rte_pktmbuf_data_len(self.0.as_ptr()) as usize }
+    }
+
+    /// True when the mbuf holds no data.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of segments (1 for everything lbd receives).
+    #[inline]
+    pub fn segments(&self) -> u16 {
+        // SAFETY: we own the mbuf; reads one field.
+        unsafe { dpdk_sys::lbd_rte_pktmbuf_nb_segs(self.0.as_ptr()) }
+    }
+
+    /// Extends the data by `len` bytes at the tail and returns them, or
+    /// `None` if the tailroom is too small.
+    pub fn append(&mut self, len: u16) -> Option<&mut [u8]> {
+        // SAFETY: we own the mbuf; append returns NULL or a pointer to len
+        // writable bytes inside the buffer, now part of the data.
+        let p = unsafe { dpdk_sys::lbd_rte_pktmbuf_append(self.0.as_ptr(), len) };
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: p points at len bytes owned by this mbuf (see above);
+        // the returned borrow is tied to &mut self.
+        Some(unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len as usize) })
+    }
+
+    /// Sets the data length to `len` (shrinking or growing into tailroom).
+    /// Returns false if `len` does not fit.
+    pub fn set_len(&mut self, len: usize) -> bool {
+        let cur = self.len();
+        if len <= cur {
+            // SAFETY: we own the mbuf; trimming less than data_len succeeds.
+            unsafe { dpdk_sys::lbd_rte_pktmbuf_trim(self.0.as_ptr(), (cur - len) as u16) == 0 }
+        } else {
+            u16::try_from(len - cur)
+                .ok()
+                .and_then(|n| self.append(n))
+                .is_some()
+        }
+    }
+
+    /// The mbuf's offload flags (`ol_flags`), e.g. rx checksum status.
+    #[inline]
+    pub fn ol_flags(&self) -> u64 {
+        // SAFETY: we own the mbuf; reads one field.
+        unsafe { dpdk_sys::lbd_rte_pktmbuf_ol_flags(self.0.as_ptr()) }
+    }
+
+    /// The RSS hash the NIC computed (valid when `ol_flags` has RSS_HASH).
+    #[inline]
+    pub fn rss_hash(&self) -> u32 {
+        // SAFETY: we own the mbuf; reads one field.
+        unsafe { dpdk_sys::lbd_rte_pktmbuf_rss_hash(self.0.as_ptr()) }
+    }
+
+    /// Gives up ownership: the caller must pass the pointer to DPDK (tx,
+    /// ring) or back to [`Mbuf::from_raw`].
+    #[inline]
+    pub(crate) fn into_raw(self) -> *mut rte_mbuf {
+        let p = self.0.as_ptr();
+        std::mem::forget(self);
+        p
+    }
+
+    /// Takes ownership of a raw mbuf.
+    ///
+    /// # Safety
+    /// `p` must be a valid mbuf that nothing else owns.
+    #[inline]
+    pub(crate) unsafe fn from_raw(p: *mut rte_mbuf) -> Mbuf {
+        // SAFETY: caller guarantees p is a valid, unowned mbuf (non-null).
+        Mbuf(unsafe { NonNull::new_unchecked(p) })
+    }
+}
+
+impl Drop for Mbuf {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: we own the mbuf and give it back exactly once.
+        unsafe { dpdk_sys::lbd_rte_pktmbuf_free(self.0.as_ptr()) }
+    }
+}
+
+/// Up to [`BURST_MAX`] owned mbufs, in order. Dropping it frees what is left.
+#[derive(Debug)]
+pub struct Burst {
+    /// Invariant: `ptrs[..len]` are valid mbufs owned by this burst.
+    ptrs: [*mut rte_mbuf; BURST_MAX],
+    len: usize,
+}
+
+// SAFETY: the burst owns its mbufs exclusively (see Mbuf's Send).
+unsafe impl Send for Burst {}
+
+impl Default for Burst {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Burst {
+    /// An empty burst.
+    pub const fn new() -> Burst {
+        Burst {
+            ptrs: [std::ptr::null_mut(); BURST_MAX],
+            len: 0,
+        }
+    }
+
+    /// Number of mbufs held.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when it holds none.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// True when it holds [`BURST_MAX`].
+    #[inline]
+    pub fn is_full(&self) -> bool {
+        self.len == BURST_MAX
+    }
+
+    /// Appends an mbuf; gives it back if the burst is full.
+    #[inline]
+    pub fn push(&mut self, m: Mbuf) -> Result<(), Mbuf> {
+        if self.is_full() {
+            return Err(m);
+        }
+        self.ptrs[self.len] = m.into_raw();
+        self.len += 1;
+        Ok(())
+    }
+
+    /// Data of mbuf `i`, writable.
+    #[inline]
+    pub fn data_mut(&mut self, i: usize) -> &mut [u8] {
+        assert!(i < self.len, "burst index {i} out of range {}", self.len);
+        // SAFETY: i < len, so ptrs[i] is a valid mbuf we own; the slice
+        // borrows self mutably.
+        unsafe { mbuf_bytes(self.ptrs[i]) }
+    }
+
+    /// Removes and returns all mbufs in order.
+    pub fn drain(&mut self) -> impl Iterator<Item = Mbuf> + '_ {
+        let n = std::mem::replace(&mut self.len, 0);
+        self.ptrs[..n].iter().map(|&p| {
+            // SAFETY: p was one of the first len pointers, all owned; len is
+            // already zero, so each is handed out exactly once.
+            unsafe { Mbuf::from_raw(p) }
+        })
+    }
+
+    /// Frees every mbuf held (bulk free).
+    pub fn clear(&mut self) {
+        if self.len > 0 {
+            // SAFETY: ptrs[..len] are owned mbufs; after this len is 0 so
+            // none is freed twice.
+            unsafe { dpdk_sys::lbd_rte_pktmbuf_free_bulk(self.ptrs.as_mut_ptr(), self.len as u32) };
+            self.len = 0;
+        }
+    }
+
+    /// Space for DPDK to write up to `BURST_MAX - len` mbuf pointers.
+    #[inline]
+    pub(crate) fn spare_ptr(&mut self) -> (*mut *mut rte_mbuf, usize) {
+        // SAFETY: len <= BURST_MAX, so the offset is within the array (or one past its end).
+        (
+            unsafe { self.ptrs.as_mut_ptr().add(self.len) },
+            BURST_MAX - self.len,
+        )
+    }
+
+    /// Records that DPDK wrote `n` more owned mbufs after the current ones.
+    #[inline]
+    pub(crate) fn grew(&mut self, n: usize) {
+        debug_assert!(self.len + n <= BURST_MAX);
+        self.len += n;
+    }
+
+    /// The held mbufs as DPDK's array, for tx or enqueue.
+    #[inline]
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut *mut rte_mbuf {
+        self.ptrs.as_mut_ptr()
+    }
+
+    /// Forgets the first `n` mbufs (DPDK took them) and shifts the rest down.
+    #[inline]
+    pub(crate) fn consumed(&mut self, n: usize) {
+        debug_assert!(n <= self.len);
+        self.ptrs.copy_within(n..self.len, 0);
+        self.len -= n;
+    }
+}
+
+impl Drop for Burst {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}

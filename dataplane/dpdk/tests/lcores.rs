@@ -1,0 +1,82 @@
+//! Lcore launch and join, and an SP/SC ring handing mbufs between lcores.
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use dpdk::{ring, Burst};
+
+#[test]
+fn launch_join_and_ring_handover() {
+    // Two lcores on however many CPUs: lcore 1 may share CPU 0.
+    let eal = common::eal("--lcores=0@0,1@0", &[]);
+    assert_eq!(eal.main_lcore().0, 0);
+    assert_eq!(eal.worker_lcores().len(), 1);
+    let worker = eal.worker_lcores()[0];
+    assert!(
+        eal.launch(eal.main_lcore(), || 0).is_err(),
+        "cannot launch on the main lcore"
+    );
+
+    let pool = common::pool(&eal, "ring_pool", 1023);
+    let start_avail = pool.available();
+    let (mut prod, mut cons) = ring::channel(&eal, "handover", 256).unwrap();
+    assert!(
+        ring::channel(&eal, "bad", 100).is_err(),
+        "capacity must be a power of two"
+    );
+
+    // The worker receives mbufs through the ring, checks and frees them.
+    const N: u64 = 10_000;
+    let seen = Arc::new(AtomicU64::new(0));
+    let bad = Arc::new(AtomicBool::new(false));
+    let (s, bd) = (seen.clone(), bad.clone());
+    let h = eal
+        .launch(worker, move || {
+            let mut b = Burst::new();
+            let mut expect = 0u64;
+            while expect < N {
+                cons.dequeue_burst(&mut b);
+                for m in b.drain() {
+                    let v = u64::from_le_bytes(m.data()[..8].try_into().unwrap());
+                    if v != expect {
+                        bd.store(true, Ordering::Relaxed);
+                    }
+                    expect += 1;
+                }
+            }
+            s.store(expect, Ordering::Relaxed);
+            7
+        })
+        .unwrap();
+    let mut b = Burst::new();
+    let mut next = 0u64;
+    let mut spins = 0u64;
+    while next < N {
+        while !b.is_full() && next < N {
+            let mut m = pool.alloc().expect("pool has room");
+            m.append(8).unwrap().copy_from_slice(&next.to_le_bytes());
+            b.push(m).unwrap();
+            next += 1;
+        }
+        while !b.is_empty() {
+            prod.enqueue_burst(&mut b);
+            spins += 1;
+            assert!(spins < 100_000_000, "consumer stalled");
+        }
+    }
+    assert_eq!(h.join(), 7);
+    assert_eq!(seen.load(Ordering::Relaxed), N);
+    assert!(!bad.load(Ordering::Relaxed), "mbufs arrived in order, intact");
+
+    // A panic on a worker lcore comes back as -1, not an abort.
+    let h = eal.launch(worker, || panic!("boom")).unwrap();
+    assert_eq!(h.join(), -1);
+
+    // Mbufs left in a ring are freed with it.
+    let (mut p2, c2) = ring::channel(&eal, "leftover", 64).unwrap();
+    p2.enqueue(pool.alloc().unwrap()).unwrap();
+    assert_eq!(c2.count(), 1);
+    drop((prod, p2, c2));
+    assert_eq!(pool.available(), start_avail);
+}
