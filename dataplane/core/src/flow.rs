@@ -430,10 +430,7 @@ impl SnatPorts {
             return Err(SnatNewError::BadAddresses);
         }
         let mask = snat_port_mask(n_workers);
-        let ports: Vec<u16> = port_range
-            .clone()
-            .filter(|p| p & mask == worker.0)
-            .collect();
+        let ports: Vec<u16> = port_range.clone().filter(|p| p & mask == worker.0).collect();
         if ports.is_empty() {
             return Err(SnatNewError::NoPorts {
                 start: *port_range.start(),
@@ -596,8 +593,7 @@ mod tests {
     fn snat_alloc_honours_mask_ownership() {
         for n in [1u16, 2, 3, 4, 6, 8] {
             for w in 0..n {
-                let mut p =
-                    SnatPorts::new(WorkerId(w), n, &[v4(198, 51, 100, 1)], 1024..=65535).unwrap();
+                let mut p = SnatPorts::new(WorkerId(w), n, &[v4(198, 51, 100, 1)], 1024..=65535).unwrap();
                 for _ in 0..100 {
                     let (_, port) = p.alloc((v4(10, 0, 0, 9), 80), Proto::Tcp).unwrap();
                     assert_eq!(owner_of_snat_port(port, n), WorkerId(w));
@@ -621,10 +617,7 @@ mod tests {
         assert_eq!(p.available(addr, Proto::Udp), 3);
         // Free then reuse; a double free and a foreign address are refused.
         p.free((addr, 1033), Proto::Tcp).unwrap();
-        assert_eq!(
-            p.free((addr, 1033), Proto::Tcp),
-            Err(SnatFreeError::NotInUse)
-        );
+        assert_eq!(p.free((addr, 1033), Proto::Tcp), Err(SnatFreeError::NotInUse));
         assert_eq!(
             p.free((v4(1, 2, 3, 4), 1033), Proto::Tcp),
             Err(SnatFreeError::UnknownAddress)
@@ -657,11 +650,7 @@ mod tests {
             };
             if x % 3 != 0 {
                 if let Some(pair) = p.alloc(be, Proto::Udp) {
-                    assert_eq!(
-                        pair.0.is_ipv4(),
-                        be.0.is_ipv4(),
-                        "family follows the backend"
-                    );
+                    assert_eq!(pair.0.is_ipv4(), be.0.is_ipv4(), "family follows the backend");
                     assert!(live.insert(pair), "{pair:?} handed out twice");
                 }
             } else if let Some(&pair) = live.iter().next() {

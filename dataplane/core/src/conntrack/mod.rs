@@ -1,0 +1,696 @@
+//! The per-worker connection-tracking table.
+//!
+//! [`Conntrack`] owns every tracked connection of one worker. It is used
+//! through `&mut` by that worker only: no lock, no atomics, no interior
+//! mutability. Invariants:
+//!
+//! - **Fixed memory.** Capacity is set at construction; the slab of entries
+//!   and the lookup index are allocated then and never again. Nothing here
+//!   allocates after [`Conntrack::new`] (a counting-allocator test proves it).
+//! - **Both directions in O(1).** Each connection is indexed under its
+//!   original tuple (client → VIP) and its reply tuple (backend → client for
+//!   DNAT, backend → SNAT endpoint for full-NAT), in one open-addressing
+//!   index (linear probing, backward-shift deletion, load ≤ 0.5).
+//! - **Addresses, not indices.** An entry stores the backend's address and
+//!   port, never an index into a snapshot, so established connections
+//!   survive any snapshot swap.
+//! - **Separate IPv4 and IPv6 storage.** An IPv4 connection costs
+//!   [`Conntrack::BYTES_PER_CONN_V4`] = 80 bytes (48-byte entry + 4 index
+//!   slots × 8 bytes), an IPv6 one [`Conntrack::BYTES_PER_CONN_V6`] = 128
+//!   bytes (96 + 32); a test recomputes both with `size_of`.
+//!
+//! # Expiry
+//! An entry expires a state-dependent idle time after its last packet
+//! ([`Timeouts`], IPVS-like defaults). [`Conntrack::expire`] sweeps the slab
+//! with a cursor, examining at most `budget` slots per call, so the work per
+//! housekeeping tick is bounded; a full sweep takes
+//! `(capacity_v4 + capacity_v6) / budget` calls, and the caller should pick
+//! `budget` so that this period is short next to the smallest timeout. An
+//! entry is therefore removed no earlier than its expiry and at most one
+//! sweep period later. Until the sweep reaches it, an expired entry still
+//! answers lookups and a packet revives it (same backend, fresh timeout),
+//! which is what a client expects of a connection that was merely idle.
+//!
+//! # Eviction
+//! When a family's slab is full, [`Conntrack::insert`] looks at a window of
+//! [`Config::evict_window`] slots from a CLOCK hand that moves on after every
+//! search, and evicts the best candidate: an already-expired entry first,
+//! then an embryonic one (SYN only, unreplied UDP/ICMP), then a closing one
+//! (FIN-wait … time-wait, RST-closed); within a class, the one closest to
+//! expiry. Established entries (and replied UDP/ICMP) are never evicted
+//! before they expire: if the window holds nothing else, the insert fails
+//! with [`InsertError::Full`] and the caller forwards DNAT statelessly or
+//! drops full-NAT with `ConntrackFull`. The bounded window keeps the cost of
+//! a new flow under pressure constant at the price of sometimes failing
+//! while an evictable entry exists elsewhere.
+//!
+//! Entry ids ([`EntryId`]) are valid until their entry is removed, expired
+//! or evicted; a slot is reused after that, so a worker must not keep an
+//! id across calls to `insert`, `expire` or `remove`.
+
+mod state;
+mod table;
+#[cfg(test)]
+mod tests;
+
+use std::net::IpAddr;
+
+pub use state::{tcp_flags, ConnState, EvictClass, Timeouts};
+
+use crate::flow::{FlowKey, FlowKeyV4, FlowKeyV6, Proto};
+use crate::time::Tick;
+use table::{Addr, RawKey, Slot, Table, FIN_BY_REPLY, FULL_NAT};
+
+/// An address and port.
+pub type Endpoint = (IpAddr, u16);
+
+/// Which way a packet travels relative to the connection's first packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// Client → frontend, as the connection was opened.
+    Original,
+    /// Backend → client (DNAT) or backend → SNAT endpoint (full-NAT).
+    Reply,
+}
+
+/// A handle to a tracked connection; see the module docs for its lifetime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EntryId(u32);
+
+/// The IPv6 table's ids carry this bit.
+const V6_BIT: u32 = 1 << 31;
+
+impl EntryId {
+    /// True if the connection is IPv6.
+    #[inline]
+    pub fn is_v6(self) -> bool {
+        self.0 & V6_BIT != 0
+    }
+}
+
+/// The translation applied to a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Nat {
+    /// Destination NAT: the VIP endpoint becomes the backend; the client
+    /// address is kept, so replies come back addressed to the client.
+    Dnat {
+        /// The chosen backend.
+        backend: Endpoint,
+    },
+    /// Full NAT: destination as in DNAT, and the source becomes `snat`, a
+    /// balancer-owned endpoint whose port encodes the owning worker.
+    FullNat {
+        /// The chosen backend.
+        backend: Endpoint,
+        /// The balancer's source endpoint towards the backend.
+        snat: Endpoint,
+    },
+}
+
+impl Nat {
+    /// The backend endpoint.
+    #[inline]
+    pub fn backend(&self) -> Endpoint {
+        match *self {
+            Nat::Dnat { backend } | Nat::FullNat { backend, .. } => backend,
+        }
+    }
+
+    /// The SNAT endpoint, for full-NAT.
+    #[inline]
+    pub fn snat(&self) -> Option<Endpoint> {
+        match *self {
+            Nat::Dnat { .. } => None,
+            Nat::FullNat { snat, .. } => Some(snat),
+        }
+    }
+
+    /// The key the backend's replies carry for a connection opened with
+    /// `original`; `None` if an address family differs from the key's.
+    ///
+    /// For ICMP echo the "ports" are the identifier: pass the backend port
+    /// (and SNAT port) equal to the identifier the backend will see.
+    pub fn reply_key(&self, original: &FlowKey) -> Option<FlowKey> {
+        let dst = self.snat().unwrap_or(original.src());
+        FlowKey::new(self.backend(), dst, original.proto())
+    }
+}
+
+/// Two opaque values the caller stores with a connection, e.g. the counter
+/// slots of its frontend and backend, so that expiry can decrement gauges
+/// without a lookup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Tags {
+    /// Conventionally the frontend's counter slot.
+    pub frontend: u32,
+    /// Conventionally the backend's counter slot.
+    pub backend: u32,
+}
+
+/// A decoded copy of a tracked connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// The original tuple: client → VIP.
+    pub original: FlowKey,
+    /// The translation.
+    pub nat: Nat,
+    /// The protocol state.
+    pub state: ConnState,
+    /// The caller's tags.
+    pub tags: Tags,
+    /// When the entry expires unless another packet comes.
+    pub expires: Tick,
+}
+
+impl Entry {
+    /// The reply tuple (what the backend sends).
+    pub fn reply(&self) -> FlowKey {
+        // Families were checked on insert.
+        self.nat
+            .reply_key(&self.original)
+            .unwrap_or(self.original.reversed())
+    }
+}
+
+/// The addresses a packet of a connection must carry after translation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rewrite {
+    /// New source endpoint.
+    pub src: Endpoint,
+    /// New destination endpoint.
+    pub dst: Endpoint,
+}
+
+/// Construction parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// Maximum IPv4 connections (at most [`Conntrack::MAX_CAPACITY`]).
+    pub capacity_v4: u32,
+    /// Maximum IPv6 connections (at most [`Conntrack::MAX_CAPACITY`]).
+    pub capacity_v6: u32,
+    /// Idle timeouts per state.
+    pub timeouts: Timeouts,
+    /// Slots examined per eviction search (default 32).
+    pub evict_window: u32,
+    /// Seed of the lookup hash. Give each process a random one: with a
+    /// known seed, a client choosing its ports could aim for long probe runs.
+    pub hash_seed: u64,
+}
+
+impl Config {
+    /// A configuration with the given capacities and defaults elsewhere
+    /// (seed 0: set [`Config::hash_seed`] in production).
+    pub fn new(capacity_v4: u32, capacity_v6: u32) -> Config {
+        Config {
+            capacity_v4,
+            capacity_v6,
+            timeouts: Timeouts::default(),
+            evict_window: 32,
+            hash_seed: 0,
+        }
+    }
+}
+
+/// Why [`Conntrack::new`] failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NewError {
+    /// A capacity above [`Conntrack::MAX_CAPACITY`].
+    #[error("conntrack capacity {capacity} exceeds the maximum {max}")]
+    CapacityTooLarge {
+        /// The capacity asked for.
+        capacity: u32,
+        /// The maximum.
+        max: u32,
+    },
+}
+
+/// Why [`Conntrack::insert`] failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum InsertError {
+    /// The table is full and the eviction window held only established
+    /// entries.
+    #[error("conntrack table full")]
+    Full,
+    /// The original tuple is already tracked.
+    #[error("flow already tracked")]
+    Exists,
+    /// The reply tuple collides with a tracked tuple (e.g. two VIPs DNATed
+    /// to one backend by the same client endpoint) or with the original
+    /// tuple itself; the replies could not be told apart.
+    #[error("reply tuple collides with a tracked flow")]
+    ReplyConflict,
+    /// A NAT address is not of the flow's address family.
+    #[error("NAT address family differs from the flow's")]
+    FamilyMismatch,
+}
+
+/// What one [`Conntrack::expire`] call did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExpireStats {
+    /// Slab slots examined (at most the budget).
+    pub examined: usize,
+    /// Entries removed.
+    pub expired: usize,
+}
+
+/// Counters, cumulative since construction (occupancy is current).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ConntrackStats {
+    /// IPv4 connections tracked now.
+    pub occupancy_v4: u64,
+    /// IPv6 connections tracked now.
+    pub occupancy_v6: u64,
+    /// Successful inserts.
+    pub inserts: u64,
+    /// Inserts refused with [`InsertError::Full`].
+    pub insert_full: u64,
+    /// Inserts refused with [`InsertError::Exists`] or
+    /// [`InsertError::ReplyConflict`].
+    pub insert_exists: u64,
+    /// Inserts refused with [`InsertError::FamilyMismatch`].
+    pub insert_invalid: u64,
+    /// Embryonic entries evicted.
+    pub evicted_embryonic: u64,
+    /// Closing entries evicted.
+    pub evicted_closing: u64,
+    /// Expired entries evicted by an insert before the sweep reached them.
+    pub evicted_expired: u64,
+    /// Entries removed by [`Conntrack::expire`].
+    pub expired: u64,
+    /// Entries removed by [`Conntrack::remove`].
+    pub removed: u64,
+}
+
+/// The per-worker connection table; see the module docs.
+#[derive(Debug)]
+pub struct Conntrack {
+    v4: Table<[u8; 4]>,
+    v6: Table<[u8; 16]>,
+    timeouts: Timeouts,
+    timeout_ms: [u64; ConnState::COUNT],
+    evict_window: u32,
+    /// Expiry cursor over slots `0..cap_v4` (IPv4) then `cap_v4..cap_v4+cap_v6`.
+    sweep: u64,
+    stats: ConntrackStats,
+}
+
+/// Runs `$body` with `$s` bound to the in-use slot of `$id` in whichever
+/// table it names (`get` or `get_mut`), giving `Option<result>`.
+macro_rules! with_slot {
+    ($self:ident . $get:ident ($id:expr), |$s:ident| $body:expr) => {{
+        let id: EntryId = $id;
+        if id.0 & V6_BIT == 0 {
+            $self.v4.$get(id.0).map(|$s| $body)
+        } else {
+            $self.v6.$get(id.0 & !V6_BIT).map(|$s| $body)
+        }
+    }};
+}
+
+impl Conntrack {
+    /// The largest capacity per family.
+    pub const MAX_CAPACITY: u32 = 1 << 30;
+    /// Bytes per IPv4 connection: entry plus its share of the index.
+    pub const BYTES_PER_CONN_V4: usize = table::bytes_per_conn::<[u8; 4]>();
+    /// Bytes per IPv6 connection: entry plus its share of the index.
+    pub const BYTES_PER_CONN_V6: usize = table::bytes_per_conn::<[u8; 16]>();
+
+    /// Allocates a table for `config`'s capacities; the only allocation.
+    pub fn new(config: Config) -> Result<Conntrack, NewError> {
+        for capacity in [config.capacity_v4, config.capacity_v6] {
+            if capacity > Self::MAX_CAPACITY {
+                return Err(NewError::CapacityTooLarge {
+                    capacity,
+                    max: Self::MAX_CAPACITY,
+                });
+            }
+        }
+        let mut seed = config.hash_seed;
+        let mut seeds = || [(); 4].map(|_| splitmix64(&mut seed));
+        Ok(Conntrack {
+            v4: Table::new(config.capacity_v4, seeds()),
+            v6: Table::new(config.capacity_v6, seeds()),
+            timeouts: config.timeouts,
+            timeout_ms: config.timeouts.millis_table(),
+            evict_window: config.evict_window,
+            sweep: 0,
+            stats: ConntrackStats::default(),
+        })
+    }
+
+    /// The timeouts in force.
+    pub fn timeouts(&self) -> &Timeouts {
+        &self.timeouts
+    }
+
+    /// Connections tracked now, both families.
+    pub fn len(&self) -> usize {
+        self.v4.len() as usize + self.v6.len() as usize
+    }
+
+    /// True if nothing is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// (IPv4, IPv6) capacities.
+    pub fn capacity(&self) -> (u32, u32) {
+        (self.v4.capacity(), self.v6.capacity())
+    }
+
+    /// Counters, with the current occupancy.
+    pub fn stats(&self) -> ConntrackStats {
+        ConntrackStats {
+            occupancy_v4: self.v4.len() as u64,
+            occupancy_v6: self.v6.len() as u64,
+            ..self.stats
+        }
+    }
+
+    /// Finds the connection a packet with `key` belongs to, and which way
+    /// it travels. Expired entries not yet swept still match (module docs).
+    #[inline]
+    pub fn lookup(&self, key: &FlowKey) -> Option<(EntryId, Direction)> {
+        match key {
+            FlowKey::V4(k) => {
+                let k = raw_v4(k);
+                self.v4.find(&k, self.v4.hash(&k)).map(|(i, d)| (EntryId(i), d))
+            }
+            FlowKey::V6(k) => {
+                let k = raw_v6(k);
+                self.v6
+                    .find(&k, self.v6.hash(&k))
+                    .map(|(i, d)| (EntryId(i | V6_BIT), d))
+            }
+        }
+    }
+
+    /// Starts tracking a connection opened by a packet with key `original`,
+    /// in its protocol's initial state, expiring after that state's timeout.
+    ///
+    /// If the family's table is full, one entry may be evicted (module
+    /// docs); it is passed to `on_evicted` first, so the caller can release
+    /// its SNAT port and gauges. Nothing is evicted when the insert fails
+    /// for another reason.
+    pub fn insert(
+        &mut self,
+        original: FlowKey,
+        nat: Nat,
+        tags: Tags,
+        now: Tick,
+        mut on_evicted: impl FnMut(&Entry),
+    ) -> Result<EntryId, InsertError> {
+        let ctx = InsertCtx {
+            nat,
+            tags,
+            now: now.0,
+            timeout_ms: &self.timeout_ms,
+            window: self.evict_window,
+        };
+        let r = match original {
+            FlowKey::V4(k) => {
+                insert_in(&mut self.v4, raw_v4(&k), &ctx, &mut self.stats, &mut on_evicted).map(EntryId)
+            }
+            FlowKey::V6(k) => insert_in(&mut self.v6, raw_v6(&k), &ctx, &mut self.stats, &mut on_evicted)
+                .map(|i| EntryId(i | V6_BIT)),
+        };
+        match r {
+            Ok(_) => self.stats.inserts += 1,
+            Err(InsertError::Full) => self.stats.insert_full += 1,
+            Err(InsertError::Exists | InsertError::ReplyConflict) => self.stats.insert_exists += 1,
+            Err(InsertError::FamilyMismatch) => self.stats.insert_invalid += 1,
+        }
+        r
+    }
+
+    /// A decoded copy of the connection, `None` for a stale id.
+    pub fn get(&self, id: EntryId) -> Option<Entry> {
+        with_slot!(self.get(id), |s| decode(s))
+    }
+
+    /// The connection's translation.
+    #[inline]
+    pub fn nat(&self, id: EntryId) -> Option<Nat> {
+        with_slot!(self.get(id), |s| decode_nat(s))
+    }
+
+    /// The endpoints a packet travelling `dir` must carry after translation:
+    /// original → (client or SNAT) to backend; reply → VIP to client.
+    #[inline]
+    pub fn rewrite(&self, id: EntryId, dir: Direction) -> Option<Rewrite> {
+        with_slot!(self.get(id), |s| match dir {
+            Direction::Original => {
+                let src = if s.flags & FULL_NAT != 0 {
+                    (s.snat, s.snat_port)
+                } else {
+                    (s.client, s.client_port)
+                };
+                Rewrite {
+                    src: (src.0.to_ip(), src.1),
+                    dst: (s.backend.to_ip(), s.backend_port),
+                }
+            }
+            Direction::Reply => {
+                Rewrite {
+                    src: (s.vip.to_ip(), s.vip_port),
+                    dst: (s.client.to_ip(), s.client_port),
+                }
+            }
+        })
+    }
+
+    /// The caller's tags.
+    #[inline]
+    pub fn tags(&self, id: EntryId) -> Option<Tags> {
+        with_slot!(self.get(id), |s| Tags {
+            frontend: s.tags[0],
+            backend: s.tags[1]
+        })
+    }
+
+    /// Replaces the caller's tags; false for a stale id.
+    pub fn set_tags(&mut self, id: EntryId, tags: Tags) -> bool {
+        with_slot!(self.get_mut(id), |s| s.tags = [tags.frontend, tags.backend]).is_some()
+    }
+
+    /// The protocol state.
+    #[inline]
+    pub fn state(&self, id: EntryId) -> Option<ConnState> {
+        with_slot!(self.get(id), |s| ConnState::from_u8(s.state))
+    }
+
+    /// Accounts one packet of the connection travelling `dir`: advances the
+    /// state machine (`tcp_flags` is ignored for UDP and ICMP) and restarts
+    /// the idle timeout of the resulting state. Returns the new state,
+    /// `None` for a stale id.
+    #[inline]
+    pub fn on_packet(&mut self, id: EntryId, dir: Direction, tcp_flags: u8, now: Tick) -> Option<ConnState> {
+        let timeout_ms = &self.timeout_ms;
+        with_slot!(self.get_mut(id), |s| {
+            let (st, fin_by_reply) = state::step(
+                ConnState::from_u8(s.state),
+                dir,
+                tcp_flags,
+                s.flags & FIN_BY_REPLY != 0,
+            );
+            s.state = st as u8;
+            s.flags = (s.flags & !FIN_BY_REPLY) | if fin_by_reply { FIN_BY_REPLY } else { 0 };
+            s.expires = now.0.saturating_add(timeout_ms[st as usize]);
+            st
+        })
+    }
+
+    /// Stops tracking a connection, returning it (so the caller can release
+    /// its SNAT port); `None` for a stale id.
+    pub fn remove(&mut self, id: EntryId) -> Option<Entry> {
+        let e = if id.0 & V6_BIT == 0 {
+            self.v4.remove(id.0).map(|s| decode(&s))
+        } else {
+            self.v6.remove(id.0 & !V6_BIT).map(|s| decode(&s))
+        };
+        self.stats.removed += e.is_some() as u64;
+        e
+    }
+
+    /// Examines at most `budget` slab slots from the sweep cursor (IPv4
+    /// slots, then IPv6, wrapping around) and removes every entry whose
+    /// expiry is at or before `now`, passing each to `on_expired` first.
+    pub fn expire(&mut self, now: Tick, budget: usize, mut on_expired: impl FnMut(&Entry)) -> ExpireStats {
+        let cap4 = self.v4.capacity() as u64;
+        let total = cap4 + self.v6.capacity() as u64;
+        let examined = (budget as u64).min(total);
+        let mut expired = 0;
+        let mut pos = self.sweep;
+        for _ in 0..examined {
+            let hit = if pos < cap4 {
+                sweep_one(&mut self.v4, pos as u32, now.0)
+            } else {
+                sweep_one(&mut self.v6, (pos - cap4) as u32, now.0)
+            };
+            if let Some(e) = hit {
+                on_expired(&e);
+                expired += 1;
+            }
+            pos += 1;
+            if pos == total {
+                pos = 0;
+            }
+        }
+        self.sweep = pos;
+        self.stats.expired += expired as u64;
+        ExpireStats {
+            examined: examined as usize,
+            expired,
+        }
+    }
+
+    /// Checks the tables' internal invariants; for tests.
+    #[cfg(test)]
+    pub(crate) fn check(&self) {
+        self.v4.check();
+        self.v6.check();
+    }
+}
+
+/// The parts of an insert that do not depend on the family.
+struct InsertCtx<'a> {
+    nat: Nat,
+    tags: Tags,
+    now: u64,
+    timeout_ms: &'a [u64; ConnState::COUNT],
+    window: u32,
+}
+
+fn insert_in<A: Addr>(
+    t: &mut Table<A>,
+    key: RawKey<A>,
+    ctx: &InsertCtx<'_>,
+    stats: &mut ConntrackStats,
+    on_evicted: &mut impl FnMut(&Entry),
+) -> Result<u32, InsertError> {
+    let (backend, backend_port) = ctx.nat.backend();
+    let backend = A::from_ip(backend).ok_or(InsertError::FamilyMismatch)?;
+    let (flags, snat, snat_port) = match ctx.nat.snat() {
+        Some((a, p)) => (FULL_NAT, A::from_ip(a).ok_or(InsertError::FamilyMismatch)?, p),
+        None => (0, A::default(), 0),
+    };
+    let state = ConnState::initial(Proto::from_u8(key.proto).unwrap_or(Proto::Tcp));
+    let slot = Slot {
+        expires: ctx.now.saturating_add(ctx.timeout_ms[state as usize]),
+        tags: [ctx.tags.frontend, ctx.tags.backend],
+        client: key.src,
+        vip: key.dst,
+        backend,
+        snat,
+        client_port: key.sport,
+        vip_port: key.dport,
+        backend_port,
+        snat_port,
+        proto: key.proto,
+        state: state as u8,
+        flags,
+    };
+    let reply = slot.reply_key();
+    if reply == key {
+        return Err(InsertError::ReplyConflict);
+    }
+    let (h_orig, h_reply) = (t.hash(&key), t.hash(&reply));
+    if t.find(&key, h_orig).is_some() {
+        return Err(InsertError::Exists);
+    }
+    if t.find(&reply, h_reply).is_some() {
+        return Err(InsertError::ReplyConflict);
+    }
+    if t.is_full() {
+        let now = ctx.now;
+        // Rank: 0 expired, 1 embryonic, 2 closing; established never.
+        let victim = t.pick_victim(ctx.window, |s| {
+            if s.expires <= now {
+                return Some(0u8);
+            }
+            match ConnState::from_u8(s.state).class() {
+                EvictClass::Embryonic => Some(1),
+                EvictClass::Closing => Some(2),
+                EvictClass::Established => None,
+            }
+        });
+        let old = victim.and_then(|v| t.remove(v)).ok_or(InsertError::Full)?;
+        let counter = if old.expires <= now {
+            &mut stats.evicted_expired
+        } else if ConnState::from_u8(old.state).class() == EvictClass::Embryonic {
+            &mut stats.evicted_embryonic
+        } else {
+            &mut stats.evicted_closing
+        };
+        *counter += 1;
+        on_evicted(&decode(&old));
+    }
+    t.insert(slot, h_orig, h_reply).ok_or(InsertError::Full)
+}
+
+/// Removes the slot at `idx` if it is in use and expired at `now`.
+#[inline]
+fn sweep_one<A: Addr>(t: &mut Table<A>, idx: u32, now: u64) -> Option<Entry> {
+    if t.get(idx)?.expires > now {
+        return None;
+    }
+    t.remove(idx).map(|s| decode(&s))
+}
+
+#[inline]
+fn raw_v4(k: &FlowKeyV4) -> RawKey<[u8; 4]> {
+    RawKey {
+        src: k.src.octets(),
+        dst: k.dst.octets(),
+        sport: k.sport,
+        dport: k.dport,
+        proto: k.proto as u8,
+    }
+}
+
+#[inline]
+fn raw_v6(k: &FlowKeyV6) -> RawKey<[u8; 16]> {
+    RawKey {
+        src: k.src.octets(),
+        dst: k.dst.octets(),
+        sport: k.sport,
+        dport: k.dport,
+        proto: k.proto as u8,
+    }
+}
+
+#[inline]
+fn decode_nat<A: Addr>(s: &Slot<A>) -> Nat {
+    let backend = (s.backend.to_ip(), s.backend_port);
+    if s.flags & FULL_NAT != 0 {
+        Nat::FullNat {
+            backend,
+            snat: (s.snat.to_ip(), s.snat_port),
+        }
+    } else {
+        Nat::Dnat { backend }
+    }
+}
+
+fn decode<A: Addr>(s: &Slot<A>) -> Entry {
+    let proto = Proto::from_u8(s.proto).unwrap_or(Proto::Tcp);
+    Entry {
+        original: A::flow_key(&s.original_key(), proto),
+        nat: decode_nat(s),
+        state: ConnState::from_u8(s.state),
+        tags: Tags {
+            frontend: s.tags[0],
+            backend: s.tags[1],
+        },
+        expires: Tick(s.expires),
+    }
+}
+
+/// A well-mixed sequence from one seed, to derive the hash seeds.
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}

@@ -1,0 +1,454 @@
+//! One address family's storage: a slab of entries plus an open-addressing
+//! index holding both directions' keys.
+//!
+//! Invariants:
+//! - the slab and the index are allocated once, in [`Table::new`], and never
+//!   resized; `index.len() == INDEX_SLOTS_PER_ENTRY * capacity` (at least 1),
+//!   so at full occupancy the index is at most half full and every probe
+//!   sequence ends at an empty slot;
+//! - every in-use slab slot has exactly two index slots, one per direction,
+//!   and the index holds nothing else;
+//! - linear probing with backward-shift deletion: no tombstones, so probe
+//!   lengths never degrade over a long-running table's churn;
+//! - free slab slots are chained through `tags[0]`, so the free list costs
+//!   no memory of its own.
+
+use core::mem::size_of;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use super::Direction;
+use crate::flow::{fast_range, fold_mul, FlowKey, FlowKeyV4, FlowKeyV6, Proto};
+
+/// Index slots per slab entry: two directions at a maximum load of 0.5.
+pub(crate) const INDEX_SLOTS_PER_ENTRY: usize = 4;
+
+/// A free-list or index "nothing here" value.
+const NONE: u32 = u32::MAX;
+
+/// Slab flags.
+pub(crate) const IN_USE: u8 = 1;
+pub(crate) const FULL_NAT: u8 = 2;
+pub(crate) const FIN_BY_REPLY: u8 = 4;
+
+/// An address as raw octets: `[u8; 4]` or `[u8; 16]`.
+pub(crate) trait Addr: Copy + Eq + Default + core::fmt::Debug {
+    /// Hashes a key of this family with the table's seeds.
+    fn hash_key(k: &RawKey<Self>, seeds: &[u64; 4]) -> u32;
+    /// As a std address.
+    fn to_ip(self) -> IpAddr;
+    /// From a std address, `None` for the other family.
+    fn from_ip(ip: IpAddr) -> Option<Self>;
+    /// As a public flow key.
+    fn flow_key(k: &RawKey<Self>, proto: Proto) -> FlowKey;
+}
+
+#[inline]
+fn ports_word(k: &RawKey<impl Addr>) -> u64 {
+    ((k.sport as u64) << 32) | ((k.dport as u64) << 16) | k.proto as u64
+}
+
+impl Addr for [u8; 4] {
+    #[inline]
+    fn hash_key(k: &RawKey<Self>, s: &[u64; 4]) -> u32 {
+        let a = ((u32::from_ne_bytes(k.src) as u64) << 32) | u32::from_ne_bytes(k.dst) as u64;
+        let h = fold_mul(a ^ s[0], ports_word(k) ^ s[1]);
+        (fold_mul(h ^ s[2], s[3]) >> 32) as u32
+    }
+    #[inline]
+    fn to_ip(self) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::from(self))
+    }
+    #[inline]
+    fn from_ip(ip: IpAddr) -> Option<Self> {
+        match ip {
+            IpAddr::V4(a) => Some(a.octets()),
+            IpAddr::V6(_) => None,
+        }
+    }
+    #[inline]
+    fn flow_key(k: &RawKey<Self>, proto: Proto) -> FlowKey {
+        FlowKey::V4(FlowKeyV4 {
+            src: k.src.into(),
+            dst: k.dst.into(),
+            sport: k.sport,
+            dport: k.dport,
+            proto,
+        })
+    }
+}
+
+impl Addr for [u8; 16] {
+    #[inline]
+    fn hash_key(k: &RawKey<Self>, s: &[u64; 4]) -> u32 {
+        let (src, dst) = (u128::from_ne_bytes(k.src), u128::from_ne_bytes(k.dst));
+        let x = fold_mul(src as u64 ^ s[0], (src >> 64) as u64 ^ s[1]);
+        let y = fold_mul(dst as u64 ^ s[2], (dst >> 64) as u64 ^ s[3]);
+        let h = fold_mul(x ^ ports_word(k) ^ s[1], y ^ s[0]);
+        (fold_mul(h ^ s[2], s[3]) >> 32) as u32
+    }
+    #[inline]
+    fn to_ip(self) -> IpAddr {
+        IpAddr::V6(Ipv6Addr::from(self))
+    }
+    #[inline]
+    fn from_ip(ip: IpAddr) -> Option<Self> {
+        match ip {
+            IpAddr::V6(a) => Some(a.octets()),
+            IpAddr::V4(_) => None,
+        }
+    }
+    #[inline]
+    fn flow_key(k: &RawKey<Self>, proto: Proto) -> FlowKey {
+        FlowKey::V6(FlowKeyV6 {
+            src: k.src.into(),
+            dst: k.dst.into(),
+            sport: k.sport,
+            dport: k.dport,
+            proto,
+        })
+    }
+}
+
+/// A flow key in raw form, the way the table compares it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RawKey<A> {
+    pub src: A,
+    pub dst: A,
+    pub sport: u16,
+    pub dport: u16,
+    pub proto: u8,
+}
+
+/// One connection. For IPv4 this is 48 bytes, for IPv6 96 (asserted in tests).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Slot<A> {
+    /// Expiry in milliseconds (a [`crate::Tick`]).
+    pub expires: u64,
+    /// The caller's opaque tags; `tags[0]` is the next free slot when free.
+    pub tags: [u32; 2],
+    pub client: A,
+    pub vip: A,
+    pub backend: A,
+    /// Unused (zero) for DNAT.
+    pub snat: A,
+    pub client_port: u16,
+    pub vip_port: u16,
+    pub backend_port: u16,
+    pub snat_port: u16,
+    pub proto: u8,
+    /// A [`super::ConnState`] discriminant.
+    pub state: u8,
+    /// `IN_USE | FULL_NAT | FIN_BY_REPLY`.
+    pub flags: u8,
+}
+
+impl<A: Addr> Slot<A> {
+    #[inline]
+    pub fn in_use(&self) -> bool {
+        self.flags & IN_USE != 0
+    }
+
+    #[inline]
+    pub fn original_key(&self) -> RawKey<A> {
+        RawKey {
+            src: self.client,
+            dst: self.vip,
+            sport: self.client_port,
+            dport: self.vip_port,
+            proto: self.proto,
+        }
+    }
+
+    /// What the backend sends back: to the client (DNAT) or to the SNAT
+    /// endpoint (full-NAT).
+    #[inline]
+    pub fn reply_key(&self) -> RawKey<A> {
+        let (dst, dport) = if self.flags & FULL_NAT != 0 {
+            (self.snat, self.snat_port)
+        } else {
+            (self.client, self.client_port)
+        };
+        RawKey {
+            src: self.backend,
+            dst,
+            sport: self.backend_port,
+            dport,
+            proto: self.proto,
+        }
+    }
+
+    #[inline]
+    fn key(&self, dir: Direction) -> RawKey<A> {
+        match dir {
+            Direction::Original => self.original_key(),
+            Direction::Reply => self.reply_key(),
+        }
+    }
+}
+
+/// An index slot: the key's 32-bit hash (also gives its home position) and
+/// `slab index << 1 | direction`, or `NONE`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IdxSlot {
+    hash: u32,
+    val: u32,
+}
+
+const EMPTY: IdxSlot = IdxSlot { hash: 0, val: NONE };
+
+#[inline]
+fn dir_bit(dir: Direction) -> u32 {
+    match dir {
+        Direction::Original => 0,
+        Direction::Reply => 1,
+    }
+}
+
+/// Bytes one connection costs: its slab slot plus its share of the index.
+pub(crate) const fn bytes_per_conn<A>() -> usize {
+    size_of::<Slot<A>>() + INDEX_SLOTS_PER_ENTRY * size_of::<IdxSlot>()
+}
+
+/// The per-family table.
+#[derive(Debug)]
+pub(crate) struct Table<A> {
+    slots: Box<[Slot<A>]>,
+    index: Box<[IdxSlot]>,
+    free_head: u32,
+    len: u32,
+    seeds: [u64; 4],
+    /// Where the next eviction search starts (CLOCK hand).
+    evict_hand: u32,
+}
+
+impl<A: Addr> Table<A> {
+    /// Allocates everything; `capacity` must be below 2^30.
+    pub fn new(capacity: u32, seeds: [u64; 4]) -> Self {
+        let mut slots = vec![Slot::<A>::default(); capacity as usize].into_boxed_slice();
+        for (i, s) in slots.iter_mut().enumerate() {
+            s.tags[0] = if i + 1 < capacity as usize {
+                i as u32 + 1
+            } else {
+                NONE
+            };
+        }
+        let n_index = (capacity as usize * INDEX_SLOTS_PER_ENTRY).max(1);
+        Table {
+            slots,
+            index: vec![EMPTY; n_index].into_boxed_slice(),
+            free_head: if capacity > 0 { 0 } else { NONE },
+            len: 0,
+            seeds,
+            evict_hand: 0,
+        }
+    }
+
+    #[inline]
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    #[inline]
+    pub fn capacity(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
+    #[inline]
+    pub fn is_full(&self) -> bool {
+        self.free_head == NONE
+    }
+
+    /// The in-use slot at `idx`, if any.
+    #[inline]
+    pub fn get(&self, idx: u32) -> Option<&Slot<A>> {
+        self.slots.get(idx as usize).filter(|s| s.in_use())
+    }
+
+    /// The in-use slot at `idx`, if any.
+    #[inline]
+    pub fn get_mut(&mut self, idx: u32) -> Option<&mut Slot<A>> {
+        self.slots.get_mut(idx as usize).filter(|s| s.in_use())
+    }
+
+    #[inline]
+    pub fn hash(&self, k: &RawKey<A>) -> u32 {
+        A::hash_key(k, &self.seeds)
+    }
+
+    #[inline]
+    fn home(&self, hash: u32) -> usize {
+        fast_range(hash, self.index.len() as u32) as usize
+    }
+
+    #[inline]
+    fn next(&self, i: usize) -> usize {
+        if i + 1 == self.index.len() {
+            0
+        } else {
+            i + 1
+        }
+    }
+
+    /// Finds the entry holding `k` in either direction.
+    #[inline]
+    pub fn find(&self, k: &RawKey<A>, hash: u32) -> Option<(u32, Direction)> {
+        let mut i = self.home(hash);
+        loop {
+            let s = self.index[i];
+            if s.val == NONE {
+                return None;
+            }
+            if s.hash == hash {
+                let idx = s.val >> 1;
+                let dir = if s.val & 1 == 0 {
+                    Direction::Original
+                } else {
+                    Direction::Reply
+                };
+                if self.slots[idx as usize].key(dir) == *k {
+                    return Some((idx, dir));
+                }
+            }
+            i = self.next(i);
+        }
+    }
+
+    fn index_insert(&mut self, hash: u32, val: u32) {
+        let mut i = self.home(hash);
+        // The index is at most half full, so an empty slot exists.
+        while self.index[i].val != NONE {
+            i = self.next(i);
+        }
+        self.index[i] = IdxSlot { hash, val };
+    }
+
+    /// Removes the index slot holding exactly `val`, shifting later members
+    /// of the probe run back so no tombstone is left.
+    fn index_remove(&mut self, hash: u32, val: u32) {
+        let n = self.index.len();
+        let mut hole = self.home(hash);
+        while self.index[hole].val != val {
+            debug_assert!(self.index[hole].val != NONE, "index entry missing");
+            hole = self.next(hole);
+        }
+        let dist = |from: usize, to: usize| if to >= from { to - from } else { to + n - from };
+        let mut j = self.next(hole);
+        loop {
+            let s = self.index[j];
+            if s.val == NONE {
+                break;
+            }
+            // `s` may fill the hole if the hole lies between its home and `j`.
+            if dist(self.home(s.hash), j) >= dist(hole, j) {
+                self.index[hole] = s;
+                hole = j;
+            }
+            j = self.next(j);
+        }
+        self.index[hole] = EMPTY;
+    }
+
+    /// Stores `slot` (flag `IN_USE` set by this call) in a free slab slot
+    /// and indexes both keys. The caller has checked that neither key is
+    /// present and that the two keys differ.
+    pub fn insert(&mut self, mut slot: Slot<A>, h_orig: u32, h_reply: u32) -> Option<u32> {
+        let idx = self.free_head;
+        if idx == NONE {
+            return None;
+        }
+        self.free_head = self.slots[idx as usize].tags[0];
+        slot.flags |= IN_USE;
+        self.slots[idx as usize] = slot;
+        self.index_insert(h_orig, idx << 1);
+        self.index_insert(h_reply, (idx << 1) | 1);
+        self.len += 1;
+        Some(idx)
+    }
+
+    /// Removes an in-use slot, returning a copy of it.
+    pub fn remove(&mut self, idx: u32) -> Option<Slot<A>> {
+        let slot = *self.get(idx)?;
+        let (ho, hr) = (self.hash(&slot.original_key()), self.hash(&slot.reply_key()));
+        self.index_remove(ho, (idx << 1) | dir_bit(Direction::Original));
+        self.index_remove(hr, (idx << 1) | dir_bit(Direction::Reply));
+        let s = &mut self.slots[idx as usize];
+        *s = Slot::default();
+        s.tags[0] = self.free_head;
+        self.free_head = idx;
+        self.len -= 1;
+        Some(slot)
+    }
+
+    /// Examines `window` slab slots from the CLOCK hand and returns the
+    /// most evictable in-use one that `rank` ranks (lower is better; `None`
+    /// means "never evict"), ties broken by the earliest expiry. The hand
+    /// moves past the window whatever the outcome, so repeated calls look
+    /// at fresh candidates.
+    pub fn pick_victim<R: Ord>(&mut self, window: u32, rank: impl Fn(&Slot<A>) -> Option<R>) -> Option<u32> {
+        let cap = self.capacity();
+        if cap == 0 {
+            return None;
+        }
+        let mut best: Option<(R, u64, u32)> = None;
+        let mut i = self.evict_hand;
+        for _ in 0..window.min(cap) {
+            let s = &self.slots[i as usize];
+            if s.in_use() {
+                if let Some(r) = rank(s) {
+                    let better = match &best {
+                        None => true,
+                        Some((br, be, _)) => (&r, s.expires) < (br, *be),
+                    };
+                    if better {
+                        best = Some((r, s.expires, i));
+                    }
+                }
+            }
+            i += 1;
+            if i == cap {
+                i = 0;
+            }
+        }
+        self.evict_hand = i;
+        best.map(|(_, _, idx)| idx)
+    }
+
+    /// Checks every invariant in the module docs; for tests.
+    #[cfg(test)]
+    pub fn check(&self) {
+        let mut seen = 0;
+        for (i, s) in self.index.iter().enumerate() {
+            if s.val == NONE {
+                continue;
+            }
+            seen += 1;
+            let idx = s.val >> 1;
+            let dir = if s.val & 1 == 0 {
+                Direction::Original
+            } else {
+                Direction::Reply
+            };
+            let slot = self.get(idx).expect("index points at a free slot");
+            let key = slot.key(dir);
+            assert_eq!(s.hash, self.hash(&key));
+            // Reachable: no empty slot between home and here.
+            let mut j = self.home(s.hash);
+            while j != i {
+                assert_ne!(self.index[j].val, NONE, "probe run broken");
+                j = self.next(j);
+            }
+            assert_eq!(self.find(&key, s.hash), Some((idx, dir)));
+        }
+        let in_use = self.slots.iter().filter(|s| s.in_use()).count();
+        assert_eq!(in_use as u32, self.len);
+        assert_eq!(seen, 2 * in_use);
+        let mut free = 0;
+        let mut f = self.free_head;
+        while f != NONE {
+            assert!(!self.slots[f as usize].in_use());
+            free += 1;
+            f = self.slots[f as usize].tags[0];
+        }
+        assert_eq!(free + in_use, self.slots.len());
+    }
+}

@@ -1,0 +1,667 @@
+//! Tests of [`Conntrack`] on a simulated clock: time is whatever `Tick` the
+//! test passes in.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use proptest::prelude::*;
+
+use super::tcp_flags::{ACK, FIN, RST, SYN};
+use super::*;
+use crate::flow::{owner_of_client, owner_of_snat_port, SnatPorts, WorkerId};
+
+const S: u64 = 1000;
+
+fn ip(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(a, b, c, d))
+}
+
+fn key(client: (IpAddr, u16), vip: (IpAddr, u16), proto: Proto) -> FlowKey {
+    FlowKey::new(client, vip, proto).unwrap()
+}
+
+fn client(n: u16) -> (IpAddr, u16) {
+    (ip(10, 0, (n >> 8) as u8, n as u8), 40000 + n)
+}
+
+const VIP: (IpAddr, u16) = (IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)), 80);
+const BACKEND: (IpAddr, u16) = (IpAddr::V4(Ipv4Addr::new(10, 9, 0, 1)), 8080);
+const SNAT: IpAddr = IpAddr::V4(Ipv4Addr::new(198, 51, 100, 1));
+
+fn table(cap4: u32, cap6: u32) -> Conntrack {
+    Conntrack::new(Config {
+        hash_seed: 0x5eed,
+        ..Config::new(cap4, cap6)
+    })
+    .unwrap()
+}
+
+fn dnat() -> Nat {
+    Nat::Dnat { backend: BACKEND }
+}
+
+fn ins(ct: &mut Conntrack, k: FlowKey, nat: Nat, now: u64) -> Result<EntryId, InsertError> {
+    ct.insert(
+        k,
+        nat,
+        Tags {
+            frontend: 1,
+            backend: 2,
+        },
+        Tick(now),
+        |_| panic!("nothing to evict"),
+    )
+}
+
+#[test]
+fn bytes_per_connection_fit_the_budget() {
+    use core::mem::size_of;
+    assert_eq!(size_of::<table::Slot<[u8; 4]>>(), 48);
+    assert_eq!(size_of::<table::Slot<[u8; 16]>>(), 96);
+    assert_eq!(size_of::<table::IdxSlot>(), 8);
+    let v4 = size_of::<table::Slot<[u8; 4]>>() + table::INDEX_SLOTS_PER_ENTRY * size_of::<table::IdxSlot>();
+    assert_eq!(Conntrack::BYTES_PER_CONN_V4, v4);
+    assert_eq!(Conntrack::BYTES_PER_CONN_V4, 80, "documented in the module docs");
+    assert_eq!(Conntrack::BYTES_PER_CONN_V6, 128, "documented in the module docs");
+    assert!(Conntrack::BYTES_PER_CONN_V4 <= 96);
+}
+
+#[test]
+fn dnat_insert_then_lookup_both_directions() {
+    let mut ct = table(16, 16);
+    let k = key(client(1), VIP, Proto::Tcp);
+    let id = ins(&mut ct, k, dnat(), 0).unwrap();
+    assert_eq!(ct.lookup(&k), Some((id, Direction::Original)));
+    // The backend answers the client directly: backend -> client.
+    let reply = key(BACKEND, client(1), Proto::Tcp);
+    assert_eq!(ct.lookup(&reply), Some((id, Direction::Reply)));
+    assert_eq!(
+        ct.lookup(&k.reversed()),
+        None,
+        "VIP -> client is not what the backend sends"
+    );
+    let e = ct.get(id).unwrap();
+    assert_eq!((e.original, e.nat, e.reply()), (k, dnat(), reply));
+    assert_eq!(
+        e.tags,
+        Tags {
+            frontend: 1,
+            backend: 2
+        }
+    );
+    assert_eq!(e.state, ConnState::TcpSynSent);
+    assert_eq!(e.expires, Tick(60 * S));
+    assert_eq!(
+        ct.rewrite(id, Direction::Original),
+        Some(Rewrite {
+            src: client(1),
+            dst: BACKEND
+        })
+    );
+    assert_eq!(
+        ct.rewrite(id, Direction::Reply),
+        Some(Rewrite {
+            src: VIP,
+            dst: client(1)
+        })
+    );
+    ct.check();
+}
+
+#[test]
+fn full_nat_reply_tuple_is_backend_to_snat() {
+    let mut ct = table(16, 16);
+    let k = key(client(1), VIP, Proto::Udp);
+    let nat = Nat::FullNat {
+        backend: BACKEND,
+        snat: (SNAT, 2049),
+    };
+    let id = ins(&mut ct, k, nat, 0).unwrap();
+    let reply = key(BACKEND, (SNAT, 2049), Proto::Udp);
+    assert_eq!(ct.lookup(&reply), Some((id, Direction::Reply)));
+    assert_eq!(ct.lookup(&key(BACKEND, client(1), Proto::Udp)), None);
+    assert_eq!(ct.nat(id), Some(nat));
+    assert_eq!(ct.get(id).unwrap().reply(), reply);
+    assert_eq!(
+        ct.rewrite(id, Direction::Original),
+        Some(Rewrite {
+            src: (SNAT, 2049),
+            dst: BACKEND
+        })
+    );
+    assert_eq!(
+        ct.rewrite(id, Direction::Reply),
+        Some(Rewrite {
+            src: VIP,
+            dst: client(1)
+        })
+    );
+}
+
+#[test]
+fn ipv6_and_icmp_echo_flows() {
+    let mut ct = table(4, 4);
+    let c: IpAddr = "2001:db8::1".parse().unwrap();
+    let v: IpAddr = "2001:db8::100".parse().unwrap();
+    let b: IpAddr = "2001:db8:9::1".parse().unwrap();
+    let s: IpAddr = "2001:db8:5::1".parse().unwrap();
+    // An echo request with identifier 7, full-NATed to identifier 4097.
+    let c6: Ipv6Addr = "2001:db8::1".parse().unwrap();
+    let k = FlowKey::V6(FlowKeyV6::icmp_echo(c6, "2001:db8::100".parse().unwrap(), 7));
+    let id = ins(
+        &mut ct,
+        k,
+        Nat::FullNat {
+            backend: (b, 4097),
+            snat: (s, 4097),
+        },
+        0,
+    )
+    .unwrap();
+    assert!(id.is_v6());
+    assert_eq!(ct.lookup(&k), Some((id, Direction::Original)));
+    let reply = FlowKey::V6(FlowKeyV6::icmp_echo(
+        "2001:db8:9::1".parse().unwrap(),
+        "2001:db8:5::1".parse().unwrap(),
+        4097,
+    ));
+    assert_eq!(ct.lookup(&reply), Some((id, Direction::Reply)));
+    assert_eq!(
+        ct.on_packet(id, Direction::Reply, 0, Tick(S)),
+        Some(ConnState::IcmpReplied)
+    );
+    assert_eq!(ct.get(id).unwrap().expires, Tick(31 * S));
+    assert_eq!(ct.rewrite(id, Direction::Reply).unwrap().dst, (c, 7));
+    assert_eq!(ct.rewrite(id, Direction::Reply).unwrap().src, (v, 7));
+    // A v4 key never meets the v6 table.
+    assert_eq!(ct.lookup(&key(client(1), VIP, Proto::Icmp)), None);
+    assert_eq!(ct.stats().occupancy_v6, 1);
+    ct.check();
+}
+
+#[test]
+fn insert_refusals() {
+    let mut ct = table(16, 16);
+    let k = key(client(1), VIP, Proto::Tcp);
+    ins(&mut ct, k, dnat(), 0).unwrap();
+    assert_eq!(ins(&mut ct, k, dnat(), 0), Err(InsertError::Exists));
+    // Same client endpoint to another VIP, DNATed to the same backend: the
+    // backend's replies would be indistinguishable.
+    let other_vip = key(client(1), (ip(192, 0, 2, 2), 80), Proto::Tcp);
+    assert_eq!(
+        ins(&mut ct, other_vip, dnat(), 0),
+        Err(InsertError::ReplyConflict)
+    );
+    let v6_backend = Nat::Dnat {
+        backend: ("2001:db8::1".parse().unwrap(), 80),
+    };
+    assert_eq!(
+        ins(&mut ct, key(client(2), VIP, Proto::Tcp), v6_backend, 0),
+        Err(InsertError::FamilyMismatch)
+    );
+    // A "translation" that makes the reply equal to the original tuple.
+    let self_reply = Nat::FullNat {
+        backend: client(3),
+        snat: VIP,
+    };
+    assert_eq!(
+        ins(&mut ct, key(client(3), VIP, Proto::Tcp), self_reply, 0),
+        Err(InsertError::ReplyConflict)
+    );
+    let st = ct.stats();
+    assert_eq!(
+        (st.inserts, st.insert_exists, st.insert_invalid, st.occupancy_v4),
+        (1, 3, 1, 1)
+    );
+    ct.check();
+}
+
+/// Drives `flags` in `dir` at `t` and returns the state and expiry.
+fn pkt(ct: &mut Conntrack, id: EntryId, dir: Direction, flags: u8, t: u64) -> (ConnState, Tick) {
+    let st = ct.on_packet(id, dir, flags, Tick(t)).unwrap();
+    (st, ct.get(id).unwrap().expires)
+}
+
+#[test]
+fn tcp_lifecycle_with_per_state_timeouts_then_expiry() {
+    use ConnState::*;
+    use Direction::{Original as O, Reply as R};
+    let mut ct = table(16, 0);
+    let k = key(client(1), VIP, Proto::Tcp);
+    let id = ins(&mut ct, k, dnat(), 0).unwrap();
+    assert_eq!(pkt(&mut ct, id, O, SYN, 0), (TcpSynSent, Tick(60 * S)));
+    assert_eq!(pkt(&mut ct, id, R, SYN | ACK, S), (TcpSynRecv, Tick(61 * S)));
+    assert_eq!(pkt(&mut ct, id, O, ACK, 2 * S), (TcpEstablished, Tick(902 * S)));
+    assert_eq!(pkt(&mut ct, id, O, FIN | ACK, 3 * S), (TcpFinWait, Tick(123 * S)));
+    assert_eq!(pkt(&mut ct, id, R, ACK, 4 * S), (TcpCloseWait, Tick(64 * S)));
+    assert_eq!(pkt(&mut ct, id, R, FIN | ACK, 5 * S), (TcpLastAck, Tick(35 * S)));
+    assert_eq!(pkt(&mut ct, id, O, ACK, 6 * S), (TcpTimeWait, Tick(126 * S)));
+    // Not yet: one millisecond before expiry.
+    let st = ct.expire(Tick(126 * S - 1), 1000, |_| panic!("too early"));
+    assert_eq!(
+        st,
+        ExpireStats {
+            examined: 16,
+            expired: 0
+        }
+    );
+    let mut gone = Vec::new();
+    assert_eq!(ct.expire(Tick(126 * S), 1000, |e| gone.push(*e)).expired, 1);
+    assert_eq!(gone[0].state, TcpTimeWait);
+    assert_eq!(gone[0].original, k);
+    assert_eq!(ct.lookup(&k), None);
+    assert_eq!(ct.get(id), None, "stale id");
+    assert_eq!(ct.stats().expired, 1);
+    ct.check();
+}
+
+#[test]
+fn rst_closes_with_the_short_timeout() {
+    let mut ct = table(16, 0);
+    let id = ins(&mut ct, key(client(1), VIP, Proto::Tcp), dnat(), 0).unwrap();
+    pkt(&mut ct, id, Direction::Original, ACK, 0);
+    assert_eq!(
+        pkt(&mut ct, id, Direction::Reply, RST, 5 * S),
+        (ConnState::TcpClose, Tick(15 * S))
+    );
+    assert_eq!(ct.expire(Tick(15 * S), 16, |_| {}).expired, 1);
+    assert!(ct.is_empty());
+}
+
+#[test]
+fn udp_unreplied_and_replied_timeouts() {
+    let mut ct = table(16, 0);
+    let a = ins(&mut ct, key(client(1), VIP, Proto::Udp), dnat(), 0).unwrap();
+    let b = ins(&mut ct, key(client(2), VIP, Proto::Udp), dnat(), 0).unwrap();
+    // Client packets alone keep a flow unreplied with the short timeout.
+    assert_eq!(
+        pkt(&mut ct, a, Direction::Original, 0, 10 * S),
+        (ConnState::UdpUnreplied, Tick(40 * S))
+    );
+    assert_eq!(
+        pkt(&mut ct, b, Direction::Reply, 0, 10 * S),
+        (ConnState::UdpReplied, Tick(310 * S))
+    );
+    let mut gone = Vec::new();
+    ct.expire(Tick(40 * S), 16, |e| gone.push(e.original));
+    assert_eq!(gone, [key(client(1), VIP, Proto::Udp)]);
+    assert_eq!(ct.lookup(&key(client(2), VIP, Proto::Udp)).map(|x| x.0), Some(b));
+    assert_eq!(ct.expire(Tick(310 * S), 16, |_| {}).expired, 1);
+}
+
+#[test]
+fn expired_entry_is_revived_by_a_packet_before_the_sweep() {
+    let mut ct = table(16, 0);
+    let k = key(client(1), VIP, Proto::Udp);
+    let id = ins(&mut ct, k, dnat(), 0).unwrap();
+    assert_eq!(
+        ct.lookup(&k),
+        Some((id, Direction::Original)),
+        "past expiry, not swept"
+    );
+    pkt(&mut ct, id, Direction::Original, 0, 100 * S);
+    assert_eq!(ct.expire(Tick(100 * S), 16, |_| {}).expired, 0);
+}
+
+#[test]
+fn expire_work_is_bounded_by_the_budget() {
+    let mut ct = table(1000, 24);
+    for n in 0..1000 {
+        ins(&mut ct, key(client(n), VIP, Proto::Udp), dnat(), 0).unwrap();
+    }
+    let mut calls = 0;
+    let mut total = 0;
+    while !ct.is_empty() {
+        let mut seen = 0;
+        let st = ct.expire(Tick(30 * S), 64, |_| seen += 1);
+        assert!(st.examined <= 64 && st.expired <= 64 && seen == st.expired);
+        total += st.expired;
+        calls += 1;
+        assert!(calls <= 17, "1024 slots / 64 per call");
+    }
+    assert_eq!((total, calls), (1000, 16));
+    // Budget 0 does nothing; a budget above capacity examines each slot once.
+    assert_eq!(ct.expire(Tick(u64::MAX), 0, |_| {}), ExpireStats::default());
+    assert_eq!(ct.expire(Tick(u64::MAX), 5000, |_| {}).examined, 1024);
+}
+
+#[test]
+fn remove_returns_the_entry_and_frees_the_slot() {
+    let mut ct = table(1, 0);
+    let k = key(client(1), VIP, Proto::Tcp);
+    let id = ins(&mut ct, k, dnat(), 0).unwrap();
+    assert_eq!(ct.remove(id).map(|e| e.original), Some(k));
+    assert_eq!(ct.remove(id), None);
+    assert_eq!(ct.lookup(&k), None);
+    ins(&mut ct, key(client(2), VIP, Proto::Tcp), dnat(), 0).unwrap();
+    assert_eq!(ct.stats().removed, 1);
+    ct.check();
+}
+
+/// Fills a table of 8 with states by index: `established[i]` or embryonic.
+fn full_table(established: [bool; 8]) -> (Conntrack, Vec<EntryId>) {
+    let mut ct = Conntrack::new(Config {
+        evict_window: 8,
+        ..Config::new(8, 0)
+    })
+    .unwrap();
+    let ids: Vec<EntryId> = (0..8)
+        .map(|n| {
+            let id = ins(&mut ct, key(client(n), VIP, Proto::Tcp), dnat(), 0).unwrap();
+            if established[n as usize] {
+                pkt(&mut ct, id, Direction::Original, ACK, n as u64);
+            }
+            id
+        })
+        .collect();
+    (ct, ids)
+}
+
+#[test]
+fn eviction_takes_embryonic_before_closing_before_established() {
+    let (mut ct, ids) = full_table([true, true, false, true, true, true, true, true]);
+    // Slot 5 closing (FIN), slot 2 embryonic: embryonic goes first.
+    pkt(&mut ct, ids[5], Direction::Original, FIN, 10);
+    let mut evicted = Vec::new();
+    let new = key(client(100), VIP, Proto::Tcp);
+    ct.insert(new, dnat(), Tags::default(), Tick(20), |e| evicted.push(*e))
+        .unwrap();
+    assert_eq!(evicted.len(), 1);
+    assert_eq!(
+        (evicted[0].original, evicted[0].state),
+        (key(client(2), VIP, Proto::Tcp), ConnState::TcpSynSent)
+    );
+    // The new flow is embryonic too; make it established, then the closing
+    // entry is the only candidate.
+    let (nid, _) = ct.lookup(&new).unwrap();
+    pkt(&mut ct, nid, Direction::Original, ACK, 20);
+    ct.insert(
+        key(client(101), VIP, Proto::Tcp),
+        dnat(),
+        Tags::default(),
+        Tick(30),
+        |e| evicted.push(*e),
+    )
+    .unwrap();
+    assert_eq!(evicted[1].state, ConnState::TcpFinWait);
+    let st = ct.stats();
+    assert_eq!(
+        (st.evicted_embryonic, st.evicted_closing, st.occupancy_v4),
+        (1, 1, 8)
+    );
+    ct.check();
+}
+
+#[test]
+fn eviction_prefers_expired_then_earliest_expiry() {
+    let (mut ct, _) = full_table([true; 8]);
+    let mut evicted = Vec::new();
+    // At 900 s + 3 ms, entries 0..=3 (established at 0..=3 ms) have expired.
+    let now = 900 * S + 3;
+    ct.insert(
+        key(client(200), VIP, Proto::Tcp),
+        dnat(),
+        Tags::default(),
+        Tick(now),
+        |e| evicted.push(*e),
+    )
+    .unwrap();
+    assert_eq!(evicted[0].original, key(client(0), VIP, Proto::Tcp));
+    assert_eq!(ct.stats().evicted_expired, 1);
+}
+
+#[test]
+fn full_of_established_refuses_with_full() {
+    let (mut ct, _) = full_table([true; 8]);
+    let r = ct.insert(
+        key(client(300), VIP, Proto::Tcp),
+        dnat(),
+        Tags::default(),
+        Tick(50),
+        |_| panic!(),
+    );
+    assert_eq!(r, Err(InsertError::Full));
+    assert_eq!(ct.stats().insert_full, 1);
+    assert_eq!(ct.len(), 8);
+    // Duplicates are refused without evicting anything.
+    let (mut ct, _) = full_table([false; 8]);
+    let dup = ct.insert(
+        key(client(0), VIP, Proto::Tcp),
+        dnat(),
+        Tags::default(),
+        Tick(0),
+        |_| panic!(),
+    );
+    assert_eq!(dup, Err(InsertError::Exists));
+    // A zero-capacity family is always full.
+    let mut none = table(0, 0);
+    assert_eq!(
+        ins(&mut none, key(client(1), VIP, Proto::Tcp), dnat(), 0),
+        Err(InsertError::Full)
+    );
+    assert_eq!(none.lookup(&key(client(1), VIP, Proto::Tcp)), None);
+    assert_eq!(none.expire(Tick(0), 10, |_| {}), ExpireStats::default());
+}
+
+#[test]
+fn owners_agree_for_both_directions() {
+    let n = 6;
+    let mut ct = table(64, 0);
+    let mut pools: Vec<SnatPorts> = (0..n)
+        .map(|w| SnatPorts::new(WorkerId(w), n, &[SNAT], SnatPorts::DEFAULT_PORT_RANGE).unwrap())
+        .collect();
+    for c in 0..20 {
+        let fwd = key(client(c), VIP, Proto::Tcp);
+        let (src, sport) = fwd.src();
+        let owner = owner_of_client(src, sport, n);
+        // DNAT: the reply carries the client as its destination.
+        let id = ins(&mut ct, fwd, dnat(), 0).unwrap();
+        let (dst, dport) = ct.get(id).unwrap().reply().dst();
+        assert_eq!(owner_of_client(dst, dport, n), owner);
+        ct.remove(id);
+        // Full-NAT: the owner allocates from its share; the reply's
+        // destination port names the owner.
+        let snat = pools[owner.0 as usize].alloc(BACKEND, Proto::Tcp).unwrap();
+        let id = ins(
+            &mut ct,
+            fwd,
+            Nat::FullNat {
+                backend: BACKEND,
+                snat,
+            },
+            0,
+        )
+        .unwrap();
+        let reply = ct.get(id).unwrap().reply();
+        assert_eq!(owner_of_snat_port(reply.dst().1, n), owner);
+        assert_eq!(ct.lookup(&reply), Some((id, Direction::Reply)));
+        ct.remove(id);
+    }
+}
+
+#[test]
+fn construction_limits() {
+    let big = Config::new(Conntrack::MAX_CAPACITY + 1, 0);
+    assert!(matches!(
+        Conntrack::new(big),
+        Err(NewError::CapacityTooLarge { .. })
+    ));
+    assert_eq!(table(3, 5).capacity(), (3, 5));
+}
+
+/// A model operation; keys and backends are drawn from small pools so that
+/// duplicates and reply conflicts happen often.
+#[derive(Debug, Clone)]
+enum Op {
+    Insert { c: u8, v: u8, b: u8, snat: Option<u8> },
+    Lookup { c: u8, v: u8 },
+    LookupReply { b: u8, c: u8, snat: Option<u8> },
+    Touch { c: u8, v: u8, reply: bool },
+    Remove { c: u8, v: u8 },
+    Advance { secs: u16 },
+    Expire,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let small = || 0u8..6;
+    prop_oneof![
+        4 => (small(), 0u8..2, 0u8..3, proptest::option::of(0u8..4))
+            .prop_map(|(c, v, b, snat)| Op::Insert { c, v, b, snat }),
+        2 => (small(), 0u8..2).prop_map(|(c, v)| Op::Lookup { c, v }),
+        2 => (0u8..3, small(), proptest::option::of(0u8..4))
+            .prop_map(|(b, c, snat)| Op::LookupReply { b, c, snat }),
+        2 => (small(), 0u8..2, any::<bool>()).prop_map(|(c, v, reply)| Op::Touch { c, v, reply }),
+        1 => (small(), 0u8..2).prop_map(|(c, v)| Op::Remove { c, v }),
+        1 => (0u16..400).prop_map(|secs| Op::Advance { secs }),
+        1 => Just(Op::Expire),
+    ]
+}
+
+fn model_key(c: u8, v: u8) -> FlowKey {
+    key(
+        (ip(10, 0, 0, c % 3), 1000 + (c / 3) as u16),
+        (ip(192, 0, 2, 1), 80 + v as u16),
+        Proto::Udp,
+    )
+}
+
+fn model_backend(b: u8) -> (IpAddr, u16) {
+    (ip(10, 9, 0, b % 2), 8080 + (b / 2) as u16)
+}
+
+fn model_nat(b: u8, snat: Option<u8>) -> Nat {
+    match snat {
+        None => Nat::Dnat {
+            backend: model_backend(b),
+        },
+        Some(p) => Nat::FullNat {
+            backend: model_backend(b),
+            snat: (SNAT, 2000 + p as u16),
+        },
+    }
+}
+
+/// The model: original key -> (nat, expires, replied).
+#[derive(Default)]
+struct Model {
+    entries: HashMap<FlowKey, (Nat, u64, bool)>,
+}
+
+impl Model {
+    fn reply(k: &FlowKey, nat: &Nat) -> FlowKey {
+        nat.reply_key(k).unwrap()
+    }
+
+    /// (original key, direction) that `k` matches.
+    fn lookup(&self, k: &FlowKey) -> Option<(FlowKey, Direction)> {
+        if self.entries.contains_key(k) {
+            return Some((*k, Direction::Original));
+        }
+        self.entries
+            .iter()
+            .find(|(o, (n, _, _))| Self::reply(o, n) == *k)
+            .map(|(o, _)| (*o, Direction::Reply))
+    }
+
+    fn insert(&mut self, k: FlowKey, nat: Nat, now: u64) -> Result<(), InsertError> {
+        let reply = Self::reply(&k, &nat);
+        if self.entries.contains_key(&k) {
+            return Err(InsertError::Exists);
+        }
+        if reply == k || self.lookup(&reply).is_some() {
+            return Err(InsertError::ReplyConflict);
+        }
+        self.entries.insert(k, (nat, now + 30 * S, false));
+        Ok(())
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn behaves_like_a_hashmap_model(ops in proptest::collection::vec(op(), 1..120)) {
+        let mut ct = table(64, 4);
+        let mut model = Model::default();
+        let mut now = 0u64;
+        for op in ops {
+            match op {
+                Op::Insert { c, v, b, snat } => {
+                    let (k, nat) = (model_key(c, v), model_nat(b, snat));
+                    let real = ct.insert(k, nat, Tags::default(), Tick(now), |_| panic!("no eviction"));
+                    prop_assert_eq!(real.map(|_| ()), model.insert(k, nat, now));
+                }
+                Op::Lookup { c, v } => {
+                    let k = model_key(c, v);
+                    let real = ct.lookup(&k).map(|(id, d)| (ct.get(id).unwrap().original, d));
+                    prop_assert_eq!(real, model.lookup(&k));
+                }
+                Op::LookupReply { b, c, snat } => {
+                    let dst = snat.map_or((ip(10, 0, 0, c % 3), 1000 + (c / 3) as u16), |p| (SNAT, 2000 + p as u16));
+                    let k = key(model_backend(b), dst, Proto::Udp);
+                    let real = ct.lookup(&k).map(|(id, d)| (ct.get(id).unwrap().original, d));
+                    prop_assert_eq!(real, model.lookup(&k));
+                }
+                Op::Touch { c, v, reply } => {
+                    let k = model_key(c, v);
+                    if let Some((id, _)) = ct.lookup(&k) {
+                        let dir = if reply { Direction::Reply } else { Direction::Original };
+                        ct.on_packet(id, dir, 0, Tick(now));
+                        let m = model.entries.get_mut(&k).unwrap();
+                        m.2 |= reply;
+                        m.1 = now + if m.2 { 300 * S } else { 30 * S };
+                        prop_assert_eq!(ct.get(id).unwrap().expires, Tick(m.1));
+                    }
+                }
+                Op::Remove { c, v } => {
+                    let k = model_key(c, v);
+                    let real = ct.lookup(&k).and_then(|(id, _)| ct.remove(id)).map(|e| e.original);
+                    prop_assert_eq!(real, model.entries.remove(&k).map(|_| k));
+                }
+                Op::Advance { secs } => now += secs as u64 * S,
+                Op::Expire => {
+                    let mut real = Vec::new();
+                    ct.expire(Tick(now), 68, |e| real.push(e.original));
+                    let mut want: Vec<FlowKey> =
+                        model.entries.iter().filter(|(_, m)| m.1 <= now).map(|(k, _)| *k).collect();
+                    model.entries.retain(|_, m| m.1 > now);
+                    let order = |k: &FlowKey| format!("{k:?}");
+                    real.sort_by_key(order);
+                    want.sort_by_key(order);
+                    prop_assert_eq!(real, want);
+                }
+            }
+            prop_assert_eq!(ct.len(), model.entries.len());
+        }
+        ct.check();
+    }
+
+    #[test]
+    fn invariants_hold_under_churn_and_eviction(
+        ops in proptest::collection::vec((0u16..200, 0u8..4, any::<bool>()), 1..400),
+    ) {
+        let mut ct = Conntrack::new(Config { evict_window: 4, ..Config::new(16, 0) }).unwrap();
+        let mut now = 0;
+        let mut live: HashMap<FlowKey, ()> = HashMap::new();
+        for (c, action, flag) in ops {
+            now += 700;
+            let k = key(client(c), VIP, if flag { Proto::Tcp } else { Proto::Udp });
+            match action {
+                0 | 1 => {
+                    let r = ct.insert(k, dnat(), Tags::default(), Tick(now), |e| {
+                        live.remove(&e.original);
+                    });
+                    if r.is_ok() {
+                        live.insert(k, ());
+                    }
+                }
+                2 => if let Some((id, d)) = ct.lookup(&k) {
+                    ct.on_packet(id, d, if flag { ACK } else { FIN }, Tick(now));
+                },
+                _ => { ct.expire(Tick(now), 5, |e| { live.remove(&e.original); }); }
+            }
+            prop_assert_eq!(ct.len(), live.len());
+            ct.check();
+        }
+    }
+}
