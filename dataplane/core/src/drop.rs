@@ -62,6 +62,9 @@ pub enum DropReason {
     TooBig,
     /// Hand-over to the owning worker failed: its ring was full.
     HandoverRingFull,
+    /// IPv6 neighbor solicitation for a target the balancer does not own
+    /// (the IPv6 twin of `ArpNotForUs`).
+    NdNotForUs,
     /// The NIC did not accept the packet on transmit (tx ring full).
     TxFull,
 }
@@ -98,6 +101,7 @@ impl DropReason {
         DropReason::NoNeighbor,
         DropReason::TooBig,
         DropReason::HandoverRingFull,
+        DropReason::NdNotForUs,
         DropReason::TxFull,
     ];
 
@@ -130,6 +134,7 @@ impl DropReason {
             DropReason::NoNeighbor => "no_neighbor",
             DropReason::TooBig => "too_big",
             DropReason::HandoverRingFull => "handover_ring_full",
+            DropReason::NdNotForUs => "nd_not_for_us",
             DropReason::TxFull => "tx_full",
         }
     }
