@@ -43,22 +43,39 @@ fn keys(n: usize, seed: u64) -> Vec<FlowKey> {
 }
 
 fn backend(i: usize) -> (IpAddr, u16) {
-    (IpAddr::V4(Ipv4Addr::from(0x0a09_0000 + (i as u32 % BACKENDS))), 8080)
+    (
+        IpAddr::V4(Ipv4Addr::from(0x0a09_0000 + (i as u32 % BACKENDS))),
+        8080,
+    )
 }
 
 fn snat_addrs(n: u32) -> Vec<IpAddr> {
-    (0..n).map(|i| IpAddr::V4(Ipv4Addr::from(0xc633_6400 + i))).collect()
+    (0..n)
+        .map(|i| IpAddr::V4(Ipv4Addr::from(0xc633_6400 + i)))
+        .collect()
 }
 
 /// A table holding `keys` as established full-NAT connections.
 fn filled(keys: &[FlowKey], capacity: u32) -> (Conntrack, Vec<FlowKey>) {
-    let mut ct = Conntrack::new(Config { hash_seed: 42, ..Config::new(capacity, 1024) }).unwrap();
+    let mut ct = Conntrack::new(Config {
+        hash_seed: 42,
+        ..Config::new(capacity, 1024)
+    })
+    .unwrap();
     let mut snat = SnatPorts::new(WorkerId(0), 1, &snat_addrs(32), SnatPorts::DEFAULT_PORT_RANGE).unwrap();
     let mut replies = Vec::with_capacity(keys.len());
     for (i, k) in keys.iter().enumerate() {
         let b = backend(i);
         let s = snat.alloc(b, Proto::Tcp).unwrap();
-        let id = ct.insert(*k, Nat::FullNat { backend: b, snat: s }, Tags::default(), Tick(0), |_| {}).unwrap();
+        let id = ct
+            .insert(
+                *k,
+                Nat::FullNat { backend: b, snat: s },
+                Tags::default(),
+                Tick(0),
+                |_| {},
+            )
+            .unwrap();
         ct.on_packet(id, Direction::Original, tcp_flags::ACK, Tick(0));
         replies.push(ct.get(id).unwrap().reply());
     }
@@ -117,7 +134,12 @@ fn lookup(c: &mut Criterion) {
 }
 
 /// Times `iters` operations of `op`, rebuilding state untimed every `chunk`.
-fn chunked<S>(iters: u64, chunk: u64, mut setup: impl FnMut() -> S, mut op: impl FnMut(&mut S, u64)) -> Duration {
+fn chunked<S>(
+    iters: u64,
+    chunk: u64,
+    mut setup: impl FnMut() -> S,
+    mut op: impl FnMut(&mut S, u64),
+) -> Duration {
     let mut total = Duration::ZERO;
     let mut done = 0;
     while done < iters {
@@ -146,16 +168,26 @@ fn insert(c: &mut Criterion) {
                 iters,
                 CHUNK as u64,
                 || {
-                    let ct = Conntrack::new(Config { hash_seed: 1, ..Config::new(CHUNK as u32, 0) }).unwrap();
-                    let sp =
-                        SnatPorts::new(WorkerId(0), 1, &snat_addrs(17), SnatPorts::DEFAULT_PORT_RANGE).unwrap();
+                    let ct = Conntrack::new(Config {
+                        hash_seed: 1,
+                        ..Config::new(CHUNK as u32, 0)
+                    })
+                    .unwrap();
+                    let sp = SnatPorts::new(WorkerId(0), 1, &snat_addrs(17), SnatPorts::DEFAULT_PORT_RANGE)
+                        .unwrap();
                     (ct, sp)
                 },
                 |(ct, sp), j| {
                     let k = ks[j as usize];
                     let b = backend(j as usize);
                     let s = sp.alloc(b, Proto::Tcp).unwrap();
-                    let r = ct.insert(k, Nat::FullNat { backend: b, snat: s }, Tags::default(), Tick(0), |_| {});
+                    let r = ct.insert(
+                        k,
+                        Nat::FullNat { backend: b, snat: s },
+                        Tags::default(),
+                        Tick(0),
+                        |_| {},
+                    );
                     black_box(r.unwrap());
                 },
             )
@@ -171,7 +203,13 @@ fn insert(c: &mut Criterion) {
             let k = ks[(j + n) % (n + 1)];
             let old = ks[j % (n + 1)];
             j += 1;
-            let id = ct.insert(k, Nat::Dnat { backend: backend(j) }, Tags::default(), Tick(0), |_| {});
+            let id = ct.insert(
+                k,
+                Nat::Dnat { backend: backend(j) },
+                Tags::default(),
+                Tick(0),
+                |_| {},
+            );
             let gone = ct.lookup(&old).and_then(|(id, _)| ct.remove(id));
             black_box((id, gone.is_some()))
         })
@@ -190,7 +228,14 @@ fn expire(c: &mut Criterion) {
     let setup = || {
         let mut ct = Conntrack::new(Config::new(N as u32, 0)).unwrap();
         for (i, k) in ks.iter().enumerate() {
-            ct.insert(*k, Nat::Dnat { backend: backend(i) }, Tags::default(), Tick(0), |_| {}).unwrap();
+            ct.insert(
+                *k,
+                Nat::Dnat { backend: backend(i) },
+                Tags::default(),
+                Tick(0),
+                |_| {},
+            )
+            .unwrap();
         }
         ct
     };

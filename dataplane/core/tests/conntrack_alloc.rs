@@ -29,10 +29,15 @@ fn hundred_thousand_operations_allocate_nothing() {
     // Everything is built, and every key drawn, before the region starts.
     let snat_v4 = IpAddr::V4(Ipv4Addr::new(198, 51, 100, 1));
     let snat_v6: IpAddr = "2001:db8:5::1".parse().unwrap();
-    let mut snat = SnatPorts::new(WorkerId(1), 2, &[snat_v4, snat_v6], SnatPorts::DEFAULT_PORT_RANGE).unwrap();
+    let mut snat =
+        SnatPorts::new(WorkerId(1), 2, &[snat_v4, snat_v6], SnatPorts::DEFAULT_PORT_RANGE).unwrap();
     // Small capacities so the run fills the tables and exercises eviction
     // and `Full` as well as the plain paths.
-    let mut ct = Conntrack::new(Config { hash_seed: 7, ..Config::new(2048, 512) }).unwrap();
+    let mut ct = Conntrack::new(Config {
+        hash_seed: 7,
+        ..Config::new(2048, 512)
+    })
+    .unwrap();
     let mut rng = 0x1234_5678_9abc_def0u64;
     let keys: Vec<FlowKey> = (0..8192u32)
         .map(|i| {
@@ -40,10 +45,22 @@ fn hundred_thousand_operations_allocate_nothing() {
             let proto = if i % 3 == 0 { Proto::Udp } else { Proto::Tcp };
             if i % 5 == 0 {
                 let src = Ipv6Addr::from(0x2001_0db8_0000_0000_0000_0000_0001_0000u128 + i as u128);
-                FlowKey::V6(FlowKeyV6 { src, dst: "2001:db8::100".parse().unwrap(), sport: port, dport: 443, proto })
+                FlowKey::V6(FlowKeyV6 {
+                    src,
+                    dst: "2001:db8::100".parse().unwrap(),
+                    sport: port,
+                    dport: 443,
+                    proto,
+                })
             } else {
                 let src = Ipv4Addr::from(0x0a00_0000 + i);
-                FlowKey::V4(FlowKeyV4 { src, dst: Ipv4Addr::new(192, 0, 2, 1), sport: port, dport: 80, proto })
+                FlowKey::V4(FlowKeyV4 {
+                    src,
+                    dst: Ipv4Addr::new(192, 0, 2, 1),
+                    sport: port,
+                    dport: 80,
+                    proto,
+                })
             }
         })
         .collect();
@@ -72,11 +89,20 @@ fn hundred_thousand_operations_allocate_nothing() {
                 } else {
                     Nat::Dnat { backend }
                 };
-                let res = ct.insert(key, nat, Tags { frontend: op, backend: 0 }, Tick(now), |old| {
-                    if let Some(s) = old.nat.snat() {
-                        snat.free(s, old.original.proto()).unwrap();
-                    }
-                });
+                let res = ct.insert(
+                    key,
+                    nat,
+                    Tags {
+                        frontend: op,
+                        backend: 0,
+                    },
+                    Tick(now),
+                    |old| {
+                        if let Some(s) = old.nat.snat() {
+                            snat.free(s, old.original.proto()).unwrap();
+                        }
+                    },
+                );
                 match res {
                     Ok(id) => {
                         inserted += 1;
@@ -130,7 +156,13 @@ fn hundred_thousand_operations_allocate_nothing() {
     // The run exercised what it claims to.
     let st = ct.stats();
     assert!(inserted > 10_000 && freed > 100, "{inserted} {freed}");
-    assert!(st.evicted_embryonic + st.evicted_closing + st.evicted_expired > 0, "{st:?}");
+    assert!(
+        st.evicted_embryonic + st.evicted_closing + st.evicted_expired > 0,
+        "{st:?}"
+    );
     assert!(st.expired > 0 && st.removed > 0, "{st:?}");
-    assert_eq!(u64::from(failed), st.insert_full + st.insert_exists + st.insert_invalid);
+    assert_eq!(
+        u64::from(failed),
+        st.insert_full + st.insert_exists + st.insert_invalid
+    );
 }
