@@ -1,1 +1,521 @@
-//! Placeholder: filled by its owner in this session.
+//! Answers for the balancer's own addresses, rewritten in place.
+//!
+//! [`handle_parsed`] looks at a frame `parse` accepted and either rewrites it
+//! into a reply (the caller transmits `len` bytes back out of the receiving
+//! port, VLAN tag untouched), reports a neighbor to learn, passes it on, or
+//! drops it with a reason. It never allocates and never panics, whatever the
+//! frame holds. What it answers:
+//!
+//! - ARP request for an owned IPv4 address → ARP reply from our MAC. ARP
+//!   request for another address → `Drop(ArpNotForUs)`. ARP reply, or an
+//!   announcement (sender == target address) of an address not ours →
+//!   [`LocalVerdict::Neighbor`] (sender IP/MAC; the frame is not sent back);
+//!   an announcement of one of our addresses (a conflict) → `LocalUnhandled`.
+//! - ICMP/ICMPv6 echo request to an owned address → echo reply (addresses
+//!   swapped, TTL/hop limit 64, checksums updated incrementally).
+//! - ICMPv6 neighbor solicitation for an owned target → neighbor
+//!   advertisement (hop limit 255, Solicited+Override, or only Override to
+//!   all-nodes for a DAD probe from `::`), with a target link-layer option
+//!   when it fits. An NS with a source link-layer option is 32 bytes of
+//!   ICMPv6, exactly the size of the NA, so it always fits; an NS without one
+//!   (DAD, unicast NUD) fits only if `frame` extends at least 8 bytes past
+//!   the packet, e.g. into mbuf tailroom: parsing is bounded by the IP
+//!   lengths, so passing the tailroom is safe. Otherwise the NA goes without
+//!   the option, which RFC 4861 allows for unicast solicitations.
+//!   NS for another target → `Drop(NdNotForUs)`; NA → `Neighbor` when it
+//!   carries a target link-layer option.
+//!
+//! Everything else is `NotLocal` and continues down the load-balancing
+//! pipeline: TCP/UDP (a VIP is an owned address, and its connections are the
+//! balancer's business, not this module's) and ICMP errors (they must be
+//! translated for PMTU discovery). Other ICMP(v6) to an owned address (echo
+//! replies, timestamps, router discovery, redirects) is `Drop(LocalUnhandled)`.
+//! Echo and ND carrying IPv6 extension headers or fragmented are dropped too
+//! (`LocalUnhandled`/`Fragment`): rewriting around them buys nothing.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::wire::arp::{self, ArpPacket, ArpRepr};
+use crate::wire::ethernet::{self, EthernetFrame, MacAddr, ETHERTYPE_IPV6};
+use crate::wire::icmpv6::{self, msg_type as v6type, na_flags, nd_option, Icmpv6Packet};
+use crate::wire::ipv4::Ipv4Packet;
+use crate::wire::ipv6::{self, Ipv6Packet};
+use crate::wire::{icmpv4, ip_proto, parse, Fragment, Icmpv4Packet, Parsed, L3};
+use crate::DropReason;
+
+/// TTL / hop limit of echo replies.
+pub const REPLY_TTL: u8 = 64;
+/// Hop limit that ND messages must carry (RFC 4861 §7.1).
+pub const ND_HOP_LIMIT: u8 = 255;
+
+/// The addresses the balancer answers for on one port: its MAC and every
+/// owned IPv4/IPv6 address (interface, VIP, SNAT). Built once at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalAddrs {
+    mac: MacAddr,
+    // Sorted, deduplicated: membership is a binary search, so a few thousand
+    // VIPs cost a dozen comparisons.
+    ipv4: Vec<Ipv4Addr>,
+    ipv6: Vec<Ipv6Addr>,
+}
+
+/// Why [`LocalAddrs::new`] refused its input.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LocalAddrsError {
+    /// The port MAC has the group bit set; replies would come from a multicast MAC.
+    #[error("port MAC {0} is a multicast address")]
+    MulticastMac(MacAddr),
+    /// The address is unspecified, multicast or broadcast: nobody can own it.
+    #[error("{0} cannot be a local address (unspecified, multicast or broadcast)")]
+    InvalidAddress(IpAddr),
+}
+
+impl LocalAddrs {
+    /// Validate and index the port's MAC and owned addresses.
+    pub fn new(mac: MacAddr, addrs: impl IntoIterator<Item = IpAddr>) -> Result<Self, LocalAddrsError> {
+        if mac.is_multicast() {
+            return Err(LocalAddrsError::MulticastMac(mac));
+        }
+        let (mut ipv4, mut ipv6) = (Vec::new(), Vec::new());
+        for a in addrs {
+            match a {
+                IpAddr::V4(v) if !(v.is_unspecified() || v.is_multicast() || v.is_broadcast()) => {
+                    ipv4.push(v)
+                }
+                IpAddr::V6(v) if !(v.is_unspecified() || v.is_multicast()) => ipv6.push(v),
+                _ => return Err(LocalAddrsError::InvalidAddress(a)),
+            }
+        }
+        ipv4.sort_unstable();
+        ipv4.dedup();
+        ipv6.sort_unstable();
+        ipv6.dedup();
+        Ok(LocalAddrs { mac, ipv4, ipv6 })
+    }
+
+    /// The port MAC.
+    #[inline]
+    pub fn mac(&self) -> MacAddr {
+        self.mac
+    }
+
+    /// Owned IPv4 addresses, sorted.
+    pub fn ipv4(&self) -> &[Ipv4Addr] {
+        &self.ipv4
+    }
+
+    /// Owned IPv6 addresses, sorted.
+    pub fn ipv6(&self) -> &[Ipv6Addr] {
+        &self.ipv6
+    }
+
+    /// Whether the IPv4 address is owned.
+    #[inline]
+    pub fn owns_ipv4(&self, a: Ipv4Addr) -> bool {
+        self.ipv4.binary_search(&a).is_ok()
+    }
+
+    /// Whether the IPv6 address is owned.
+    #[inline]
+    pub fn owns_ipv6(&self, a: &Ipv6Addr) -> bool {
+        self.ipv6.binary_search(a).is_ok()
+    }
+
+    /// Whether the address is owned.
+    #[inline]
+    pub fn owns(&self, a: IpAddr) -> bool {
+        match a {
+            IpAddr::V4(v) => self.owns_ipv4(v),
+            IpAddr::V6(v) => self.owns_ipv6(&v),
+        }
+    }
+}
+
+/// What to do with a frame after [`handle_parsed`] / [`handle_local`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalVerdict {
+    /// The frame was rewritten into a reply: transmit its first `len` bytes
+    /// back out of the port it came in on.
+    Reply {
+        /// Bytes to transmit; may differ from the received length.
+        len: usize,
+    },
+    /// An ARP reply or neighbor advertisement told us a neighbor's MAC. The
+    /// frame is untouched and not for transmission; a neighbor table may
+    /// learn from it (only for addresses it was resolving, to resist spoofing).
+    Neighbor {
+        /// The neighbor's address.
+        ip: IpAddr,
+        /// Its MAC.
+        mac: MacAddr,
+    },
+    /// Not for the local stack: continue with the load-balancing pipeline.
+    NotLocal,
+    /// Drop, and count the reason.
+    Drop(DropReason),
+}
+
+/// Parse `frame` and handle it: the convenience entry for callers that have
+/// not parsed yet. Malformed frames are `Drop(reason)`.
+pub fn handle_local(frame: &mut [u8], local: &LocalAddrs) -> LocalVerdict {
+    match parse(frame) {
+        Ok(p) => handle_parsed(frame, &p, local),
+        Err(reason) => LocalVerdict::Drop(reason),
+    }
+}
+
+/// Handle a frame that `parse` accepted into `parsed`. Cheap for the common
+/// case: TCP/UDP return `NotLocal` without an address lookup. If `parsed`
+/// does not describe `frame`, the result is a `Drop`, never a panic.
+#[inline]
+pub fn handle_parsed(frame: &mut [u8], parsed: &Parsed, local: &LocalAddrs) -> LocalVerdict {
+    let r = match parsed.l3 {
+        L3::Arp => arp_in(frame, parsed, local),
+        L3::Ipv4 => {
+            if parsed.protocol != ip_proto::ICMP || parsed.icmp_error {
+                return LocalVerdict::NotLocal;
+            }
+            let IpAddr::V4(dst) = parsed.dst else {
+                return LocalVerdict::NotLocal;
+            };
+            if !local.owns_ipv4(dst) {
+                return LocalVerdict::NotLocal;
+            }
+            if parsed.icmp_type != icmpv4::msg_type::ECHO_REQUEST {
+                return LocalVerdict::Drop(DropReason::LocalUnhandled);
+            }
+            echo_v4(frame, parsed, local)
+        }
+        L3::Ipv6 => {
+            if parsed.protocol != ip_proto::ICMPV6 || parsed.icmp_error {
+                return LocalVerdict::NotLocal;
+            }
+            let IpAddr::V6(dst) = parsed.dst else {
+                return LocalVerdict::NotLocal;
+            };
+            match parsed.icmp_type {
+                v6type::NEIGHBOR_SOLICIT => neighbor_solicit(frame, parsed, local),
+                v6type::NEIGHBOR_ADVERT => neighbor_advert(frame, parsed),
+                v6type::ROUTER_SOLICIT | v6type::ROUTER_ADVERT | v6type::REDIRECT => {
+                    Err(DropReason::LocalUnhandled)
+                }
+                _ if !local.owns_ipv6(&dst) => return LocalVerdict::NotLocal,
+                v6type::ECHO_REQUEST => echo_v6(frame, parsed, local),
+                _ => Err(DropReason::LocalUnhandled),
+            }
+        }
+    };
+    r.unwrap_or_else(LocalVerdict::Drop)
+}
+
+/// Bytes to send for a reply whose packet ends at `end`: at least the
+/// Ethernet minimum, within the buffer. Padding is zeroed so that no stale
+/// buffer contents leak onto the wire.
+fn reply_len(frame: &mut [u8], end: usize) -> usize {
+    let len = end.max(ethernet::MIN_FRAME_LEN).min(frame.len());
+    if let Some(pad) = frame.get_mut(end..len) {
+        pad.fill(0);
+    }
+    len
+}
+
+/// Set Ethernet dst/src for a reply; the tag, if any, stays.
+fn eth_reply(frame: &mut [u8], dst: MacAddr, local: &LocalAddrs) {
+    let mut eth = EthernetFrame::new_unchecked(frame);
+    eth.set_dst_addr(dst);
+    eth.set_src_addr(local.mac);
+}
+
+/// The L3 slice `l3_offset..` of the frame, or `Truncated` if `parsed` lies.
+fn l3_mut<'a>(frame: &'a mut [u8], parsed: &Parsed) -> Result<&'a mut [u8], DropReason> {
+    frame
+        .get_mut(usize::from(parsed.l3_offset)..)
+        .ok_or(DropReason::Truncated)
+}
+
+fn arp_in(frame: &mut [u8], parsed: &Parsed, local: &LocalAddrs) -> Result<LocalVerdict, DropReason> {
+    let l3 = usize::from(parsed.l3_offset);
+    let mut arp = ArpPacket::new_checked(l3_mut(frame, parsed)?)?;
+    let req = ArpRepr::parse(&arp);
+    if req.sender_mac.is_multicast() {
+        return Err(DropReason::MalformedArp);
+    }
+    match req.operation {
+        // An announcement (RFC 5227: sender == target) asks nothing; learn
+        // from it, unless it claims one of our addresses (a conflict).
+        arp::OP_REQUEST if req.sender_ip == req.target_ip => {
+            if local.owns_ipv4(req.sender_ip) {
+                Err(DropReason::LocalUnhandled)
+            } else {
+                Ok(LocalVerdict::Neighbor {
+                    ip: IpAddr::V4(req.sender_ip),
+                    mac: req.sender_mac,
+                })
+            }
+        }
+        arp::OP_REQUEST if local.owns_ipv4(req.target_ip) => {
+            arp.set_operation(arp::OP_REPLY);
+            arp.set_sender_mac(local.mac);
+            arp.set_sender_ip(req.target_ip);
+            arp.set_target_mac(req.sender_mac);
+            arp.set_target_ip(req.sender_ip);
+            eth_reply(frame, req.sender_mac, local);
+            Ok(LocalVerdict::Reply {
+                len: reply_len(frame, l3 + arp::PACKET_LEN),
+            })
+        }
+        arp::OP_REQUEST => Err(DropReason::ArpNotForUs),
+        arp::OP_REPLY => Ok(LocalVerdict::Neighbor {
+            ip: IpAddr::V4(req.sender_ip),
+            mac: req.sender_mac,
+        }),
+        _ => Err(DropReason::MalformedArp),
+    }
+}
+
+fn echo_v4(frame: &mut [u8], parsed: &Parsed, local: &LocalAddrs) -> Result<LocalVerdict, DropReason> {
+    if parsed.fragment != Fragment::None {
+        return Err(DropReason::Fragment);
+    }
+    let (l4, end) = (usize::from(parsed.l4_offset), parsed.end as usize);
+    let eth_src = EthernetFrame::new_checked(&*frame)?.src_addr();
+    let msg = frame.get(l4..end).ok_or(DropReason::Truncated)?;
+    if !Icmpv4Packet::new_checked(msg)?.verify_checksum() {
+        return Err(DropReason::BadChecksum);
+    }
+    let mut ip = Ipv4Packet::new_checked(l3_mut(frame, parsed)?)?;
+    let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    if src.is_unspecified() || src.is_multicast() || src.is_broadcast() || eth_src.is_multicast() {
+        return Err(DropReason::LocalUnhandled);
+    }
+    // Swapping the addresses leaves the header checksum as it is (the sum
+    // is commutative); only the TTL word changes.
+    ip.set_src_addr(dst);
+    ip.set_dst_addr(src);
+    ip.set_ttl_update_checksum(REPLY_TTL);
+    let mut icmp = Icmpv4Packet::new_checked(frame.get_mut(l4..end).ok_or(DropReason::Truncated)?)?;
+    icmp.set_type_code_update_checksum(icmpv4::msg_type::ECHO_REPLY, 0);
+    eth_reply(frame, eth_src, local);
+    Ok(LocalVerdict::Reply {
+        len: reply_len(frame, end),
+    })
+}
+
+/// Checks shared by the ICMPv6 messages we answer: unfragmented, no
+/// extension headers, and a valid checksum. Returns (src, dst).
+fn icmpv6_in(frame: &[u8], parsed: &Parsed) -> Result<(Ipv6Addr, Ipv6Addr), DropReason> {
+    if parsed.fragment != Fragment::None {
+        return Err(DropReason::Fragment);
+    }
+    if usize::from(parsed.l4_offset) != usize::from(parsed.l3_offset) + ipv6::HEADER_LEN {
+        return Err(DropReason::LocalUnhandled);
+    }
+    let ip = Ipv6Packet::new_checked(
+        frame
+            .get(usize::from(parsed.l3_offset)..)
+            .ok_or(DropReason::Truncated)?,
+    )?;
+    let (src, dst) = (ip.src_addr(), ip.dst_addr());
+    let icmp = Icmpv6Packet::new_checked(ip.payload())?;
+    if !icmp.verify_checksum(&src, &dst) {
+        return Err(DropReason::BadChecksum);
+    }
+    Ok((src, dst))
+}
+
+fn echo_v6(frame: &mut [u8], parsed: &Parsed, local: &LocalAddrs) -> Result<LocalVerdict, DropReason> {
+    let (src, dst) = icmpv6_in(frame, parsed)?;
+    let eth_src = EthernetFrame::new_checked(&*frame)?.src_addr();
+    if src.is_unspecified() || src.is_multicast() || eth_src.is_multicast() {
+        return Err(DropReason::LocalUnhandled);
+    }
+    let mut ip = Ipv6Packet::new_checked(l3_mut(frame, parsed)?)?;
+    // The pseudo-header sum does not change when the addresses swap, and
+    // the hop limit is in no checksum: only the type word changes.
+    ip.set_src_addr(&dst);
+    ip.set_dst_addr(&src);
+    ip.set_hop_limit(REPLY_TTL);
+    Icmpv6Packet::new_checked(ip.payload_mut())?.set_type_code_update_checksum(v6type::ECHO_REPLY, 0);
+    eth_reply(frame, eth_src, local);
+    let end = parsed.end as usize;
+    Ok(LocalVerdict::Reply {
+        len: reply_len(frame, end),
+    })
+}
+
+/// The solicited-node multicast address of `a` (RFC 4291 §2.7.1).
+fn solicited_node(a: &Ipv6Addr) -> Ipv6Addr {
+    let o = a.octets();
+    Ipv6Addr::from([0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, o[13], o[14], o[15]])
+}
+
+/// RFC 4861 §7.1 validity checks shared by NS and NA: hop limit 255, code 0,
+/// at least 24 bytes, a unicast target, well-formed options.
+fn nd_in(
+    frame: &[u8],
+    parsed: &Parsed,
+) -> Result<(Ipv6Addr, Ipv6Addr, Ipv6Addr, Option<MacAddr>), DropReason> {
+    let (src, dst) = icmpv6_in(frame, parsed)?;
+    let msg = frame
+        .get(usize::from(parsed.l4_offset)..parsed.end as usize)
+        .ok_or(DropReason::Truncated)?;
+    let icmp = Icmpv6Packet::new_checked(msg)?;
+    icmp.check_nd_len()?;
+    if parsed.ttl != ND_HOP_LIMIT || icmp.code() != 0 || icmp.nd_target().is_multicast() {
+        return Err(DropReason::MalformedIcmp);
+    }
+    let kind = if icmp.msg_type() == v6type::NEIGHBOR_SOLICIT {
+        nd_option::SOURCE_LL_ADDR
+    } else {
+        nd_option::TARGET_LL_ADDR
+    };
+    let lladdr = icmpv6::nd_link_layer_option(icmp.nd_options(), kind)?;
+    Ok((src, dst, icmp.nd_target(), lladdr))
+}
+
+fn neighbor_solicit(
+    frame: &mut [u8],
+    parsed: &Parsed,
+    local: &LocalAddrs,
+) -> Result<LocalVerdict, DropReason> {
+    let (src, dst, target, slla) = nd_in(frame, parsed)?;
+    let dad = src.is_unspecified();
+    if dad && (dst != solicited_node(&target) || slla.is_some()) {
+        return Err(DropReason::MalformedIcmp);
+    }
+    if !local.owns_ipv6(&target) {
+        return Err(DropReason::NdNotForUs);
+    }
+    let eth_src = EthernetFrame::new_checked(&*frame)?.src_addr();
+    // A DAD probe is answered to all-nodes so the prober sees the conflict.
+    let (reply_ip, reply_mac, flags) = if dad {
+        let all_nodes = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
+        (
+            all_nodes,
+            MacAddr::ipv6_multicast(&all_nodes.octets()),
+            na_flags::OVERRIDE,
+        )
+    } else {
+        (
+            src,
+            slla.unwrap_or(eth_src),
+            na_flags::SOLICITED | na_flags::OVERRIDE,
+        )
+    };
+    let l4 = usize::from(parsed.l4_offset);
+    let with_option = frame.len() >= l4 + icmpv6::ND_LEN + 8;
+    let icmp_len = icmpv6::ND_LEN + if with_option { 8 } else { 0 };
+
+    let mut ip = Ipv6Packet::new_unchecked(l3_mut(frame, parsed)?);
+    ip.set_version_tc_flow(0, 0);
+    ip.set_payload_len(icmp_len as u16);
+    ip.set_hop_limit(ND_HOP_LIMIT);
+    ip.set_src_addr(&target);
+    ip.set_dst_addr(&reply_ip);
+    let msg = frame.get_mut(l4..l4 + icmp_len).ok_or(DropReason::Truncated)?;
+    let mut na = Icmpv6Packet::new_unchecked(msg);
+    na.set_msg_type(v6type::NEIGHBOR_ADVERT);
+    na.set_code(0);
+    na.set_na_flags(flags);
+    na.set_nd_target(&target);
+    if with_option {
+        icmpv6::emit_link_layer_option(&mut na.quoted_mut()[16..], nd_option::TARGET_LL_ADDR, local.mac);
+    }
+    na.fill_checksum(&target, &reply_ip);
+    eth_reply(frame, reply_mac, local);
+    Ok(LocalVerdict::Reply {
+        len: reply_len(frame, l4 + icmp_len),
+    })
+}
+
+fn neighbor_advert(frame: &mut [u8], parsed: &Parsed) -> Result<LocalVerdict, DropReason> {
+    let (_, _, target, tlla) = nd_in(frame, parsed)?;
+    match tlla {
+        Some(mac) if !mac.is_multicast() => Ok(LocalVerdict::Neighbor {
+            ip: IpAddr::V6(target),
+            mac,
+        }),
+        _ => Err(DropReason::LocalUnhandled),
+    }
+}
+
+/// Why a frame could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    /// The buffer cannot hold the frame.
+    #[error("buffer of {have} bytes is shorter than the {need}-byte frame")]
+    BufferTooSmall {
+        /// Bytes the frame needs.
+        need: usize,
+        /// Bytes the buffer has.
+        have: usize,
+    },
+}
+
+/// Write a gratuitous ARP announcement (RFC 5227 §3: a broadcast request
+/// with sender and target address both `ip`) into `buf`; returns the frame
+/// length (60, padded). lbd sends one per owned IPv4 address at start so
+/// switches and neighbors learn where the address lives.
+pub fn write_gratuitous_arp(
+    buf: &mut [u8],
+    mac: MacAddr,
+    ip: Ipv4Addr,
+    vlan: Option<u16>,
+) -> Result<usize, BuildError> {
+    let repr = ArpRepr {
+        operation: arp::OP_REQUEST,
+        sender_mac: mac,
+        sender_ip: ip,
+        target_mac: MacAddr::ZERO,
+        target_ip: ip,
+    };
+    repr.emit_frame(buf, MacAddr::BROADCAST, vlan)
+        .ok_or(BuildError::BufferTooSmall {
+            need: ethernet::MIN_FRAME_LEN,
+            have: buf.len(),
+        })
+}
+
+/// Write an unsolicited neighbor advertisement for `ip` (RFC 4861 §7.2.6:
+/// to all-nodes, Override set, with our link-layer address), the IPv6
+/// counterpart of [`write_gratuitous_arp`]; returns the frame length.
+pub fn write_unsolicited_na(
+    buf: &mut [u8],
+    mac: MacAddr,
+    ip: &Ipv6Addr,
+    vlan: Option<u16>,
+) -> Result<usize, BuildError> {
+    let all_nodes = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
+    let hdr = ethernet::HEADER_LEN + if vlan.is_some() { ethernet::VLAN_TAG_LEN } else { 0 };
+    let need = hdr + ipv6::HEADER_LEN + icmpv6::ND_LEN + 8;
+    let have = buf.len();
+    let frame = buf
+        .get_mut(..need)
+        .ok_or(BuildError::BufferTooSmall { need, have })?;
+    ethernet::emit_header(
+        frame,
+        MacAddr::ipv6_multicast(&all_nodes.octets()),
+        mac,
+        vlan,
+        ETHERTYPE_IPV6,
+    );
+    let mut ip6 = Ipv6Packet::new_unchecked(&mut frame[hdr..]);
+    ip6.set_version_tc_flow(0, 0);
+    ip6.set_payload_len((icmpv6::ND_LEN + 8) as u16);
+    ip6.set_next_header(ip_proto::ICMPV6);
+    ip6.set_hop_limit(ND_HOP_LIMIT);
+    ip6.set_src_addr(ip);
+    ip6.set_dst_addr(&all_nodes);
+    let mut na = Icmpv6Packet::new_unchecked(&mut frame[hdr + ipv6::HEADER_LEN..]);
+    na.set_msg_type(v6type::NEIGHBOR_ADVERT);
+    na.set_code(0);
+    na.set_na_flags(na_flags::OVERRIDE);
+    na.set_nd_target(ip);
+    icmpv6::emit_link_layer_option(&mut na.quoted_mut()[16..], nd_option::TARGET_LL_ADDR, mac);
+    na.fill_checksum(ip, &all_nodes);
+    Ok(need)
+}
+
+#[cfg(test)]
+#[path = "local_tests.rs"]
+mod tests;

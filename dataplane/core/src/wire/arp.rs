@@ -61,7 +61,11 @@ impl<T: AsRef<[u8]>> ArpPacket<T> {
         if b.len() < PACKET_LEN {
             return Err(DropReason::Truncated);
         }
-        if be16(&b[field::HTYPE]) != 1 || be16(&b[field::PTYPE]) != ETHERTYPE_IPV4 || b[field::HLEN] != 6 || b[field::PLEN] != 4 {
+        if be16(&b[field::HTYPE]) != 1
+            || be16(&b[field::PTYPE]) != ETHERTYPE_IPV4
+            || b[field::HLEN] != 6
+            || b[field::PLEN] != 4
+        {
             return Err(DropReason::MalformedArp);
         }
         Ok(p)
@@ -225,12 +229,18 @@ mod tests {
     #[test]
     fn rejects_bad_types_and_short() {
         for n in 0..28 {
-            assert_eq!(ArpPacket::new_checked(&REQUEST[..n]).unwrap_err(), DropReason::Truncated);
+            assert_eq!(
+                ArpPacket::new_checked(&REQUEST[..n]).unwrap_err(),
+                DropReason::Truncated
+            );
         }
         for i in [1usize, 2, 4, 5] {
             let mut b = REQUEST;
             b[i] ^= 0x10;
-            assert_eq!(ArpPacket::new_checked(&b[..]).unwrap_err(), DropReason::MalformedArp);
+            assert_eq!(
+                ArpPacket::new_checked(&b[..]).unwrap_err(),
+                DropReason::MalformedArp
+            );
         }
     }
 
@@ -241,10 +251,14 @@ mod tests {
         let n = repr.emit_frame(&mut buf, MacAddr::BROADCAST, Some(7)).unwrap();
         assert_eq!(n, 60);
         let sliced = etherparse::SlicedPacket::from_ethernet(&buf[..n]).unwrap();
-        let Some(etherparse::NetSlice::Arp(arp)) = sliced.net else { panic!("not arp") };
+        let Some(etherparse::NetSlice::Arp(arp)) = sliced.net else {
+            panic!("not arp")
+        };
         let arp = arp.to_packet().try_eth_ipv4().unwrap();
         assert_eq!(arp.target_ipv4, [10, 0, 0, 1]);
         assert!(buf[18 + 28..60].iter().all(|&b| b == 0));
-        assert!(repr.emit_frame(&mut [0u8; 59], MacAddr::BROADCAST, None).is_none());
+        assert!(repr
+            .emit_frame(&mut [0u8; 59], MacAddr::BROADCAST, None)
+            .is_none());
     }
 }

@@ -68,7 +68,11 @@ impl MacAddr {
 impl fmt::Display for MacAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = self.0;
-        write!(f, "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", b[0], b[1], b[2], b[3], b[4], b[5])
+        write!(
+            f,
+            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+            b[0], b[1], b[2], b[3], b[4], b[5]
+        )
     }
 }
 
@@ -195,7 +199,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
     /// Set the payload EtherType (after the tag if tagged).
     #[inline]
     pub fn set_ethertype(&mut self, ethertype: u16) {
-        let at = if self.is_vlan_tagged() { field::INNER_ETHERTYPE } else { field::ETHERTYPE };
+        let at = if self.is_vlan_tagged() {
+            field::INNER_ETHERTYPE
+        } else {
+            field::ETHERTYPE
+        };
         self.buffer.as_mut()[at].copy_from_slice(&ethertype.to_be_bytes());
     }
 
@@ -265,17 +273,29 @@ mod tests {
     #[test]
     fn truncated() {
         for n in 0..14 {
-            assert_eq!(EthernetFrame::new_checked(&UNTAGGED[..n]).unwrap_err(), DropReason::Truncated);
+            assert_eq!(
+                EthernetFrame::new_checked(&UNTAGGED[..n]).unwrap_err(),
+                DropReason::Truncated
+            );
         }
         for n in 0..18 {
-            assert_eq!(EthernetFrame::new_checked(&TAGGED[..n]).unwrap_err(), DropReason::Truncated);
+            assert_eq!(
+                EthernetFrame::new_checked(&TAGGED[..n]).unwrap_err(),
+                DropReason::Truncated
+            );
         }
     }
 
     #[test]
     fn construct_matches_fixture() {
         let mut buf = [0u8; 18];
-        let n = emit_header(&mut buf, MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]), Some(100), ETHERTYPE_IPV6);
+        let n = emit_header(
+            &mut buf,
+            MacAddr([2, 0, 0, 0, 0, 1]),
+            MacAddr([2, 0, 0, 0, 0, 2]),
+            Some(100),
+            ETHERTYPE_IPV6,
+        );
         assert_eq!(n, 18);
         buf[14] = 0xa0; // PCP bits are not emitted; the fixture has them
         assert_eq!(&buf[..], &TAGGED[..18]);

@@ -238,7 +238,9 @@ pub fn parse_quoted_v4(quote: &[u8]) -> Result<Quoted, DropReason> {
         return Err(DropReason::Fragment);
     }
     let l4_offset = ip.header_len();
-    let l4 = quote.get(l4_offset..l4_offset + 8).ok_or(DropReason::MalformedIcmp)?;
+    let l4 = quote
+        .get(l4_offset..l4_offset + 8)
+        .ok_or(DropReason::MalformedIcmp)?;
     let (src_port, dst_port) = quoted_ports(ip.protocol(), l4, msg_type::ECHO_REQUEST, msg_type::ECHO_REPLY);
     Ok(Quoted {
         src: IpAddr::V4(ip.src_addr()),
@@ -277,7 +279,10 @@ mod tests {
         let mut p = Icmpv4Packet::new_checked(&mut b[..]).unwrap();
         p.fill_checksum();
         assert!(p.verify_checksum());
-        assert_eq!((p.msg_type(), p.code(), p.echo_ident(), p.echo_seq()), (8, 0, 0x1234, 1));
+        assert_eq!(
+            (p.msg_type(), p.code(), p.echo_ident(), p.echo_seq()),
+            (8, 0, 0x1234, 1)
+        );
         assert!(!p.is_error());
         p.set_type_code_update_checksum(msg_type::ECHO_REPLY, 0);
         assert!(p.verify_checksum());
@@ -288,7 +293,8 @@ mod tests {
     #[test]
     fn quoted_error() {
         // Frag-needed quoting 10.0.0.1:40000 -> 192.0.2.7:443 TCP, cut at 8 L4 bytes.
-        let inner = etherparse::PacketBuilder::ipv4([10, 0, 0, 1], [192, 0, 2, 7], 64).tcp(40000, 443, 7, 1000);
+        let inner =
+            etherparse::PacketBuilder::ipv4([10, 0, 0, 1], [192, 0, 2, 7], 64).tcp(40000, 443, 7, 1000);
         let mut v = Vec::new();
         inner.write(&mut v, &[0u8; 100]).unwrap();
         let mut msg = vec![3, 4, 0, 0, 0, 0, 0x05, 0xdc];
@@ -298,16 +304,26 @@ mod tests {
         assert_eq!(p.next_hop_mtu(), 1500);
         let q = parse_quoted_v4(p.quoted()).unwrap();
         assert_eq!(q.src, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
-        assert_eq!((q.protocol, q.l4_offset, q.src_port, q.dst_port), (6, 20, 40000, 443));
+        assert_eq!(
+            (q.protocol, q.l4_offset, q.src_port, q.dst_port),
+            (6, 20, 40000, 443)
+        );
         for n in 0..28 {
-            assert_eq!(parse_quoted_v4(&p.quoted()[..n]), Err(DropReason::MalformedIcmp), "{n}");
+            assert_eq!(
+                parse_quoted_v4(&p.quoted()[..n]),
+                Err(DropReason::MalformedIcmp),
+                "{n}"
+            );
         }
     }
 
     #[test]
     fn rejects_short() {
         for n in 0..8 {
-            assert_eq!(Icmpv4Packet::new_checked(&ECHO[..n]).unwrap_err(), DropReason::MalformedIcmp);
+            assert_eq!(
+                Icmpv4Packet::new_checked(&ECHO[..n]).unwrap_err(),
+                DropReason::MalformedIcmp
+            );
         }
     }
 }

@@ -198,7 +198,10 @@ impl<T: AsRef<[u8]>> Icmpv6Packet<T> {
     #[inline]
     pub fn verify_checksum(&self, src: &Ipv6Addr, dst: &Ipv6Addr) -> bool {
         let b = self.buffer.as_ref();
-        checksum::verify_l4(checksum::pseudo_header_v6(src, dst, ip_proto::ICMPV6, b.len() as u32), b)
+        checksum::verify_l4(
+            checksum::pseudo_header_v6(src, dst, ip_proto::ICMPV6, b.len() as u32),
+            b,
+        )
     }
 }
 
@@ -298,7 +301,9 @@ pub fn parse_quoted_v6(quote: &[u8]) -> Result<Quoted, DropReason> {
         return Err(DropReason::Fragment);
     }
     let l4_offset = super::ipv6::HEADER_LEN + up.offset;
-    let l4 = quote.get(l4_offset..l4_offset + 8).ok_or(DropReason::MalformedIcmp)?;
+    let l4 = quote
+        .get(l4_offset..l4_offset + 8)
+        .ok_or(DropReason::MalformedIcmp)?;
     let (src_port, dst_port) = quoted_ports(up.protocol, l4, msg_type::ECHO_REQUEST, msg_type::ECHO_REPLY);
     Ok(Quoted {
         src: IpAddr::V6(ip.src_addr()),
@@ -335,16 +340,34 @@ mod tests {
         assert!(p.verify_checksum(&s, &d));
         p.check_nd_len().unwrap();
         assert_eq!(p.nd_target(), "2001:db8::2".parse::<Ipv6Addr>().unwrap());
-        assert_eq!(nd_link_layer_option(p.nd_options(), nd_option::SOURCE_LL_ADDR), Ok(Some(MacAddr([2, 0, 0, 0, 0, 1]))));
-        assert_eq!(nd_link_layer_option(p.nd_options(), nd_option::TARGET_LL_ADDR), Ok(None));
+        assert_eq!(
+            nd_link_layer_option(p.nd_options(), nd_option::SOURCE_LL_ADDR),
+            Ok(Some(MacAddr([2, 0, 0, 0, 0, 1])))
+        );
+        assert_eq!(
+            nd_link_layer_option(p.nd_options(), nd_option::TARGET_LL_ADDR),
+            Ok(None)
+        );
         let h = etherparse::Icmpv6Slice::from_slice(&b).unwrap();
-        assert_eq!(h.checksum(), h.header().icmp_type.calc_checksum(s.octets(), d.octets(), h.payload()).unwrap());
+        assert_eq!(
+            h.checksum(),
+            h.header()
+                .icmp_type
+                .calc_checksum(s.octets(), d.octets(), h.payload())
+                .unwrap()
+        );
     }
 
     #[test]
     fn bad_options() {
-        assert_eq!(nd_link_layer_option(&[1, 0, 0, 0, 0, 0, 0, 0], 1), Err(DropReason::MalformedIcmp));
-        assert_eq!(nd_link_layer_option(&[1, 2, 0, 0, 0, 0, 0, 0], 1), Err(DropReason::MalformedIcmp));
+        assert_eq!(
+            nd_link_layer_option(&[1, 0, 0, 0, 0, 0, 0, 0], 1),
+            Err(DropReason::MalformedIcmp)
+        );
+        assert_eq!(
+            nd_link_layer_option(&[1, 2, 0, 0, 0, 0, 0, 0], 1),
+            Err(DropReason::MalformedIcmp)
+        );
         assert_eq!(nd_link_layer_option(&[1], 1), Err(DropReason::MalformedIcmp));
         assert_eq!(nd_link_layer_option(&[], 1), Ok(None));
     }
@@ -362,7 +385,12 @@ mod tests {
 
     #[test]
     fn quoted_error() {
-        let inner = etherparse::PacketBuilder::ipv6([0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2], 64).udp(5000, 53);
+        let inner = etherparse::PacketBuilder::ipv6(
+            [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+            [0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+            64,
+        )
+        .udp(5000, 53);
         let mut v = Vec::new();
         inner.write(&mut v, &[0u8; 1400]).unwrap();
         let mut msg = vec![2, 0, 0, 0, 0, 0, 0x05, 0x00];
@@ -371,7 +399,10 @@ mod tests {
         assert!(p.is_error());
         assert_eq!(p.mtu(), 1280);
         let q = parse_quoted_v6(p.quoted()).unwrap();
-        assert_eq!((q.protocol, q.l4_offset, q.src_port, q.dst_port), (17, 40, 5000, 53));
+        assert_eq!(
+            (q.protocol, q.l4_offset, q.src_port, q.dst_port),
+            (17, 40, 5000, 53)
+        );
         assert_eq!(parse_quoted_v6(&p.quoted()[..47]), Err(DropReason::MalformedIcmp));
         assert_eq!(parse_quoted_v6(&p.quoted()[..39]), Err(DropReason::MalformedIcmp));
     }
@@ -380,8 +411,14 @@ mod tests {
     fn rejects_short() {
         let b = ns();
         for n in 0..8 {
-            assert_eq!(Icmpv6Packet::new_checked(&b[..n]).unwrap_err(), DropReason::MalformedIcmp);
+            assert_eq!(
+                Icmpv6Packet::new_checked(&b[..n]).unwrap_err(),
+                DropReason::MalformedIcmp
+            );
         }
-        assert!(Icmpv6Packet::new_checked(&b[..23]).unwrap().check_nd_len().is_err());
+        assert!(Icmpv6Packet::new_checked(&b[..23])
+            .unwrap()
+            .check_nd_len()
+            .is_err());
     }
 }

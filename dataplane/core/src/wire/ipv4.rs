@@ -333,8 +333,8 @@ mod tests {
 
     // 192.168.0.1 -> 192.168.0.199, UDP, total length 0x73, checksum b861.
     const HEADER: [u8; 20] = [
-        0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8, 0x00, 0x01, 0xc0, 0xa8,
-        0x00, 0xc7,
+        0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 0xc0, 0xa8, 0x00, 0x01, 0xc0,
+        0xa8, 0x00, 0xc7,
     ];
 
     fn packet() -> Vec<u8> {
@@ -376,20 +376,38 @@ mod tests {
     fn rejects() {
         let buf = packet();
         for n in 0..20 {
-            assert_eq!(Ipv4Packet::new_checked(&buf[..n]).unwrap_err(), DropReason::Truncated);
+            assert_eq!(
+                Ipv4Packet::new_checked(&buf[..n]).unwrap_err(),
+                DropReason::Truncated
+            );
         }
-        assert_eq!(Ipv4Packet::new_checked(&buf[..0x72]).unwrap_err(), DropReason::Truncated);
+        assert_eq!(
+            Ipv4Packet::new_checked(&buf[..0x72]).unwrap_err(),
+            DropReason::Truncated
+        );
         let mut b = packet();
         b[0] = 0x65;
-        assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap_err(), DropReason::MalformedIpv4);
+        assert_eq!(
+            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
+            DropReason::MalformedIpv4
+        );
         b[0] = 0x44;
-        assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap_err(), DropReason::MalformedIpv4);
+        assert_eq!(
+            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
+            DropReason::MalformedIpv4
+        );
         b[0] = 0x4f; // 60-byte header but only 20 bytes before total length 0x73: fine
         assert!(Ipv4Packet::new_checked(&b[..]).is_ok());
-        assert_eq!(Ipv4Packet::new_checked(&b[..40]).unwrap_err(), DropReason::Truncated);
+        assert_eq!(
+            Ipv4Packet::new_checked(&b[..40]).unwrap_err(),
+            DropReason::Truncated
+        );
         let mut b = packet();
         b[2..4].copy_from_slice(&19u16.to_be_bytes());
-        assert_eq!(Ipv4Packet::new_checked(&b[..]).unwrap_err(), DropReason::MalformedIpv4);
+        assert_eq!(
+            Ipv4Packet::new_checked(&b[..]).unwrap_err(),
+            DropReason::MalformedIpv4
+        );
     }
 
     #[test]

@@ -280,7 +280,9 @@ pub fn walk_extensions(mut next_header: u8, payload: &[u8]) -> Result<Ipv6Upper,
 /// lie within `payload`.
 #[inline]
 fn ext_len(payload: &[u8], offset: usize) -> Result<usize, DropReason> {
-    let h = payload.get(offset..offset + 2).ok_or(DropReason::Ipv6ExtensionHeader)?;
+    let h = payload
+        .get(offset..offset + 2)
+        .ok_or(DropReason::Ipv6ExtensionHeader)?;
     let len = (usize::from(h[1]) + 1) * 8;
     if offset + len > payload.len() {
         return Err(DropReason::Ipv6ExtensionHeader);
@@ -309,7 +311,14 @@ mod tests {
         assert_eq!(p.payload_len(), 8);
         assert_eq!(p.hop_limit(), 64);
         assert_eq!(p.dst_addr(), "2001:db8::2".parse::<Ipv6Addr>().unwrap());
-        assert_eq!(p.upper_layer().unwrap(), Ipv6Upper { protocol: ip_proto::UDP, offset: 0, fragment: None });
+        assert_eq!(
+            p.upper_layer().unwrap(),
+            Ipv6Upper {
+                protocol: ip_proto::UDP,
+                offset: 0,
+                fragment: None
+            }
+        );
         let mut b2 = vec![0u8; 48];
         let mut q = Ipv6Packet::new_unchecked(&mut b2[..]);
         q.set_version_tc_flow(0, 0);
@@ -327,11 +336,18 @@ mod tests {
     fn rejects() {
         let buf = header(ip_proto::TCP, &[0; 20]);
         for n in 0..buf.len() {
-            assert_eq!(Ipv6Packet::new_checked(&buf[..n]).unwrap_err(), DropReason::Truncated, "{n}");
+            assert_eq!(
+                Ipv6Packet::new_checked(&buf[..n]).unwrap_err(),
+                DropReason::Truncated,
+                "{n}"
+            );
         }
         let mut b = buf.clone();
         b[0] = 0x40;
-        assert_eq!(Ipv6Packet::new_checked(&b[..]).unwrap_err(), DropReason::MalformedIpv6);
+        assert_eq!(
+            Ipv6Packet::new_checked(&b[..]).unwrap_err(),
+            DropReason::MalformedIpv6
+        );
     }
 
     #[test]
@@ -346,10 +362,21 @@ mod tests {
         let up = walk_extensions(ip_proto::HOPOPT, &p).unwrap();
         assert_eq!(up.protocol, ip_proto::TCP);
         assert_eq!(up.offset, 40);
-        assert_eq!(up.fragment, Some(Ipv6Fragment { offset: 0, more: true, ident: 0xdeadbeef }));
+        assert_eq!(
+            up.fragment,
+            Some(Ipv6Fragment {
+                offset: 0,
+                more: true,
+                ident: 0xdeadbeef
+            })
+        );
         // Every truncation of the chain itself is an extension-header drop.
         for n in 0..40 {
-            assert_eq!(walk_extensions(ip_proto::HOPOPT, &p[..n]), Err(DropReason::Ipv6ExtensionHeader), "{n}");
+            assert_eq!(
+                walk_extensions(ip_proto::HOPOPT, &p[..n]),
+                Err(DropReason::Ipv6ExtensionHeader),
+                "{n}"
+            );
         }
     }
 
@@ -357,26 +384,69 @@ mod tests {
     fn non_first_fragment_stops_the_walk() {
         let p = [ip_proto::UDP, 0, 0x05, 0xc8, 0, 0, 0, 7, 1, 2, 3];
         let up = walk_extensions(ip_proto::IPV6_FRAG, &p).unwrap();
-        assert_eq!(up, Ipv6Upper { protocol: ip_proto::UDP, offset: 8, fragment: Some(Ipv6Fragment { offset: 1480, more: false, ident: 7 }) });
+        assert_eq!(
+            up,
+            Ipv6Upper {
+                protocol: ip_proto::UDP,
+                offset: 8,
+                fragment: Some(Ipv6Fragment {
+                    offset: 1480,
+                    more: false,
+                    ident: 7
+                })
+            }
+        );
     }
 
     #[test]
     fn rejects_bad_chains() {
         let opts = |next: u8| [next, 0, 1, 4, 0, 0, 0, 0];
         for bad in [ip_proto::ESP, ip_proto::AH, ip_proto::IPV6_NONXT, 135] {
-            assert_eq!(walk_extensions(bad, &[0; 64]), Err(DropReason::Ipv6ExtensionHeader));
+            assert_eq!(
+                walk_extensions(bad, &[0; 64]),
+                Err(DropReason::Ipv6ExtensionHeader)
+            );
         }
         // hop-by-hop not first
-        assert_eq!(walk_extensions(ip_proto::IPV6_OPTS, &opts(ip_proto::HOPOPT).repeat(2)), Err(DropReason::Ipv6ExtensionHeader));
+        assert_eq!(
+            walk_extensions(ip_proto::IPV6_OPTS, &opts(ip_proto::HOPOPT).repeat(2)),
+            Err(DropReason::Ipv6ExtensionHeader)
+        );
         // too long: 9 destination-options headers
-        let chain: Vec<u8> = (0..9).flat_map(|_| opts(ip_proto::IPV6_OPTS)).chain([0u8; 8]).collect();
-        assert_eq!(walk_extensions(ip_proto::IPV6_OPTS, &chain), Err(DropReason::Ipv6ExtensionHeader));
+        let chain: Vec<u8> = (0..9)
+            .flat_map(|_| opts(ip_proto::IPV6_OPTS))
+            .chain([0u8; 8])
+            .collect();
+        assert_eq!(
+            walk_extensions(ip_proto::IPV6_OPTS, &chain),
+            Err(DropReason::Ipv6ExtensionHeader)
+        );
         // exactly the limit is fine
         let mut chain: Vec<u8> = (0..7).flat_map(|_| opts(ip_proto::IPV6_OPTS)).collect();
         chain.extend_from_slice(&opts(ip_proto::UDP));
         assert_eq!(walk_extensions(ip_proto::IPV6_OPTS, &chain).unwrap().offset, 64);
         // two fragment headers
-        let two = [ip_proto::IPV6_FRAG, 0, 0, 1, 0, 0, 0, 1, ip_proto::UDP, 0, 0, 1, 0, 0, 0, 1];
-        assert_eq!(walk_extensions(ip_proto::IPV6_FRAG, &two), Err(DropReason::Ipv6ExtensionHeader));
+        let two = [
+            ip_proto::IPV6_FRAG,
+            0,
+            0,
+            1,
+            0,
+            0,
+            0,
+            1,
+            ip_proto::UDP,
+            0,
+            0,
+            1,
+            0,
+            0,
+            0,
+            1,
+        ];
+        assert_eq!(
+            walk_extensions(ip_proto::IPV6_FRAG, &two),
+            Err(DropReason::Ipv6ExtensionHeader)
+        );
     }
 }

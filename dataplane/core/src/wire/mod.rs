@@ -34,7 +34,7 @@ pub use icmpv4::Icmpv4Packet;
 pub use icmpv6::Icmpv6Packet;
 pub use ipv4::Ipv4Packet;
 pub use ipv6::{Ipv6Fragment, Ipv6Packet, Ipv6Upper};
-pub use parse::{parse, parse_with, Fragment, L3, Parsed};
+pub use parse::{parse, parse_with, Fragment, Parsed, L3};
 pub use tcp::{TcpFlags, TcpPacket};
 pub use udp::UdpPacket;
 

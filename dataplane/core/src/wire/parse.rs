@@ -87,7 +87,9 @@ impl Parsed {
     /// The L4 header and data (`l4_offset..end`) of the frame this came from.
     #[inline]
     pub fn l4<'a>(&self, frame: &'a [u8]) -> &'a [u8] {
-        frame.get(usize::from(self.l4_offset)..self.end as usize).unwrap_or(&[])
+        frame
+            .get(usize::from(self.l4_offset)..self.end as usize)
+            .unwrap_or(&[])
     }
 
     /// For an ICMP(v6) error, the flow of the quoted packet.
@@ -95,7 +97,10 @@ impl Parsed {
         if !self.icmp_error {
             return Err(DropReason::MalformedIcmp);
         }
-        let quote = self.l4(frame).get(icmpv4::HEADER_LEN..).ok_or(DropReason::MalformedIcmp)?;
+        let quote = self
+            .l4(frame)
+            .get(icmpv4::HEADER_LEN..)
+            .ok_or(DropReason::MalformedIcmp)?;
         match self.l3 {
             L3::Ipv4 => icmpv4::parse_quoted_v4(quote),
             _ => icmpv6::parse_quoted_v6(quote),
@@ -136,7 +141,14 @@ struct L4 {
 impl L4 {
     #[inline(always)]
     fn ports(src_port: u16, dst_port: u16, tcp_flags: TcpFlags) -> Self {
-        L4 { src_port, dst_port, tcp_flags, icmp_type: 0, icmp_code: 0, icmp_error: false }
+        L4 {
+            src_port,
+            dst_port,
+            tcp_flags,
+            icmp_type: 0,
+            icmp_code: 0,
+            icmp_error: false,
+        }
     }
 }
 
@@ -264,7 +276,14 @@ fn icmp_header(l4: &[u8]) -> Result<(u8, u8), DropReason> {
 #[inline(always)]
 fn icmp_l4(l4: &[u8], icmp_type: u8, icmp_code: u8, echo: bool, icmp_error: bool) -> L4 {
     let id = if echo { be16(&l4[4..6]) } else { 0 };
-    L4 { src_port: id, dst_port: id, tcp_flags: TcpFlags::default(), icmp_type, icmp_code, icmp_error }
+    L4 {
+        src_port: id,
+        dst_port: id,
+        tcp_flags: TcpFlags::default(),
+        icmp_type,
+        icmp_code,
+        icmp_error,
+    }
 }
 
 #[inline]

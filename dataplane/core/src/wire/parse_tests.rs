@@ -63,7 +63,10 @@ fn tcp_ipv4() {
 fn tcp_ipv6_vlan() {
     let f = tcp_v6_vlan();
     let p = parse(&f).unwrap();
-    assert_eq!((p.l3, p.vlan, p.l3_offset, p.l4_offset), (L3::Ipv6, Some(42), 18, 58));
+    assert_eq!(
+        (p.l3, p.vlan, p.l3_offset, p.l4_offset),
+        (L3::Ipv6, Some(42), 18, 58)
+    );
     assert_eq!(p.dst, IpAddr::from(V6));
     assert_eq!((p.src_port, p.dst_port, p.ttl), (40000, 80, 63));
     assert!(p.tcp_flags.contains(TcpFlags::ACK));
@@ -72,15 +75,36 @@ fn tcp_ipv6_vlan() {
 
 #[test]
 fn udp_and_icmp() {
-    let f = build(|v| PacketBuilder::ethernet2(SRC_MAC, DST_MAC).ipv4(C4, V4, 5).udp(5353, 53).write(v, b"q").unwrap());
+    let f = build(|v| {
+        PacketBuilder::ethernet2(SRC_MAC, DST_MAC)
+            .ipv4(C4, V4, 5)
+            .udp(5353, 53)
+            .write(v, b"q")
+            .unwrap()
+    });
     let p = parse(&f).unwrap();
     assert_eq!((p.protocol, p.src_port, p.dst_port, p.ttl), (17, 5353, 53, 5));
 
-    let f = build(|v| PacketBuilder::ethernet2(SRC_MAC, DST_MAC).ipv4(C4, V4, 64).icmpv4_echo_request(0x77, 3).write(v, b"ping").unwrap());
+    let f = build(|v| {
+        PacketBuilder::ethernet2(SRC_MAC, DST_MAC)
+            .ipv4(C4, V4, 64)
+            .icmpv4_echo_request(0x77, 3)
+            .write(v, b"ping")
+            .unwrap()
+    });
     let p = parse(&f).unwrap();
-    assert_eq!((p.protocol, p.icmp_type, p.src_port, p.dst_port, p.icmp_error), (1, 8, 0x77, 0x77, false));
+    assert_eq!(
+        (p.protocol, p.icmp_type, p.src_port, p.dst_port, p.icmp_error),
+        (1, 8, 0x77, 0x77, false)
+    );
 
-    let f = build(|v| PacketBuilder::ethernet2(SRC_MAC, DST_MAC).ipv6(C6, V6, 64).icmpv6_echo_reply(9, 3).write(v, b"pong").unwrap());
+    let f = build(|v| {
+        PacketBuilder::ethernet2(SRC_MAC, DST_MAC)
+            .ipv6(C6, V6, 64)
+            .icmpv6_echo_reply(9, 3)
+            .write(v, b"pong")
+            .unwrap()
+    });
     let p = parse(&f).unwrap();
     assert_eq!((p.protocol, p.icmp_type, p.src_port), (58, 129, 9));
 }
@@ -99,7 +123,10 @@ fn icmp_error_quotes_flow() {
     assert!(p.icmp_error);
     assert_eq!((p.icmp_type, p.icmp_code, p.src_port), (3, 4, 0));
     let q = p.quoted(&f).unwrap();
-    assert_eq!((q.src, q.dst, q.src_port, q.dst_port), (IpAddr::from(C4), IpAddr::from(V4), 40000, 443));
+    assert_eq!(
+        (q.src, q.dst, q.src_port, q.dst_port),
+        (IpAddr::from(C4), IpAddr::from(V4), 40000, 443)
+    );
 }
 
 #[test]
@@ -118,7 +145,13 @@ fn fragments() {
 #[test]
 fn ipv6_extension_headers_and_fragments() {
     // IPv6 with a destination-options header, then UDP.
-    let mut f = build(|v| PacketBuilder::ethernet2(SRC_MAC, DST_MAC).ipv6(C6, V6, 64).udp(1, 2).write(v, b"x").unwrap());
+    let mut f = build(|v| {
+        PacketBuilder::ethernet2(SRC_MAC, DST_MAC)
+            .ipv6(C6, V6, 64)
+            .udp(1, 2)
+            .write(v, b"x")
+            .unwrap()
+    });
     let insert = |f: &mut Vec<u8>, ext: [u8; 8], next: u8| {
         f.splice(54..54, ext);
         f[20] = next;
@@ -127,9 +160,16 @@ fn ipv6_extension_headers_and_fragments() {
     };
     insert(&mut f, [ip_proto::UDP, 0, 1, 4, 0, 0, 0, 0], ip_proto::IPV6_OPTS);
     let p = parse(&f).unwrap();
-    assert_eq!((p.protocol, p.l4_offset, p.src_port, p.fragment), (17, 62, 1, Fragment::None));
+    assert_eq!(
+        (p.protocol, p.l4_offset, p.src_port, p.fragment),
+        (17, 62, 1, Fragment::None)
+    );
     // A first fragment header in front: UDP length no longer checked.
-    insert(&mut f, [ip_proto::IPV6_OPTS, 0, 0, 1, 0, 0, 0, 9], ip_proto::IPV6_FRAG);
+    insert(
+        &mut f,
+        [ip_proto::IPV6_OPTS, 0, 0, 1, 0, 0, 0, 9],
+        ip_proto::IPV6_FRAG,
+    );
     let p = parse(&f).unwrap();
     assert_eq!((p.l4_offset, p.fragment), (70, Fragment::First));
     f[56..58].copy_from_slice(&[0x05, 0xc8]);
@@ -151,7 +191,10 @@ fn arp() {
     };
     let n = repr.emit_frame(&mut buf, MacAddr::BROADCAST, None).unwrap();
     let p = parse(&buf[..n]).unwrap();
-    assert_eq!((p.l3, p.src, p.dst, p.protocol), (L3::Arp, IpAddr::from(C4), IpAddr::from(V4), 0));
+    assert_eq!(
+        (p.l3, p.src, p.dst, p.protocol),
+        (L3::Arp, IpAddr::from(C4), IpAddr::from(V4), 0)
+    );
 }
 
 #[test]
@@ -160,14 +203,28 @@ fn rejections() {
     let mut f = good.clone();
     f[24] ^= 1; // IPv4 header checksum
     assert_eq!(parse(&f), Err(DropReason::MalformedIpv4));
-    let offload = ChecksumOffload { rx_ipv4_verified: true, ..ChecksumOffload::NONE };
+    let offload = ChecksumOffload {
+        rx_ipv4_verified: true,
+        ..ChecksumOffload::NONE
+    };
     assert!(parse_with(&f, &offload).is_ok());
     let mut f = good.clone();
     f[12] = 0x88;
     assert_eq!(parse(&f), Err(DropReason::UnsupportedEtherType));
-    let f = build(|v| PacketBuilder::ethernet2(SRC_MAC, DST_MAC).ipv4(C4, V4, 64).write(v, etherparse::IpNumber(47), b"gre!").unwrap());
+    let f = build(|v| {
+        PacketBuilder::ethernet2(SRC_MAC, DST_MAC)
+            .ipv4(C4, V4, 64)
+            .write(v, etherparse::IpNumber(47), b"gre!")
+            .unwrap()
+    });
     assert_eq!(parse(&f), Err(DropReason::UnsupportedProtocol));
-    let mut f = build(|v| PacketBuilder::ethernet2(SRC_MAC, DST_MAC).ipv6(C6, V6, 64).udp(1, 2).write(v, b"x").unwrap());
+    let mut f = build(|v| {
+        PacketBuilder::ethernet2(SRC_MAC, DST_MAC)
+            .ipv6(C6, V6, 64)
+            .udp(1, 2)
+            .write(v, b"x")
+            .unwrap()
+    });
     f[60..62].copy_from_slice(&[0, 0]);
     assert_eq!(parse(&f), Err(DropReason::MalformedUdp));
 }
@@ -189,7 +246,9 @@ fn agrees_with_etherparse_on_addresses() {
     let f = tcp_v6_vlan();
     let p = parse(&f).unwrap();
     let s = etherparse::SlicedPacket::from_ethernet(&f).unwrap();
-    let Some(etherparse::NetSlice::Ipv6(ip)) = s.net else { panic!() };
+    let Some(etherparse::NetSlice::Ipv6(ip)) = s.net else {
+        panic!()
+    };
     assert_eq!(p.src, IpAddr::V6(Ipv6Addr::from(ip.header().source())));
 }
 

@@ -183,14 +183,20 @@ impl<T: AsRef<[u8]>> TcpPacket<T> {
     #[inline]
     pub fn verify_checksum_v4(&self, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
         let b = self.buffer.as_ref();
-        checksum::verify_l4(checksum::pseudo_header_v4(src, dst, ip_proto::TCP, b.len() as u16), b)
+        checksum::verify_l4(
+            checksum::pseudo_header_v4(src, dst, ip_proto::TCP, b.len() as u16),
+            b,
+        )
     }
 
     /// Verify the checksum over an IPv6 pseudo-header.
     #[inline]
     pub fn verify_checksum_v6(&self, src: &Ipv6Addr, dst: &Ipv6Addr) -> bool {
         let b = self.buffer.as_ref();
-        checksum::verify_l4(checksum::pseudo_header_v6(src, dst, ip_proto::TCP, b.len() as u32), b)
+        checksum::verify_l4(
+            checksum::pseudo_header_v6(src, dst, ip_proto::TCP, b.len() as u32),
+            b,
+        )
     }
 }
 
@@ -296,23 +302,38 @@ mod tests {
         p.fill_checksum_v4(s, d);
         assert!(p.verify_checksum_v4(s, d));
         let h = etherparse::TcpHeaderSlice::from_slice(&b).unwrap().to_header();
-        assert_eq!(h.checksum, h.calc_checksum_ipv4_raw(s.octets(), d.octets(), b"hello").unwrap());
+        assert_eq!(
+            h.checksum,
+            h.calc_checksum_ipv4_raw(s.octets(), d.octets(), b"hello")
+                .unwrap()
+        );
         let (s6, d6): (Ipv6Addr, Ipv6Addr) = ("2001:db8::1".parse().unwrap(), "2001:db8::2".parse().unwrap());
         let mut p = TcpPacket::new_checked(&mut b[..]).unwrap();
         p.fill_checksum_v6(&s6, &d6);
         assert!(p.verify_checksum_v6(&s6, &d6));
         assert!(!p.verify_checksum_v4(s, d));
         let h = etherparse::TcpHeaderSlice::from_slice(&b).unwrap().to_header();
-        assert_eq!(h.checksum, h.calc_checksum_ipv6_raw(s6.octets(), d6.octets(), b"hello").unwrap());
+        assert_eq!(
+            h.checksum,
+            h.calc_checksum_ipv6_raw(s6.octets(), d6.octets(), b"hello")
+                .unwrap()
+        );
     }
 
     #[test]
     fn rejects() {
         for n in 0..24 {
-            assert_eq!(TcpPacket::new_checked(&SYN[..n]).unwrap_err(), DropReason::MalformedTcp, "{n}");
+            assert_eq!(
+                TcpPacket::new_checked(&SYN[..n]).unwrap_err(),
+                DropReason::MalformedTcp,
+                "{n}"
+            );
         }
         let mut b = SYN;
         b[12] = 0x40;
-        assert_eq!(TcpPacket::new_checked(&b[..]).unwrap_err(), DropReason::MalformedTcp);
+        assert_eq!(
+            TcpPacket::new_checked(&b[..]).unwrap_err(),
+            DropReason::MalformedTcp
+        );
     }
 }

@@ -96,7 +96,8 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
     #[inline]
     pub fn verify_checksum_v4(&self, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
         let d = &self.buffer.as_ref()[..usize::from(self.len())];
-        self.checksum() == 0 || checksum::verify_l4(checksum::pseudo_header_v4(src, dst, ip_proto::UDP, self.len()), d)
+        self.checksum() == 0
+            || checksum::verify_l4(checksum::pseudo_header_v4(src, dst, ip_proto::UDP, self.len()), d)
     }
 
     /// Verify over an IPv6 pseudo-header; a zero checksum fails.
@@ -104,7 +105,10 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
     pub fn verify_checksum_v6(&self, src: &Ipv6Addr, dst: &Ipv6Addr) -> bool {
         let d = &self.buffer.as_ref()[..usize::from(self.len())];
         self.checksum() != 0
-            && checksum::verify_l4(checksum::pseudo_header_v6(src, dst, ip_proto::UDP, u32::from(self.len())), d)
+            && checksum::verify_l4(
+                checksum::pseudo_header_v6(src, dst, ip_proto::UDP, u32::from(self.len())),
+                d,
+            )
     }
 }
 
@@ -138,7 +142,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
     pub fn fill_checksum_v4(&mut self, src: Ipv4Addr, dst: Ipv4Addr) {
         self.set_checksum(0);
         let len = self.len();
-        let s = checksum::pseudo_header_v4(src, dst, ip_proto::UDP, len) + checksum::sum(&self.buffer.as_ref()[..usize::from(len)]);
+        let s = checksum::pseudo_header_v4(src, dst, ip_proto::UDP, len)
+            + checksum::sum(&self.buffer.as_ref()[..usize::from(len)]);
         self.set_checksum(checksum::udp_finish(s));
     }
 
@@ -167,7 +172,10 @@ mod tests {
         assert_eq!(p.payload(), &[1, 2, 3, 4]);
         let (s, d) = (Ipv4Addr::new(1, 1, 1, 1), Ipv4Addr::new(2, 2, 2, 2));
         assert!(p.verify_checksum_v4(s, d), "zero means none over IPv4");
-        assert!(!p.verify_checksum_v6(&Ipv6Addr::LOCALHOST, &Ipv6Addr::LOCALHOST), "zero invalid over IPv6");
+        assert!(
+            !p.verify_checksum_v6(&Ipv6Addr::LOCALHOST, &Ipv6Addr::LOCALHOST),
+            "zero invalid over IPv6"
+        );
     }
 
     #[test]
@@ -178,16 +186,27 @@ mod tests {
         p.fill_checksum_v4(s, d);
         assert!(p.verify_checksum_v4(s, d));
         let h = etherparse::UdpHeaderSlice::from_slice(&b).unwrap().to_header();
-        assert_eq!(h.checksum, h.calc_checksum_ipv4_raw(s.octets(), d.octets(), &[1, 2, 3, 4]).unwrap());
+        assert_eq!(
+            h.checksum,
+            h.calc_checksum_ipv4_raw(s.octets(), d.octets(), &[1, 2, 3, 4])
+                .unwrap()
+        );
     }
 
     #[test]
     fn rejects() {
         for n in 0..12 {
-            assert_eq!(UdpPacket::new_checked(&DGRAM[..n]).unwrap_err(), DropReason::MalformedUdp, "{n}");
+            assert_eq!(
+                UdpPacket::new_checked(&DGRAM[..n]).unwrap_err(),
+                DropReason::MalformedUdp,
+                "{n}"
+            );
         }
         let mut b = DGRAM;
         b[5] = 7;
-        assert_eq!(UdpPacket::new_checked(&b[..]).unwrap_err(), DropReason::MalformedUdp);
+        assert_eq!(
+            UdpPacket::new_checked(&b[..]).unwrap_err(),
+            DropReason::MalformedUdp
+        );
     }
 }

@@ -1,0 +1,486 @@
+//! Tests of [`super`]: golden request → reply rewrites checked by etherparse
+//! and full checksum recomputation, every truncation, random corruption.
+
+use super::*;
+use crate::checksum;
+use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
+use proptest::prelude::*;
+
+const OUR_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xaa]);
+const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0x01];
+const OUR_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
+const PEER_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+
+fn our_v6() -> Ipv6Addr {
+    "2001:db8::10".parse().unwrap()
+}
+fn peer_v6() -> Ipv6Addr {
+    "2001:db8::1".parse().unwrap()
+}
+fn local() -> LocalAddrs {
+    LocalAddrs::new(
+        OUR_MAC,
+        [
+            IpAddr::V4(OUR_V4),
+            IpAddr::V6(our_v6()),
+            IpAddr::V4(Ipv4Addr::new(198, 51, 100, 7)),
+        ],
+    )
+    .unwrap()
+}
+
+fn arp_frame(op: u16, sender: Ipv4Addr, target: Ipv4Addr, vlan: Option<u16>) -> Vec<u8> {
+    let repr = ArpRepr {
+        operation: op,
+        sender_mac: MacAddr(PEER_MAC),
+        sender_ip: sender,
+        target_mac: MacAddr::ZERO,
+        target_ip: target,
+    };
+    let mut buf = vec![0u8; 64];
+    let n = repr.emit_frame(&mut buf, MacAddr::BROADCAST, vlan).unwrap();
+    buf.truncate(n);
+    buf
+}
+
+fn echo_v4_frame(vlan: Option<u16>) -> Vec<u8> {
+    let mut v = Vec::new();
+    let b = PacketBuilder::ethernet2(PEER_MAC, OUR_MAC.0);
+    match vlan {
+        Some(id) => b
+            .single_vlan(etherparse::VlanId::try_new(id).unwrap())
+            .ipv4(PEER_V4.octets(), OUR_V4.octets(), 3)
+            .icmpv4_echo_request(0x4242, 7)
+            .write(&mut v, b"abcdefgh"),
+        None => b
+            .ipv4(PEER_V4.octets(), OUR_V4.octets(), 3)
+            .icmpv4_echo_request(0x4242, 7)
+            .write(&mut v, b"abcdefgh"),
+    }
+    .unwrap();
+    v
+}
+
+fn echo_v6_frame() -> Vec<u8> {
+    let mut v = Vec::new();
+    PacketBuilder::ethernet2(PEER_MAC, OUR_MAC.0)
+        .ipv6(peer_v6().octets(), our_v6().octets(), 9)
+        .icmpv6_echo_request(0x99, 1)
+        .write(&mut v, b"ping6")
+        .unwrap();
+    v
+}
+
+/// An NS for `target` from `src` to `dst`, with a source link-layer option if `slla`.
+fn ns_frame(src: Ipv6Addr, dst: Ipv6Addr, target: Ipv6Addr, slla: bool, hop: u8) -> Vec<u8> {
+    let mut body = target.octets().to_vec();
+    if slla {
+        body.extend_from_slice(&[1, 1]);
+        body.extend_from_slice(&PEER_MAC);
+    }
+    let mut v = Vec::new();
+    PacketBuilder::ethernet2(PEER_MAC, MacAddr::ipv6_multicast(&dst.octets()).0)
+        .ipv6(src.octets(), dst.octets(), hop)
+        .icmpv6_raw(135, 0, [0; 4])
+        .write(&mut v, &body)
+        .unwrap();
+    v
+}
+
+fn reply(frame: &mut [u8]) -> usize {
+    match handle_local(frame, &local()) {
+        LocalVerdict::Reply { len } => len,
+        other => panic!("expected a reply, got {other:?}"),
+    }
+}
+
+/// Checks every checksum of an IP frame by recomputation with etherparse.
+fn assert_checksums_valid(frame: &[u8]) {
+    let s = SlicedPacket::from_ethernet(frame).unwrap();
+    match s.net.as_ref().unwrap() {
+        etherparse::NetSlice::Ipv4(ip) => {
+            let h = ip.header().to_header();
+            assert_eq!(
+                h.header_checksum,
+                h.calc_header_checksum(),
+                "IPv4 header checksum"
+            );
+            if let Some(TransportSlice::Icmpv4(icmp)) = &s.transport {
+                assert_eq!(
+                    icmp.checksum(),
+                    icmp.header().icmp_type.calc_checksum(icmp.payload())
+                );
+                assert_eq!(checksum::checksum(icmp.slice()), 0);
+            }
+        }
+        etherparse::NetSlice::Ipv6(ip) => {
+            let (src, dst) = (ip.header().source(), ip.header().destination());
+            let Some(TransportSlice::Icmpv6(icmp)) = &s.transport else {
+                panic!("not icmpv6")
+            };
+            assert_eq!(
+                icmp.checksum(),
+                icmp.header()
+                    .icmp_type
+                    .calc_checksum(src, dst, icmp.payload())
+                    .unwrap()
+            );
+        }
+        etherparse::NetSlice::Arp(_) => {}
+    }
+}
+
+#[test]
+fn arp_request_for_us_becomes_reply() {
+    for vlan in [None, Some(300)] {
+        let mut f = arp_frame(arp::OP_REQUEST, PEER_V4, OUR_V4, vlan);
+        let len = reply(&mut f);
+        assert_eq!(len, 60);
+        let s = SlicedPacket::from_ethernet(&f[..len]).unwrap();
+        let eth = s.link.as_ref().unwrap().to_header().unwrap().ethernet2().unwrap();
+        assert_eq!((eth.source, eth.destination), (OUR_MAC.0, PEER_MAC));
+        assert_eq!(s.vlan_ids().first().map(|v| v.value()), vlan);
+        let Some(etherparse::NetSlice::Arp(a)) = s.net else {
+            panic!("not arp")
+        };
+        let a = a.to_packet().try_eth_ipv4().unwrap();
+        assert_eq!(a.operation, etherparse::ArpOperation::REPLY);
+        assert_eq!((a.sender_mac, a.sender_ipv4), (OUR_MAC.0, OUR_V4.octets()));
+        assert_eq!((a.target_mac, a.target_ipv4), (PEER_MAC, PEER_V4.octets()));
+    }
+}
+
+#[test]
+fn arp_other_outcomes() {
+    let l = local();
+    let mut f = arp_frame(arp::OP_REQUEST, PEER_V4, Ipv4Addr::new(192, 0, 2, 99), None);
+    assert_eq!(
+        handle_local(&mut f, &l),
+        LocalVerdict::Drop(DropReason::ArpNotForUs)
+    );
+    let mut f = arp_frame(arp::OP_REPLY, PEER_V4, OUR_V4, None);
+    assert_eq!(
+        handle_local(&mut f, &l),
+        LocalVerdict::Neighbor {
+            ip: IpAddr::V4(PEER_V4),
+            mac: MacAddr(PEER_MAC)
+        }
+    );
+    let mut f = arp_frame(arp::OP_REQUEST, PEER_V4, PEER_V4, None);
+    assert_eq!(
+        handle_local(&mut f, &l),
+        LocalVerdict::Neighbor {
+            ip: IpAddr::V4(PEER_V4),
+            mac: MacAddr(PEER_MAC)
+        }
+    );
+    let mut f = arp_frame(arp::OP_REQUEST, OUR_V4, OUR_V4, None);
+    assert_eq!(
+        handle_local(&mut f, &l),
+        LocalVerdict::Drop(DropReason::LocalUnhandled)
+    );
+    let mut f = arp_frame(3, PEER_V4, OUR_V4, None);
+    assert_eq!(
+        handle_local(&mut f, &l),
+        LocalVerdict::Drop(DropReason::MalformedArp)
+    );
+}
+
+#[test]
+fn icmpv4_echo_becomes_reply() {
+    for vlan in [None, Some(7)] {
+        let orig = echo_v4_frame(vlan);
+        let mut f = orig.clone();
+        let len = reply(&mut f);
+        assert_eq!(
+            len,
+            orig.len(),
+            "a short test frame has no room for padding; the NIC pads"
+        );
+        assert_checksums_valid(&f[..len]);
+        let p = parse(&f[..len]).unwrap();
+        assert_eq!(
+            (p.src, p.dst, p.ttl, p.vlan),
+            (IpAddr::V4(OUR_V4), IpAddr::V4(PEER_V4), 64, vlan)
+        );
+        assert_eq!((p.icmp_type, p.src_port), (icmpv4::msg_type::ECHO_REPLY, 0x4242));
+        assert_eq!(&f[..6], &PEER_MAC);
+        assert_eq!(&f[6..12], &OUR_MAC.0);
+        assert_eq!(&f[len - 8..len], b"abcdefgh", "data echoed");
+    }
+    // A frame padded to 60 bytes with stale bytes: sent at 60, padding zeroed.
+    let mut f = echo_v4_frame(None);
+    f.resize(60, 0xee);
+    assert_eq!(reply(&mut f), 60);
+    assert!(f[50..].iter().all(|&b| b == 0));
+    assert_checksums_valid(&f);
+}
+
+#[test]
+fn icmpv4_other_outcomes() {
+    let l = local();
+    let mut f = echo_v4_frame(None);
+    let last = f.len() - 1;
+    f[last] ^= 0xff;
+    assert_eq!(
+        handle_local(&mut f, &l),
+        LocalVerdict::Drop(DropReason::BadChecksum)
+    );
+    // To an address we do not own: the pipeline's business.
+    let mut v = Vec::new();
+    PacketBuilder::ethernet2(PEER_MAC, OUR_MAC.0)
+        .ipv4(PEER_V4.octets(), [203, 0, 113, 1], 64)
+        .icmpv4_echo_request(1, 1)
+        .write(&mut v, &[])
+        .unwrap();
+    assert_eq!(handle_local(&mut v, &l), LocalVerdict::NotLocal);
+    // TCP to an owned address (a VIP): also the pipeline's.
+    let mut v = Vec::new();
+    PacketBuilder::ethernet2(PEER_MAC, OUR_MAC.0)
+        .ipv4(PEER_V4.octets(), OUR_V4.octets(), 64)
+        .tcp(1, 80, 0, 100)
+        .syn()
+        .write(&mut v, &[])
+        .unwrap();
+    assert_eq!(handle_local(&mut v, &l), LocalVerdict::NotLocal);
+    // Echo reply to us: nothing to do.
+    let mut v = Vec::new();
+    PacketBuilder::ethernet2(PEER_MAC, OUR_MAC.0)
+        .ipv4(PEER_V4.octets(), OUR_V4.octets(), 64)
+        .icmpv4_echo_reply(1, 1)
+        .write(&mut v, &[])
+        .unwrap();
+    assert_eq!(
+        handle_local(&mut v, &l),
+        LocalVerdict::Drop(DropReason::LocalUnhandled)
+    );
+    // An ICMP error to us goes on, to be translated.
+    let mut v = Vec::new();
+    let quote = echo_v4_frame(None);
+    PacketBuilder::ethernet2(PEER_MAC, OUR_MAC.0)
+        .ipv4(PEER_V4.octets(), OUR_V4.octets(), 64)
+        .icmpv4_raw(11, 0, [0; 4])
+        .write(&mut v, &quote[14..42])
+        .unwrap();
+    assert_eq!(handle_local(&mut v, &l), LocalVerdict::NotLocal);
+}
+
+#[test]
+fn icmpv6_echo_becomes_reply() {
+    let orig = echo_v6_frame();
+    let mut f = orig.clone();
+    let len = reply(&mut f);
+    assert_eq!(len, orig.len());
+    assert_checksums_valid(&f[..len]);
+    let p = parse(&f[..len]).unwrap();
+    assert_eq!(
+        (p.src, p.dst, p.ttl),
+        (IpAddr::V6(our_v6()), IpAddr::V6(peer_v6()), 64)
+    );
+    assert_eq!((p.icmp_type, p.src_port), (icmpv6::msg_type::ECHO_REPLY, 0x99));
+}
+
+#[test]
+fn neighbor_solicit_with_slla_becomes_advert() {
+    let orig = ns_frame(peer_v6(), solicited_node(&our_v6()), our_v6(), true, 255);
+    let mut f = orig.clone();
+    let len = reply(&mut f);
+    assert_eq!(len, orig.len(), "32 bytes of ICMPv6 either way");
+    assert_checksums_valid(&f[..len]);
+    let p = parse(&f[..len]).unwrap();
+    assert_eq!(
+        (p.src, p.dst, p.ttl, p.icmp_type),
+        (IpAddr::V6(our_v6()), IpAddr::V6(peer_v6()), 255, 136)
+    );
+    assert_eq!(&f[..6], &PEER_MAC);
+    let na = Icmpv6Packet::new_checked(p.l4(&f)).unwrap();
+    assert_eq!(na.na_flags(), na_flags::SOLICITED | na_flags::OVERRIDE);
+    assert_eq!(na.nd_target(), our_v6());
+    assert_eq!(
+        icmpv6::nd_link_layer_option(na.nd_options(), nd_option::TARGET_LL_ADDR),
+        Ok(Some(OUR_MAC))
+    );
+    // Our own NA, fed back, teaches the neighbor table our MAC.
+    assert_eq!(
+        handle_local(&mut f[..len], &local()),
+        LocalVerdict::Neighbor {
+            ip: IpAddr::V6(our_v6()),
+            mac: OUR_MAC
+        }
+    );
+}
+
+#[test]
+fn neighbor_solicit_without_slla_uses_tailroom_if_any() {
+    let orig = ns_frame(peer_v6(), our_v6(), our_v6(), false, 255);
+    let mut f = orig.clone();
+    let len = reply(&mut f);
+    assert_eq!(len, orig.len(), "no room: NA without the option");
+    assert_checksums_valid(&f[..len]);
+    let mut f = orig.clone();
+    f.extend_from_slice(&[0xee; 16]); // tailroom
+    let len = reply(&mut f);
+    assert_eq!(len, orig.len() + 8);
+    assert_checksums_valid(&f[..len]);
+    let na = Icmpv6Packet::new_checked(&f[54..len]).unwrap();
+    assert_eq!(
+        icmpv6::nd_link_layer_option(na.nd_options(), nd_option::TARGET_LL_ADDR),
+        Ok(Some(OUR_MAC))
+    );
+}
+
+#[test]
+fn dad_probe_is_answered_to_all_nodes() {
+    let mut f = ns_frame(
+        Ipv6Addr::UNSPECIFIED,
+        solicited_node(&our_v6()),
+        our_v6(),
+        false,
+        255,
+    );
+    f.extend_from_slice(&[0; 8]);
+    let len = reply(&mut f);
+    assert_checksums_valid(&f[..len]);
+    let p = parse(&f[..len]).unwrap();
+    assert_eq!(p.dst, IpAddr::V6("ff02::1".parse().unwrap()));
+    assert_eq!(&f[..6], &[0x33, 0x33, 0, 0, 0, 1]);
+    assert_eq!(
+        Icmpv6Packet::new_checked(p.l4(&f)).unwrap().na_flags(),
+        na_flags::OVERRIDE
+    );
+}
+
+#[test]
+fn neighbor_solicit_rejections() {
+    let l = local();
+    let other: Ipv6Addr = "2001:db8::99".parse().unwrap();
+    let mut f = ns_frame(peer_v6(), solicited_node(&other), other, true, 255);
+    assert_eq!(
+        handle_local(&mut f, &l),
+        LocalVerdict::Drop(DropReason::NdNotForUs)
+    );
+    let mut f = ns_frame(peer_v6(), solicited_node(&our_v6()), our_v6(), true, 64);
+    assert_eq!(
+        handle_local(&mut f, &l),
+        LocalVerdict::Drop(DropReason::MalformedIcmp)
+    );
+    // DAD with a source link-layer option is invalid (RFC 4861 §7.1.1).
+    let mut f = ns_frame(
+        Ipv6Addr::UNSPECIFIED,
+        solicited_node(&our_v6()),
+        our_v6(),
+        true,
+        255,
+    );
+    assert_eq!(
+        handle_local(&mut f, &l),
+        LocalVerdict::Drop(DropReason::MalformedIcmp)
+    );
+    let mut f = ns_frame(peer_v6(), solicited_node(&our_v6()), our_v6(), true, 255);
+    f[70] ^= 1; // inside the target: checksum no longer matches
+    assert_eq!(
+        handle_local(&mut f, &l),
+        LocalVerdict::Drop(DropReason::BadChecksum)
+    );
+}
+
+#[test]
+fn builders() {
+    let mut buf = [0xaau8; 128];
+    let n = write_gratuitous_arp(&mut buf, OUR_MAC, OUR_V4, Some(5)).unwrap();
+    assert_eq!(n, 60);
+    let a = {
+        let s = SlicedPacket::from_ethernet(&buf[..n]).unwrap();
+        let Some(etherparse::NetSlice::Arp(a)) = s.net else {
+            panic!("not arp")
+        };
+        a.to_packet().try_eth_ipv4().unwrap()
+    };
+    assert_eq!(
+        (a.sender_ipv4, a.target_ipv4, a.sender_mac),
+        (OUR_V4.octets(), OUR_V4.octets(), OUR_MAC.0)
+    );
+    assert_eq!(
+        write_gratuitous_arp(&mut buf[..59], OUR_MAC, OUR_V4, None),
+        Err(BuildError::BufferTooSmall { need: 60, have: 59 })
+    );
+
+    let n = write_unsolicited_na(&mut buf, OUR_MAC, &our_v6(), None).unwrap();
+    assert_eq!(n, 14 + 40 + 32);
+    assert_checksums_valid(&buf[..n]);
+    let other = LocalAddrs::new(MacAddr([2, 0, 0, 0, 0, 0xbb]), []).unwrap();
+    assert_eq!(
+        handle_local(&mut buf[..n], &other),
+        LocalVerdict::Neighbor {
+            ip: IpAddr::V6(our_v6()),
+            mac: OUR_MAC
+        }
+    );
+    assert!(write_unsolicited_na(&mut buf[..85], OUR_MAC, &our_v6(), None).is_err());
+}
+
+#[test]
+fn local_addrs_validation() {
+    assert_eq!(
+        LocalAddrs::new(MacAddr::BROADCAST, []),
+        Err(LocalAddrsError::MulticastMac(MacAddr::BROADCAST))
+    );
+    let bad = IpAddr::V4(Ipv4Addr::BROADCAST);
+    assert_eq!(
+        LocalAddrs::new(OUR_MAC, [bad]),
+        Err(LocalAddrsError::InvalidAddress(bad))
+    );
+    let l = local();
+    assert!(l.owns(IpAddr::V4(Ipv4Addr::new(198, 51, 100, 7))) && !l.owns(IpAddr::V4(PEER_V4)));
+    assert_eq!(l.ipv4().len(), 2);
+}
+
+fn valid_requests() -> Vec<Vec<u8>> {
+    vec![
+        arp_frame(arp::OP_REQUEST, PEER_V4, OUR_V4, None),
+        arp_frame(arp::OP_REQUEST, PEER_V4, OUR_V4, Some(9)),
+        echo_v4_frame(None),
+        echo_v4_frame(Some(9)),
+        echo_v6_frame(),
+        ns_frame(peer_v6(), solicited_node(&our_v6()), our_v6(), true, 255),
+        ns_frame(peer_v6(), our_v6(), our_v6(), false, 255),
+    ]
+}
+
+#[test]
+fn every_truncation_is_a_drop() {
+    let l = local();
+    for orig in valid_requests() {
+        let end = parse(&orig).unwrap().end as usize;
+        for n in 0..end {
+            let mut f = orig[..n].to_vec();
+            match handle_local(&mut f, &l) {
+                LocalVerdict::Drop(_) => {}
+                other => panic!("prefix {n} of a {}-byte frame gave {other:?}", orig.len()),
+            }
+        }
+    }
+}
+
+proptest! {
+    /// Corrupted requests: never a panic, and any reply stays in the buffer
+    /// and is itself a frame that parses.
+    #[test]
+    fn corrupted_requests_never_panic(which in 0usize..7, flips in proptest::collection::vec((0usize..96, any::<u8>()), 1..4), extra in 0usize..16) {
+        let mut f = valid_requests().swap_remove(which);
+        for (i, b) in flips {
+            let i = i % f.len();
+            f[i] = b;
+        }
+        f.extend(std::iter::repeat_n(0xee, extra));
+        if let LocalVerdict::Reply { len } = handle_local(&mut f, &local()) {
+            prop_assert!(len <= f.len());
+            prop_assert!(parse(&f[..len]).is_ok());
+        }
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(mut data in proptest::collection::vec(any::<u8>(), 0..160)) {
+        let _ = handle_local(&mut data, &local());
+    }
+}
