@@ -1,0 +1,20 @@
+# lbd in a container: build on Debian 12 with its DPDK, run with the host's
+# hugepages and the NIC passed through, e.g.
+#   docker run --privileged --network host -v /dev/hugepages:/dev/hugepages \
+#     -v /sys/bus/pci:/sys/bus/pci -v /dev/vfio:/dev/vfio \
+#     -v /etc/lbd:/etc/lbd lbd --lcores 2-7 --pci 0000:03:00.0 --config /etc/lbd/lbd.toml
+FROM debian:12 AS build
+RUN apt-get update && apt-get install -y --no-install-recommends \
+        ca-certificates curl build-essential pkg-config libdpdk-dev libclang-dev protobuf-compiler \
+    && rm -rf /var/lib/apt/lists/*
+RUN curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+ENV PATH=/root/.cargo/bin:$PATH
+WORKDIR /src
+COPY . .
+RUN cargo build --release -p lbd
+
+FROM debian:12-slim
+RUN apt-get update && apt-get install -y --no-install-recommends dpdk iproute2 \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=build /src/target/release/lbd /usr/local/bin/lbd
+ENTRYPOINT ["/usr/local/bin/lbd"]

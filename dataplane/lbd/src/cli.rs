@@ -1,0 +1,274 @@
+//! Command line: lbd's own flags, and the EAL arguments they translate to.
+//!
+//! `lbd --lcores 2-7 --pci 0000:03:00.0` is the production form. The first
+//! lcore of `--lcores` is the main lcore (control thread); the others are
+//! workers. Everything after `--` goes to EAL untouched.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// lbd: a userspace DPDK L4 load balancer.
+#[derive(Debug, Parser)]
+#[command(name = "lbd", version, about, long_about = None)]
+pub struct Cli {
+    /// Lcores to run on, in DPDK list syntax: `2-7`, `0,2,4`, or with CPU
+    /// placement `0@0,1@1,2@1` (several lcores may share a CPU). The first
+    /// is the main lcore (control thread); the rest are workers. A single
+    /// lcore does both.
+    #[arg(long, value_name = "LIST", default_value = "0")]
+    pub lcores: String,
+
+    /// A PCI device to drive, e.g. `0000:03:00.0` (repeatable). It must be
+    /// bound to a DPDK-capable driver (vfio-pci, uio_pci_generic, or a
+    /// bifurcated driver such as mlx5_core).
+    #[arg(long = "pci", value_name = "BDF")]
+    pub pci: Vec<String>,
+
+    /// A DPDK virtual device, e.g. `net_af_packet0,iface=veth0` (repeatable).
+    #[arg(long = "vdev", value_name = "SPEC")]
+    pub vdev: Vec<String>,
+
+    /// Run without hugepages (ordinary memory; for labs and tests).
+    #[arg(long)]
+    pub no_huge: bool,
+
+    /// Memory for DPDK in MiB (default with --no-huge: 512; otherwise as
+    /// needed from the hugepages).
+    #[arg(long = "mem", value_name = "MB")]
+    pub mem: Option<u32>,
+
+    /// Prefix for DPDK's runtime files; distinct per lbd on one host.
+    #[arg(long, value_name = "NAME", default_value = "lbd")]
+    pub file_prefix: String,
+
+    /// Configuration file (TOML).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Further arguments for EAL, passed through untouched.
+    #[arg(last = true, value_name = "EAL ARGS")]
+    pub eal_args: Vec<String>,
+}
+
+/// The lcores of `--lcores`, in the order given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lcores {
+    /// Lcore ids; the first is the main lcore.
+    pub ids: Vec<u32>,
+    /// True when the `lcore@cpu` form was used (passed to EAL's `--lcores`).
+    pub placed: bool,
+    /// The list as given.
+    pub spec: String,
+}
+
+impl Lcores {
+    /// The main lcore.
+    pub fn main(&self) -> u32 {
+        self.ids[0]
+    }
+
+    /// Number of workers: every lcore but the main one, or 1 when the main
+    /// lcore is the only one (it then forwards too).
+    pub fn workers(&self) -> usize {
+        (self.ids.len() - 1).max(1)
+    }
+}
+
+/// Errors in `--lcores`.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum LcoresError {
+    /// Empty list.
+    #[error("--lcores: the list is empty")]
+    Empty,
+    /// An item is not a number, a range or `lcore@cpu`.
+    #[error("--lcores: {0:?} is not an lcore id, a range like 2-7, or lcore@cpu")]
+    BadItem(String),
+    /// A range runs backwards.
+    #[error("--lcores: range {0:?} runs backwards")]
+    Backwards(String),
+    /// The same lcore twice.
+    #[error("--lcores: lcore {0} appears twice")]
+    Duplicate(u32),
+    /// Beyond DPDK's RTE_MAX_LCORE.
+    #[error("--lcores: lcore {0} is beyond the maximum {1}")]
+    TooLarge(u32, u32),
+}
+
+fn num(s: &str, item: &str) -> Result<u32, LcoresError> {
+    s.trim()
+        .parse::<u32>()
+        .map_err(|_| LcoresError::BadItem(item.to_string()))
+}
+
+/// Parses `--lcores`.
+pub fn parse_lcores(spec: &str) -> Result<Lcores, LcoresError> {
+    let spec = spec.trim();
+    if spec.is_empty() {
+        return Err(LcoresError::Empty);
+    }
+    let mut ids = Vec::new();
+    let mut placed = false;
+    for item in spec.split(',') {
+        if item.trim().is_empty() {
+            return Err(LcoresError::BadItem(item.to_string()));
+        }
+        let lc = if let Some((l, cpu)) = item.split_once('@') {
+            placed = true;
+            num(cpu, item)?;
+            vec![num(l, item)?]
+        } else if let Some((a, b)) = item.split_once('-') {
+            let (a, b) = (num(a, item)?, num(b, item)?);
+            if b < a {
+                return Err(LcoresError::Backwards(item.to_string()));
+            }
+            (a..=b).collect()
+        } else {
+            vec![num(item, item)?]
+        };
+        for l in lc {
+            if l >= dpdk_sys::RTE_MAX_LCORE {
+                return Err(LcoresError::TooLarge(l, dpdk_sys::RTE_MAX_LCORE - 1));
+            }
+            if ids.contains(&l) {
+                return Err(LcoresError::Duplicate(l));
+            }
+            ids.push(l);
+        }
+    }
+    Ok(Lcores {
+        ids,
+        placed,
+        spec: spec.to_string(),
+    })
+}
+
+/// Normalises a PCI address: `03:00.0` becomes `0000:03:00.0`. Returns
+/// `None` when it is not of the form `[dddd:]bb:dd.f` in hex.
+pub fn normalise_bdf(s: &str) -> Option<String> {
+    let full = if s.matches(':').count() == 1 {
+        format!("0000:{s}")
+    } else {
+        s.to_string()
+    };
+    let (dom, rest) = full.split_once(':')?;
+    let (bus, rest) = rest.split_once(':')?;
+    let (dev, func) = rest.split_once('.')?;
+    let hex = |x: &str, n: usize| x.len() == n && x.chars().all(|c| c.is_ascii_hexdigit());
+    (hex(dom, 4) && hex(bus, 2) && hex(dev, 2) && hex(func, 1)).then(|| full.to_lowercase())
+}
+
+/// The device name DPDK gives a vdev's port: the spec up to the first comma.
+pub fn vdev_name(spec: &str) -> &str {
+    spec.split(',').next().unwrap_or(spec).trim()
+}
+
+impl Cli {
+    /// The EAL command line for these flags.
+    pub fn eal_args(&self, lcores: &Lcores, pci: &[String]) -> Vec<String> {
+        let mut a = vec!["lbd".to_string()];
+        if lcores.placed {
+            a.push(format!("--lcores={}", lcores.spec));
+        } else {
+            let list: Vec<String> = lcores.ids.iter().map(u32::to_string).collect();
+            a.push(format!("-l{}", list.join(",")));
+        }
+        a.push(format!("--main-lcore={}", lcores.main()));
+        a.push(format!("--file-prefix={}", self.file_prefix));
+        if self.no_huge {
+            a.push("--no-huge".into());
+            a.push(format!("-m{}", self.mem.unwrap_or(512)));
+        } else if let Some(m) = self.mem {
+            a.push(format!("-m{m}"));
+        }
+        if pci.is_empty() {
+            a.push("--no-pci".into());
+        }
+        for p in pci {
+            a.push(format!("--allow={p}"));
+        }
+        for v in &self.vdev {
+            a.push(format!("--vdev={v}"));
+        }
+        // lbd publishes its own counters; DPDK's telemetry socket stays off.
+        if !self.eal_args.iter().any(|x| x == "--telemetry") {
+            a.push("--no-telemetry".into());
+        }
+        // DPDK's informational lines drown lbd's own; warnings still show.
+        if !self.eal_args.iter().any(|x| x.starts_with("--log-level")) {
+            a.push("--log-level=lib.eal:warning".into());
+        }
+        a.extend(self.eal_args.iter().cloned());
+        a
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lcore_lists() {
+        let l = parse_lcores("2-7").unwrap();
+        assert_eq!(l.ids, vec![2, 3, 4, 5, 6, 7]);
+        assert_eq!((l.main(), l.workers(), l.placed), (2, 5, false));
+        assert_eq!(parse_lcores("0").unwrap().workers(), 1);
+        assert_eq!(parse_lcores("0,2,4-5").unwrap().ids, vec![0, 2, 4, 5]);
+        let p = parse_lcores("0@0,1@1,2@1").unwrap();
+        assert_eq!((p.ids.clone(), p.placed), (vec![0, 1, 2], true));
+        assert_eq!(parse_lcores(""), Err(LcoresError::Empty));
+        assert_eq!(parse_lcores("a"), Err(LcoresError::BadItem("a".into())));
+        assert_eq!(parse_lcores("0,,1"), Err(LcoresError::BadItem("".into())));
+        assert_eq!(parse_lcores("5-2"), Err(LcoresError::Backwards("5-2".into())));
+        assert_eq!(parse_lcores("1,0-2"), Err(LcoresError::Duplicate(1)));
+        assert!(matches!(
+            parse_lcores("9999"),
+            Err(LcoresError::TooLarge(9999, _))
+        ));
+    }
+
+    #[test]
+    fn bdf_forms() {
+        assert_eq!(normalise_bdf("03:00.0").as_deref(), Some("0000:03:00.0"));
+        assert_eq!(normalise_bdf("0000:AF:1f.7").as_deref(), Some("0000:af:1f.7"));
+        assert_eq!(normalise_bdf("0000:03:00"), None);
+        assert_eq!(normalise_bdf("eth0"), None);
+        assert_eq!(vdev_name("net_af_packet0,iface=veth0"), "net_af_packet0");
+    }
+
+    #[test]
+    fn eal_command_line() {
+        let cli = Cli::parse_from([
+            "lbd",
+            "--lcores",
+            "0-1",
+            "--no-huge",
+            "--vdev",
+            "net_null0",
+            "--",
+            "--log-level=debug",
+        ]);
+        let l = parse_lcores(&cli.lcores).unwrap();
+        let a = cli.eal_args(&l, &[]);
+        assert_eq!(
+            a,
+            vec![
+                "lbd",
+                "-l0,1",
+                "--main-lcore=0",
+                "--file-prefix=lbd",
+                "--no-huge",
+                "-m512",
+                "--no-pci",
+                "--vdev=net_null0",
+                "--no-telemetry",
+                "--log-level=debug"
+            ]
+        );
+        let cli = Cli::parse_from(["lbd", "--lcores", "2-3", "--pci", "0000:03:00.0", "--mem", "2048"]);
+        let a = cli.eal_args(&parse_lcores(&cli.lcores).unwrap(), &["0000:03:00.0".into()]);
+        assert!(a.contains(&"--allow=0000:03:00.0".to_string()));
+        assert!(a.contains(&"-m2048".to_string()));
+        assert!(!a.contains(&"--no-pci".to_string()));
+    }
+}

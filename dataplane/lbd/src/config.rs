@@ -1,0 +1,232 @@
+//! The configuration file (TOML).
+//!
+//! This version defines `[[interface]]`: one table per DPDK port, in port
+//! order, each with the port's address and prefix and an optional gateway.
+//! Unknown keys are errors, so a typo cannot silently change behaviour.
+//!
+//! ```toml
+//! [[interface]]
+//! address = "10.0.0.1/24"
+//! gateway = "10.0.0.254"     # optional
+//! ```
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Errors loading the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("config {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The TOML does not parse or does not match the schema.
+    #[error("config {path}: {msg}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message, flattened to one line.
+        msg: String,
+    },
+    /// A value is invalid.
+    #[error("config {path}: interface {index}: {field}: {msg}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Interface number, from 0 (= DPDK port id).
+        index: usize,
+        /// The field.
+        field: &'static str,
+        /// What is wrong.
+        msg: String,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    interface: Vec<RawInterface>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawInterface {
+    address: String,
+    gateway: Option<String>,
+}
+
+/// An address with its prefix length, e.g. `10.0.0.1/24`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    /// The address.
+    pub addr: IpAddr,
+    /// Prefix length.
+    pub prefix: u8,
+}
+
+impl Cidr {
+    /// Parses `addr/prefix`; the prefix is required.
+    pub fn parse(s: &str) -> Result<Cidr, String> {
+        let (a, p) = s
+            .split_once('/')
+            .ok_or_else(|| format!("{s:?} has no prefix length (write e.g. {s}/24)"))?;
+        let addr: IpAddr = a.parse().map_err(|_| format!("{a:?} is not an IP address"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix: u8 = p
+            .parse()
+            .ok()
+            .filter(|&n| n <= max)
+            .ok_or_else(|| format!("prefix length {p:?} is not a number from 0 to {max}"))?;
+        Ok(Cidr { addr, prefix })
+    }
+
+    /// True when `ip` is inside this prefix.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, ip) {
+            (IpAddr::V4(a), IpAddr::V4(b)) => {
+                let m = u32::MAX.checked_shl(32 - self.prefix as u32).unwrap_or(0);
+                u32::from(a) & m == u32::from(b) & m
+            }
+            (IpAddr::V6(a), IpAddr::V6(b)) => {
+                let m = u128::MAX.checked_shl(128 - self.prefix as u32).unwrap_or(0);
+                u128::from(a) & m == u128::from(b) & m
+            }
+            _ => false,
+        }
+    }
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+/// One DPDK port's layer-3 settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interface {
+    /// The port's own address and subnet.
+    pub address: Cidr,
+    /// Next hop for destinations outside the subnet.
+    pub gateway: Option<IpAddr>,
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Config {
+    /// Per port, in port order.
+    pub interfaces: Vec<Interface>,
+}
+
+impl Config {
+    /// Reads and validates `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(&text, path)
+    }
+
+    /// Parses and validates TOML text; `path` only names it in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            msg: e.to_string().split_whitespace().collect::<Vec<_>>().join(" "),
+        })?;
+        let invalid = |index, field, msg| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            index,
+            field,
+            msg,
+        };
+        let mut interfaces = Vec::new();
+        for (i, r) in raw.interface.into_iter().enumerate() {
+            let address = Cidr::parse(&r.address).map_err(|m| invalid(i, "address", m))?;
+            let gateway = match r.gateway {
+                None => None,
+                Some(g) => {
+                    let gw: IpAddr = g
+                        .parse()
+                        .map_err(|_| invalid(i, "gateway", format!("{g:?} is not an IP address")))?;
+                    if gw.is_ipv4() != address.addr.is_ipv4() {
+                        return Err(invalid(
+                            i,
+                            "gateway",
+                            format!("{gw} is not of the address family of {address}"),
+                        ));
+                    }
+                    if !address.contains(gw) {
+                        return Err(invalid(i, "gateway", format!("{gw} is not inside {address}")));
+                    }
+                    Some(gw)
+                }
+            };
+            interfaces.push(Interface { address, gateway });
+        }
+        Ok(Config { interfaces })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Config, String> {
+        Config::parse(s, Path::new("t.toml")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn interfaces_parse() {
+        let c = parse(
+            "[[interface]]\naddress = \"10.0.0.1/24\"\ngateway = \"10.0.0.254\"\n\n[[interface]]\naddress = \"fd00::1/64\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.interfaces.len(), 2);
+        assert_eq!(c.interfaces[0].address.to_string(), "10.0.0.1/24");
+        assert_eq!(c.interfaces[0].gateway, Some("10.0.0.254".parse().unwrap()));
+        assert_eq!(c.interfaces[1].gateway, None);
+        assert_eq!(parse("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = parse("[[interface]]\naddress = \"10.0.0.1\"\n").unwrap_err();
+        assert!(
+            e.contains("interface 0: address") && e.contains("no prefix length"),
+            "{e}"
+        );
+        let e = parse("[[interface]]\naddress = \"10.0.0.1/33\"\n").unwrap_err();
+        assert!(e.contains("prefix length"), "{e}");
+        let e = parse("[[interface]]\naddress = \"10.0.0.1/24\"\ngateway = \"10.9.0.1\"\n").unwrap_err();
+        assert!(
+            e.contains("interface 0: gateway") && e.contains("not inside"),
+            "{e}"
+        );
+        let e = parse("[[interface]]\naddress = \"10.0.0.1/24\"\ngatway = \"10.0.0.2\"\n").unwrap_err();
+        assert!(e.contains("gatway"), "{e}");
+        assert!(!e.contains('\n'));
+        let e = parse("[[interface]]\naddress = 5\n").unwrap_err();
+        assert!(e.starts_with("config t.toml:"), "{e}");
+    }
+
+    #[test]
+    fn cidr_contains() {
+        let c = Cidr::parse("10.1.2.3/16").unwrap();
+        assert!(c.contains("10.1.200.1".parse().unwrap()));
+        assert!(!c.contains("10.2.0.1".parse().unwrap()));
+        assert!(Cidr::parse("0.0.0.0/0")
+            .unwrap()
+            .contains("8.8.8.8".parse().unwrap()));
+        assert!(Cidr::parse("fd00::/8")
+            .unwrap()
+            .contains("fd12::1".parse().unwrap()));
+    }
+}

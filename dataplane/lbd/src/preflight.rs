@@ -1,0 +1,93 @@
+//! Checks made before EAL starts, so that common mistakes get one clear
+//! line instead of a page of EAL messages: PCI devices that do not exist,
+//! and no hugepages when `--no-huge` was not given.
+
+use std::path::Path;
+
+use crate::cli::normalise_bdf;
+
+/// Normalises and checks each `--pci` address; returns them in canonical form.
+pub fn check_pci(pci: &[String]) -> anyhow::Result<Vec<String>> {
+    let mut out = Vec::new();
+    for p in pci {
+        let bdf = normalise_bdf(p)
+            .ok_or_else(|| anyhow::anyhow!("--pci {p:?}: not a PCI address (expected e.g. 0000:03:00.0)"))?;
+        if !Path::new("/sys/bus/pci/devices").join(&bdf).exists() {
+            anyhow::bail!(
+                "PCI device {bdf} does not exist on this host (list devices with `dpdk-devbind.py --status`)"
+            );
+        }
+        out.push(bdf);
+    }
+    Ok(out)
+}
+
+/// The kernel driver a PCI device is bound to, if any.
+pub fn pci_driver(bdf: &str) -> Option<String> {
+    let link = std::fs::read_link(Path::new("/sys/bus/pci/devices").join(bdf).join("driver")).ok()?;
+    Some(link.file_name()?.to_string_lossy().into_owned())
+}
+
+/// Fails unless some hugepages are free and hugetlbfs is mounted.
+pub fn check_hugepages() -> anyhow::Result<()> {
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    check_hugepages_at(Path::new("/sys/kernel/mm/hugepages"), &mounts)
+}
+
+/// [`check_hugepages`] over a given sysfs hugepages directory and mount table.
+fn check_hugepages_at(sys: &Path, mounts: &str) -> anyhow::Result<()> {
+    const HOW: &str = "reserve them with `echo 1024 > /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages && \
+                       mount -t hugetlbfs nodev /dev/hugepages` (scripts/setup.sh does it), or pass --no-huge";
+    let mut free = 0u64;
+    if let Ok(dir) = std::fs::read_dir(sys) {
+        for e in dir.flatten() {
+            if let Ok(s) = std::fs::read_to_string(e.path().join("free_hugepages")) {
+                free += s.trim().parse::<u64>().unwrap_or(0);
+            }
+        }
+    }
+    if free == 0 {
+        anyhow::bail!("no free hugepages: {HOW}");
+    }
+    if !mounts
+        .lines()
+        .any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs"))
+    {
+        anyhow::bail!("no hugetlbfs is mounted: {HOW}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hugepage_checks() {
+        let dir = std::env::temp_dir().join(format!("lbd-huge-{}", std::process::id()));
+        let size = dir.join("hugepages-2048kB");
+        std::fs::create_dir_all(&size).unwrap();
+        let mounted = "nodev /dev/hugepages hugetlbfs rw,relatime 0 0\n";
+        std::fs::write(size.join("free_hugepages"), "0\n").unwrap();
+        let e = check_hugepages_at(&dir, mounted).unwrap_err().to_string();
+        assert!(
+            e.contains("no free hugepages") && e.contains("--no-huge") && e.contains("nr_hugepages"),
+            "{e}"
+        );
+        std::fs::write(size.join("free_hugepages"), "512\n").unwrap();
+        check_hugepages_at(&dir, mounted).unwrap();
+        let e = check_hugepages_at(&dir, "proc /proc proc rw 0 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no hugetlbfs is mounted"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn pci_errors() {
+        let e = check_pci(&["nonsense".into()]).unwrap_err().to_string();
+        assert!(e.contains("not a PCI address"), "{e}");
+        let e = check_pci(&["0000:fe:1f.7".into()]).unwrap_err().to_string();
+        assert!(e.contains("does not exist"), "{e}");
+    }
+}

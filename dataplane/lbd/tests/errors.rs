@@ -1,0 +1,168 @@
+//! Every start-up error is one clear line and a non-zero exit, never a
+//! panic or a hang.
+mod common;
+
+use std::time::Duration;
+
+use common::{run_lbd, NetnsVeth, TempFile};
+
+const T: Duration = Duration::from_secs(30);
+
+fn prefix(tag: &str) -> String {
+    format!("--file-prefix=lbdtest-{tag}-{}", std::process::id())
+}
+
+/// lbd's own error line (EAL may print its own lines before it).
+fn lbd_line(out: &str) -> &str {
+    out.lines()
+        .find(|l| l.starts_with("lbd: "))
+        .unwrap_or_else(|| panic!("no `lbd: ` error line in:\n{out}"))
+}
+
+fn assert_clean(out: &str) {
+    assert!(!out.contains("panicked"), "no panic:\n{out}");
+    assert!(!out.contains("RUST_BACKTRACE"), "no panic:\n{out}");
+}
+
+#[test]
+fn unknown_flag() {
+    let (code, out) = run_lbd(&["--bogus"], T);
+    assert_eq!(code, Some(2), "{out}");
+    assert_eq!(out.lines().count(), 1, "one line: {out}");
+    assert!(out.contains("--bogus"), "{out}");
+}
+
+#[test]
+fn bad_lcores() {
+    let (code, out) = run_lbd(&["--lcores", "3-1", "--vdev", "net_null0", "--no-huge"], T);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(lbd_line(&out).contains("--lcores"), "{out}");
+}
+
+#[test]
+fn missing_config() {
+    let (code, out) = run_lbd(
+        &[
+            "--no-huge",
+            "--vdev",
+            "net_null0",
+            "--config",
+            "/nonexistent/lbd.toml",
+        ],
+        T,
+    );
+    assert_eq!(code, Some(1), "{out}");
+    let l = lbd_line(&out);
+    assert!(
+        l.contains("/nonexistent/lbd.toml") && l.contains("No such file"),
+        "{l}"
+    );
+}
+
+#[test]
+fn invalid_config() {
+    let f = TempFile::new("bad.toml", "[[interface]\naddress = \n");
+    let (code, out) = run_lbd(&["--no-huge", "--vdev", "net_null0", "--config", f.path()], T);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(lbd_line(&out).contains("bad.toml"), "{out}");
+    assert_eq!(out.lines().count(), 1, "{out}");
+}
+
+#[test]
+fn address_without_prefix() {
+    let f = TempFile::new("noprefix.toml", "[[interface]]\naddress = \"10.0.0.1\"\n");
+    let (code, out) = run_lbd(&["--no-huge", "--vdev", "net_null0", "--config", f.path()], T);
+    assert_eq!(code, Some(1), "{out}");
+    let l = lbd_line(&out);
+    assert!(
+        l.contains("interface 0: address") && l.contains("no prefix length"),
+        "{l}"
+    );
+}
+
+#[test]
+fn pci_that_does_not_exist() {
+    let (code, out) = run_lbd(&["--pci", "0000:fe:1f.7"], T);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(lbd_line(&out).contains("0000:fe:1f.7 does not exist"), "{out}");
+    let (code, out) = run_lbd(&["--pci", "eth0"], T);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(lbd_line(&out).contains("not a PCI address"), "{out}");
+}
+
+/// A PCI device that exists but is not bound to a DPDK driver: a bridge
+/// or other non-network, non-storage device, which no PMD claims.
+#[test]
+fn pci_not_bound_to_dpdk() {
+    let dev = std::fs::read_dir("/sys/bus/pci/devices").ok().and_then(|d| {
+        d.flatten().map(|e| e.path()).find(|p| {
+            let class = std::fs::read_to_string(p.join("class")).unwrap_or_default();
+            class.starts_with("0x06") // bridges: never a NIC or a disk
+        })
+    });
+    let Some(dev) = dev else {
+        eprintln!("skipped: this machine has no PCI bridge to try");
+        return;
+    };
+    let bdf = dev.file_name().unwrap().to_string_lossy().into_owned();
+    let p = prefix("pci");
+    let (code, out) = run_lbd(&["--no-huge", "--pci", &bdf, &p], T);
+    assert_eq!(code, Some(1), "{out}");
+    assert_clean(&out);
+    let l = lbd_line(&out);
+    assert!(
+        l.contains(&bdf) && l.contains("not bound to a DPDK driver") && l.contains("dpdk-devbind"),
+        "{l}"
+    );
+}
+
+#[test]
+fn vdev_that_fails_to_probe() {
+    let p = prefix("vdev");
+    let (code, out) = run_lbd(
+        &["--no-huge", "--vdev", "net_af_packet0,iface=lbd-no-such-if", &p],
+        T,
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert_clean(&out);
+    assert!(lbd_line(&out).contains("net_af_packet0"), "{out}");
+}
+
+#[test]
+fn no_ports() {
+    let (code, out) = run_lbd(&["--no-huge"], T);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(lbd_line(&out).contains("no ports"), "{out}");
+}
+
+#[test]
+fn more_workers_than_queues() {
+    assert!(common::can_netns(), "this test needs root and iproute2");
+    // net_af_packet offers one queue pair unless told otherwise: two workers do not fit.
+    let net = NetnsVeth::new("q", "10.98.0.2/24");
+    let vdev = format!("net_af_packet0,iface={}", net.host_if);
+    let p = prefix("queues");
+    let (code, out) = run_lbd(&["--lcores", "0@0,1@0,2@1", "--no-huge", "--vdev", &vdev, &p], T);
+    assert_eq!(code, Some(1), "{out}");
+    assert_clean(&out);
+    let l = lbd_line(&out);
+    assert!(
+        l.contains("at most 1 rx and 1 tx queues") && l.contains("2 asked for"),
+        "{l}"
+    );
+}
+
+#[test]
+fn interfaces_do_not_match_ports() {
+    let f = TempFile::new(
+        "two.toml",
+        "[[interface]]\naddress = \"10.0.0.1/24\"\n[[interface]]\naddress = \"10.1.0.1/24\"\n",
+    );
+    let p = prefix("ifaces");
+    let (code, out) = run_lbd(&["--no-huge", "--vdev", "net_null0", "--config", f.path(), &p], T);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        lbd_line(&out).contains("2 [[interface]] tables but DPDK has 1 ports"),
+        "{out}"
+    );
+}
