@@ -323,7 +323,10 @@ mod tests {
             total += diff.count_ones();
             trials += 1;
             assert!((16..=48).contains(&diff.count_ones()), "sport bit {bit}");
-            assert!((4..=28).contains(&(diff >> 32).count_ones()), "sport bit {bit}, high half");
+            assert!(
+                (4..=28).contains(&(diff >> 32).count_ones()),
+                "sport bit {bit}, high half"
+            );
         }
         for byte in 0..4 {
             for bit in 0..8 {
@@ -332,7 +335,10 @@ mod tests {
                 let diff = base ^ flow_hash_v4(s, dst, sp, dp, pr);
                 total += diff.count_ones();
                 trials += 1;
-                assert!((16..=48).contains(&diff.count_ones()), "src byte {byte} bit {bit}");
+                assert!(
+                    (16..=48).contains(&diff.count_ones()),
+                    "src byte {byte} bit {bit}"
+                );
             }
         }
         let mean = f64::from(total) / f64::from(trials);

@@ -23,7 +23,11 @@ fn reference(backends: &[MaglevBackend], m: u32) -> Vec<Option<usize>> {
         .collect();
     let offset: Vec<u64> = keys.iter().map(|k| k.offset_hash() % m64).collect();
     let skip: Vec<u64> = keys.iter().map(|k| k.skip_hash() % (m64 - 1) + 1).collect();
-    let max_w = order.iter().map(|&i| u64::from(backends[i].weight)).max().unwrap();
+    let max_w = order
+        .iter()
+        .map(|&i| u64::from(backends[i].weight))
+        .max()
+        .unwrap();
     let mut next = vec![0u64; order.len()];
     let mut credit = vec![0u64; order.len()];
     let mut entry = vec![None; m as usize];
@@ -69,24 +73,22 @@ fn backends_strategy(
     max_n: usize,
     weights: std::ops::RangeInclusive<u32>,
 ) -> impl Strategy<Value = Vec<MaglevBackend>> {
-    prop::collection::btree_set((any::<bool>(), 0u32..64, 0u16..4), 1..=max_n).prop_flat_map(
-        move |ids| {
-            let n = ids.len();
-            prop::collection::vec(weights.clone(), n).prop_map(move |ws| {
-                ids.iter()
-                    .zip(ws)
-                    .map(|(&(is_v6, a, port), weight)| {
-                        let addr = if is_v6 {
-                            IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, a as u16))
-                        } else {
-                            IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + a))
-                        };
-                        MaglevBackend::new(addr, 8000 + port, weight)
-                    })
-                    .collect()
-            })
-        },
-    )
+    prop::collection::btree_set((any::<bool>(), 0u32..64, 0u16..4), 1..=max_n).prop_flat_map(move |ids| {
+        let n = ids.len();
+        prop::collection::vec(weights.clone(), n).prop_map(move |ws| {
+            ids.iter()
+                .zip(ws)
+                .map(|(&(is_v6, a, port), weight)| {
+                    let addr = if is_v6 {
+                        IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, a as u16))
+                    } else {
+                        IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + a))
+                    };
+                    MaglevBackend::new(addr, 8000 + port, weight)
+                })
+                .collect()
+        })
+    })
 }
 
 fn prime_strategy() -> impl Strategy<Value = u32> {
@@ -127,10 +129,7 @@ fn rejects_bad_input() {
     );
     assert_eq!(
         MaglevRing::build(&equal(8), 7),
-        Err(MaglevError::SizeBelowBackends {
-            size: 7,
-            backends: 8
-        })
+        Err(MaglevError::SizeBelowBackends { size: 7, backends: 8 })
     );
     let many: Vec<MaglevBackend> = (0..=MAX_BACKENDS as u32).map(|i| v4(i, 1, 1)).collect();
     assert_eq!(
@@ -214,7 +213,9 @@ fn equal_weights_balance_at_default_size() {
         let counts = ring.slot_counts(n as usize);
         let (min, max) = (*counts.iter().min().unwrap(), *counts.iter().max().unwrap());
         let ratio = f64::from(max) / f64::from(min);
-        eprintln!("maglev balance: M={DEFAULT_RING_SIZE} N={n}: min {min} max {max} slots, max/min {ratio:.4}");
+        eprintln!(
+            "maglev balance: M={DEFAULT_RING_SIZE} N={n}: min {min} max {max} slots, max/min {ratio:.4}"
+        );
         // Every turn claims one slot, so slot counts differ by at most one.
         assert!(max - min <= 1);
         if DEFAULT_RING_SIZE >= 100 * n {
@@ -300,7 +301,10 @@ fn removing_a_backend_moves_little_else() {
             assert!(worst_extra <= 0.01, "extra {worst_extra} with N={n}, M={m}");
         }
         if m >= 1000 * n {
-            assert!(worst_total <= 1.5 * ideal, "moved {worst_total} with N={n}, M={m}");
+            assert!(
+                worst_total <= 1.5 * ideal,
+                "moved {worst_total} with N={n}, M={m}"
+            );
         }
     }
 }
@@ -394,3 +398,34 @@ proptest! {
     }
 }
 
+#[test]
+fn barrett_matches_rem() {
+    for m in [7u32, 251, 65537, MAX_RING_SIZE] {
+        let b = Barrett::new(m);
+        let m64 = u64::from(m);
+        let top = (m64 - 1) * (m64 - 1);
+        for x in [
+            0,
+            1,
+            m64 - 1,
+            m64,
+            m64 + 1,
+            2 * m64 - 1,
+            2 * m64,
+            top,
+            top - 1,
+            top / 2,
+            top / 3 + 7,
+        ] {
+            assert_eq!(b.rem(x), x % m64, "{x} mod {m}");
+        }
+        let mut x = 0x1234_5678_9abc_def0u64;
+        for _ in 0..10_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let y = x % (top + 1);
+            assert_eq!(b.rem(y), y % m64);
+        }
+    }
+}
