@@ -115,6 +115,18 @@ fn lookup(c: &mut Criterion) {
                 black_box(ct.lookup(black_box(&replies[i])))
             })
         });
+        // A burst of 32, as the worker sees it after rx_burst.
+        let mut out = [None; 32];
+        let mut g32 = 0;
+        g.throughput(Throughput::Elements(32));
+        g.bench_function(BenchmarkId::new("burst32_original", n), |b| {
+            b.iter(|| {
+                g32 = if g32 + 64 > n { 0 } else { g32 + 32 };
+                ct.lookup_burst(black_box(&probe[g32..g32 + 32]), &mut out);
+                black_box(&out);
+            })
+        });
+        g.throughput(Throughput::Elements(1));
         // The established path's whole conntrack share: lookup, rewrite,
         // state/timeout refresh.
         let mut ct = ct;

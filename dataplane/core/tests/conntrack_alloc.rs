@@ -147,6 +147,9 @@ fn hundred_thousand_operations_allocate_nothing() {
                     }
                 });
                 let _ = ct.stats();
+                let mut out = [None; 40];
+                let at = (r % 8000) as usize;
+                ct.lookup_burst(&keys[at..at + 40], &mut out);
             }
         }
     }

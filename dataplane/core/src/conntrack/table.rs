@@ -31,7 +31,7 @@ pub(crate) const FULL_NAT: u8 = 2;
 pub(crate) const FIN_BY_REPLY: u8 = 4;
 
 /// An address as raw octets: `[u8; 4]` or `[u8; 16]`.
-pub(crate) trait Addr: Copy + Eq + Default + core::fmt::Debug {
+pub(crate) trait Addr: Copy + Eq + Default + core::fmt::Debug + AsRef<[u8]> {
     /// Hashes a key of this family with the table's seeds.
     fn hash_key(k: &RawKey<Self>, seeds: &[u64; 4]) -> u32;
     /// As a std address.
@@ -119,27 +119,32 @@ pub(crate) struct RawKey<A> {
     pub proto: u8,
 }
 
-/// One connection. For IPv4 this is 48 bytes, for IPv6 96 (asserted in tests).
+/// One connection: 48 bytes for IPv4, 96 for IPv6 (asserted in tests).
+///
+/// `repr(C)` fixes the order so the burst lookup knows where the slot
+/// starts and ends: what the original-direction compare reads comes first,
+/// `expires` and `tags` last.
 #[derive(Debug, Clone, Copy, Default)]
+#[repr(C)]
 pub(crate) struct Slot<A> {
-    /// Expiry in milliseconds (a [`crate::Tick`]).
-    pub expires: u64,
-    /// The caller's opaque tags; `tags[0]` is the next free slot when free.
-    pub tags: [u32; 2],
     pub client: A,
     pub vip: A,
-    pub backend: A,
-    /// Unused (zero) for DNAT.
-    pub snat: A,
     pub client_port: u16,
     pub vip_port: u16,
-    pub backend_port: u16,
-    pub snat_port: u16,
     pub proto: u8,
     /// A [`super::ConnState`] discriminant.
     pub state: u8,
     /// `IN_USE | FULL_NAT | FIN_BY_REPLY`.
     pub flags: u8,
+    pub backend: A,
+    /// Unused (zero) for DNAT.
+    pub snat: A,
+    pub backend_port: u16,
+    pub snat_port: u16,
+    /// Expiry in milliseconds (a [`crate::Tick`]).
+    pub expires: u64,
+    /// The caller's opaque tags; `tags[0]` is the next free slot when free.
+    pub tags: [u32; 2],
 }
 
 impl<A: Addr> Slot<A> {
@@ -287,6 +292,28 @@ impl<A: Addr> Table<A> {
         } else {
             i + 1
         }
+    }
+
+    /// Burst stage 1: the home index slot's value if its hash matches,
+    /// else `NONE`. Branch-free on the loaded value, so the loads of a whole
+    /// burst are in flight together instead of serializing behind
+    /// mispredicted branches.
+    #[inline]
+    pub fn peek_home(&self, hash: u32) -> u32 {
+        let s = self.index[self.home(hash)];
+        s.val | ((s.hash != hash) as u32).wrapping_neg()
+    }
+
+    /// Burst stage 2: loads both ends of the slot `val` names (a slot may
+    /// straddle two cache lines) and returns something derived from them,
+    /// for the caller to sink into `black_box`. Any `val` is accepted.
+    #[inline]
+    pub fn peek_slot(&self, val: u32) -> u32 {
+        let Some(last) = self.slots.len().checked_sub(1) else {
+            return 0;
+        };
+        let s = &self.slots[((val >> 1) as usize).min(last)];
+        s.client.as_ref()[0] as u32 ^ s.tags[1]
     }
 
     /// Finds the entry holding `k` in either direction.

@@ -325,6 +325,48 @@ fn expire_work_is_bounded_by_the_budget() {
 }
 
 #[test]
+fn lookup_burst_matches_single_lookups() {
+    let mut ct = table(64, 16);
+    let mut probes = Vec::new();
+    for n in 0..40u16 {
+        let k = if n % 4 == 0 {
+            let c: IpAddr = format!("2001:db8::{n:x}").parse().unwrap();
+            key((c, 1000 + n), ("2001:db8::100".parse().unwrap(), 443), Proto::Tcp)
+        } else {
+            key(client(n), VIP, Proto::Udp)
+        };
+        probes.push(k);
+        if n % 3 != 1 {
+            let backend = if k.is_v4() {
+                BACKEND
+            } else {
+                ("2001:db8:9::1".parse().unwrap(), 8443)
+            };
+            let id = ins(&mut ct, k, Nat::Dnat { backend }, 0).unwrap();
+            probes.push(ct.get(id).unwrap().reply());
+        }
+    }
+    assert!(probes.len() > 2 * BURST, "crosses chunk boundaries");
+    let mut out = vec![None; probes.len() + 3];
+    ct.lookup_burst(&probes, &mut out);
+    for (k, got) in probes.iter().zip(&out) {
+        assert_eq!(*got, ct.lookup(k), "{k:?}");
+    }
+    assert!(
+        out[probes.len()..].iter().all(Option::is_none),
+        "extra outputs untouched"
+    );
+    assert!(out.iter().filter(|o| o.is_some()).count() > 40);
+    let mut empty = table(0, 0);
+    empty.lookup_burst(&probes, &mut out);
+    assert!(out.iter().all(Option::is_none));
+    assert_eq!(
+        ins(&mut empty, key(client(1), VIP, Proto::Tcp), dnat(), 0),
+        Err(InsertError::Full)
+    );
+}
+
+#[test]
 fn remove_returns_the_entry_and_frees_the_slot() {
     let mut ct = table(1, 0);
     let k = key(client(1), VIP, Proto::Tcp);
@@ -592,6 +634,9 @@ proptest! {
                 }
                 Op::Lookup { c, v } => {
                     let k = model_key(c, v);
+                    let mut burst = [None];
+                    ct.lookup_burst(&[k], &mut burst);
+                    prop_assert_eq!(burst[0], ct.lookup(&k));
                     let real = ct.lookup(&k).map(|(id, d)| (ct.get(id).unwrap().original, d));
                     prop_assert_eq!(real, model.lookup(&k));
                 }
