@@ -20,16 +20,20 @@ impl Tick {
         self.0
     }
 
-    /// This tick plus `d`, saturating.
-    #[inline]
-    pub fn add(self, d: Duration) -> Tick {
-        Tick(self.0.saturating_add(d.as_millis() as u64))
-    }
-
     /// Time elapsed from `earlier` to `self`, zero if `earlier` is later.
     #[inline]
     pub fn since(self, earlier: Tick) -> Duration {
         Duration::from_millis(self.0.saturating_sub(earlier.0))
+    }
+}
+
+impl core::ops::Add<Duration> for Tick {
+    type Output = Tick;
+
+    /// This tick plus `d`, saturating.
+    #[inline]
+    fn add(self, d: Duration) -> Tick {
+        Tick(self.0.saturating_add(d.as_millis() as u64))
     }
 }
 
@@ -40,9 +44,9 @@ mod tests {
     #[test]
     fn arithmetic_saturates() {
         let t = Tick(1_000);
-        assert_eq!(t.add(Duration::from_millis(500)), Tick(1_500));
+        assert_eq!(t + Duration::from_millis(500), Tick(1_500));
         assert_eq!(t.since(Tick(400)), Duration::from_millis(600));
         assert_eq!(Tick(5).since(Tick(10)), Duration::ZERO);
-        assert_eq!(Tick(u64::MAX).add(Duration::from_secs(1)), Tick(u64::MAX));
+        assert_eq!(Tick(u64::MAX) + Duration::from_secs(1), Tick(u64::MAX));
     }
 }
