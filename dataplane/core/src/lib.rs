@@ -21,6 +21,7 @@
 
 pub mod checksum;
 pub mod conntrack;
+pub mod counters;
 pub mod drop;
 pub mod flow;
 pub mod local;
