@@ -12,13 +12,17 @@
 //! pure function of the *set* of backends (address, port, weight) and the
 //! ring size, and everything that feeds it is fixed and documented:
 //!
-//! - backend identity: the canonical encoding of `(family, address, port)`
-//!   (see `hash::BackendKey`), never a position in a list or a process-local
-//!   id. The build sorts by that encoding, so the order of the caller's slice
-//!   does not matter; slots then hold indices into the caller's slice.
+//! - backend identity: the canonical encoding of `(family, address, port)`:
+//!   `[4, a, b, c, d, port_hi, port_lo]` for IPv4 and
+//!   `[6, 16 address bytes, port_hi, port_lo]` for IPv6 (addresses as given:
+//!   an IPv4-mapped IPv6 address is not its IPv4 address), never a position
+//!   in a list or a process-local id. The build sorts by these bytes, so the
+//!   order of the caller's slice does not matter; slots then hold indices
+//!   into the caller's slice.
 //! - permutation: `offset = h1(key) % M`, `skip = h2(key) % (M - 1) + 1`,
-//!   `h1`/`h2` SipHash-2-4 with constant keys (see [`hash`](self::hash)
-//!   module doc).
+//!   where `h1`/`h2` are SipHash-2-4 of the encoding under the constant keys
+//!   `(k0, k1)` = `u64::from_le_bytes` of `("lbd:mglv", "offset:1")` and of
+//!   `("lbd:mglv", "skip::v1")`.
 //! - population: the NSDI'16 round-robin with weighted turns (see
 //!   [`MaglevRing::build`]).
 //! - hash to slot: [`slot_for_hash`], `(hash * M) >> 64` on 128 bits.
@@ -284,8 +288,10 @@ impl MaglevRing {
     ///
     /// Cost: O(M log M) probes plus O(N · rounds) credit checks, where
     /// rounds ≈ M · max_w / W (≤ M). 65,537 slots with 1,000 equal-weight
-    /// backends build in well under a millisecond; very skewed weights
-    /// (one backend 1000× the others) cost up to N × M cheap checks.
+    /// backends take about a millisecond (see `benches/maglev.rs`); very
+    /// skewed weights (one backend 1000× the others) cost up to N × M cheap
+    /// credit checks, tens of milliseconds. Builds run on the control
+    /// thread, and unchanged services reuse their ring.
     pub fn build(backends: &[MaglevBackend], size: u32) -> Result<MaglevRing, MaglevError> {
         check_size(size)?;
         if backends.len() > MAX_BACKENDS {
