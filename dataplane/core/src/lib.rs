@@ -26,8 +26,10 @@ pub mod drop;
 pub mod flow;
 pub mod local;
 pub mod maglev;
+pub mod snapshot;
 pub mod time;
 pub mod wire;
 
 pub use drop::DropReason;
+pub use snapshot::{Snapshot, SnapshotBuilder};
 pub use time::Tick;

@@ -1,0 +1,660 @@
+//! [`SnapshotBuilder`]: validates the control plane's desired state and
+//! turns it into a [`Snapshot`].
+//!
+//! `service`, `frontend` and `backend` validate what they can see at once
+//! and return the error immediately; what needs the whole picture (duplicate
+//! backends, SNAT/VIP overlap, full-NAT without SNAT address, interfaces,
+//! gateways, neighbors, rings) is checked by [`SnapshotBuilder::build`]. No
+//! input makes the builder panic.
+//!
+//! # Structural sharing
+//!
+//! With [`reuse_from`](SnapshotBuilder::reuse_from), a service whose name,
+//! ring size and eligible backends (address, port, weight) equal those of a
+//! service in the previous snapshot takes that snapshot's `Arc<MaglevRing>`
+//! instead of building one. The eligible backends are ordered by (address,
+//! port) before the ring is built, so ring indices mean the same backends
+//! whatever order or other (non-eligible) backends the caller lists. One
+//! backend change among 10,000 services rebuilds one ring.
+//!
+//! # Counter slots
+//!
+//! Every frontend and backend gets a `stats_slot`, an index into per-worker
+//! counter arrays that must keep meaning the same object across snapshots.
+//! Two ways to get one, mixable:
+//! - explicit: `stats_slot: Some(n)` in the spec (the control plane's own
+//!   allocator). Used as is; two objects may share a slot on purpose (e.g.
+//!   one global backend in several services).
+//! - automatic: `None`. The builder first carries over the slot the same
+//!   object had in the `reuse_from` snapshot (frontend: same address, port,
+//!   protocol and service name; backend: same service name, address, port)
+//!   unless an explicit slot took it, then gives the lowest free slot.
+//!   Slots of objects that disappeared become free and are reused, so the
+//!   control plane should read a slot's counters before the object's removal
+//!   is published, or allocate slots itself.
+//!
+//! Frontend and backend slots are separate spaces; both stay below
+//! [`MAX_STATS_SLOT`] + 1 so a counter array cannot be forced to gigabytes.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+use hashbrown::hash_map::Entry;
+use hashbrown::HashMap;
+
+use super::net::{check_ports, check_snat, Routes};
+use super::slots::{assign_backend_slots, assign_frontend_slots};
+use super::{
+    v4_key, v6_key, Backend, BackendSpec, BackendState, BuildError, Cidr, ForwardMode, Frontend,
+    FrontendSpec, OwnerKind, PortConfig, Service, ServiceId, ServiceSpec, SessionAffinity, Snapshot,
+    TrafficPolicy, V6Key,
+};
+use crate::flow::Proto;
+use crate::local::LocalAddrs;
+use crate::maglev::{ring_size_for, MaglevBackend, MaglevRing, DEFAULT_RING_SIZE, MAX_BACKENDS};
+use crate::wire::ethernet::MacAddr;
+
+/// The largest backend weight. Weights are relative; 65,535 levels are
+/// plenty (Cilium and IPVS use 16 bits too), and the cap bounds the Maglev
+/// build cost of very skewed weights.
+pub const MAX_WEIGHT: u32 = u16::MAX as u32;
+
+/// The largest `stats_slot`: counter arrays stay below 16 M entries.
+pub const MAX_STATS_SLOT: u32 = (1 << 24) - 1;
+
+/// Port ids must be below this (DPDK's `RTE_MAX_ETHPORTS` is far lower).
+pub const MAX_PORTS: u16 = 256;
+
+/// Internal marker for "no slot yet"; explicit slots are ≤ MAX_STATS_SLOT.
+pub(super) const UNASSIGNED: u32 = u32::MAX;
+
+#[derive(Debug)]
+struct ServiceDraft {
+    name: Box<str>,
+    mode: ForwardMode,
+    traffic_policy: TrafficPolicy,
+    affinity: SessionAffinity,
+    source_ranges: Box<[Cidr]>,
+    /// `stats_slot == UNASSIGNED` until `build`.
+    backends: Vec<Backend>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct InterfaceSpec {
+    pub(super) port: u16,
+    pub(super) mac: [u8; 6],
+    pub(super) cidr: Cidr,
+    pub(super) gateway: Option<IpAddr>,
+}
+
+/// Builds a [`Snapshot`]; see the module doc for sharing and slots.
+///
+/// The lifetime is that of the `reuse_from` snapshot, which the builder
+/// reads during `build` instead of copying.
+#[derive(Debug)]
+pub struct SnapshotBuilder<'p> {
+    revision: u64,
+    local_node: Option<Box<str>>,
+    max_ring_size: u32,
+    prev: Option<&'p Snapshot>,
+    interfaces: Vec<InterfaceSpec>,
+    snat: Vec<IpAddr>,
+    neighbors: Vec<(IpAddr, [u8; 6])>,
+    services: Vec<ServiceDraft>,
+    names: HashMap<Box<str>, ServiceId>,
+    /// `stats_slot == UNASSIGNED` until `build`.
+    frontends_v4: HashMap<u64, Frontend>,
+    frontends_v6: HashMap<V6Key, Frontend>,
+    /// Insertion order, so automatic slots do not depend on hash order.
+    frontend_order: Vec<(IpAddr, u16, Proto)>,
+}
+
+impl<'p> SnapshotBuilder<'p> {
+    /// An empty builder for `revision`.
+    pub fn new(revision: u64) -> SnapshotBuilder<'p> {
+        SnapshotBuilder {
+            revision,
+            local_node: None,
+            max_ring_size: DEFAULT_RING_SIZE,
+            prev: None,
+            interfaces: Vec::new(),
+            snat: Vec::new(),
+            neighbors: Vec::new(),
+            services: Vec::new(),
+            names: HashMap::new(),
+            frontends_v4: HashMap::new(),
+            frontends_v6: HashMap::new(),
+            frontend_order: Vec::new(),
+        }
+    }
+
+    /// This node's name, for [`TrafficPolicy::Local`].
+    pub fn local_node(&mut self, name: impl Into<String>) -> &mut Self {
+        self.local_node = Some(name.into().into_boxed_str());
+        self
+    }
+
+    /// The largest ring; per service the size is
+    /// `ring_size_for(eligible backends, max)`. Default [`DEFAULT_RING_SIZE`].
+    pub fn max_ring_size(&mut self, max: u32) -> &mut Self {
+        self.max_ring_size = max;
+        self
+    }
+
+    /// Share unchanged rings with, and carry counter slots over from, `prev`.
+    pub fn reuse_from(&mut self, prev: &'p Snapshot) -> &mut Self {
+        self.prev = Some(prev);
+        self
+    }
+
+    /// Adds `cidr` (interface address and connected prefix) to DPDK port
+    /// `port` with MAC `mac` and an optional gateway. Call once per prefix;
+    /// every call for a port must give the same MAC, and at most one
+    /// gateway per family. Checked by `build`.
+    pub fn interface(&mut self, port: u16, mac: [u8; 6], cidr: Cidr, gateway: Option<IpAddr>) -> &mut Self {
+        self.interfaces.push(InterfaceSpec {
+            port,
+            mac,
+            cidr,
+            gateway,
+        });
+        self
+    }
+
+    /// Adds an SNAT address (duplicates are merged). Checked by `build`.
+    pub fn snat_address(&mut self, ip: IpAddr) -> &mut Self {
+        self.snat.push(ip);
+        self
+    }
+
+    /// Adds a static neighbor; its port is the one whose prefix holds `ip`
+    /// (longest match). Checked by `build`.
+    pub fn neighbor(&mut self, ip: IpAddr, mac: [u8; 6]) -> &mut Self {
+        self.neighbors.push((ip, mac));
+        self
+    }
+
+    /// Adds a service and returns its id for `frontend` and `backend`.
+    pub fn service(&mut self, spec: ServiceSpec) -> Result<ServiceId, BuildError> {
+        if let Err(reason) = check_service_name(&spec.name) {
+            return Err(BuildError::ServiceName {
+                name: spec.name,
+                reason,
+            });
+        }
+        if self.names.contains_key(spec.name.as_str()) {
+            return Err(BuildError::DuplicateService { name: spec.name });
+        }
+        let id = ServiceId(
+            u32::try_from(self.services.len()).map_err(|_| BuildError::ServiceName {
+                name: spec.name.clone(),
+                reason: "too many services",
+            })?,
+        );
+        let name = spec.name.into_boxed_str();
+        self.names.insert(name.clone(), id);
+        self.services.push(ServiceDraft {
+            name,
+            mode: spec.mode,
+            traffic_policy: spec.traffic_policy,
+            affinity: spec.affinity,
+            source_ranges: spec.source_ranges.into_boxed_slice(),
+            backends: Vec::new(),
+        });
+        Ok(id)
+    }
+
+    /// Adds a frontend to service `service`.
+    pub fn frontend(&mut self, service: ServiceId, spec: FrontendSpec) -> Result<(), BuildError> {
+        let draft = self
+            .services
+            .get(service.index())
+            .ok_or(BuildError::UnknownService { id: service.0 })?;
+        let FrontendSpec {
+            addr,
+            port,
+            proto,
+            kind,
+            stats_slot,
+        } = spec;
+        let svc = || draft.name.to_string();
+        if !matches!(proto, Proto::Tcp | Proto::Udp) {
+            return Err(BuildError::UnsupportedProtocol {
+                service: svc(),
+                frontend: frontend_name(addr, port, proto),
+            });
+        }
+        if port == 0 {
+            return Err(BuildError::FrontendPortZero {
+                service: svc(),
+                addr,
+                proto: proto_name(proto),
+            });
+        }
+        if !is_unicast(addr) {
+            return Err(BuildError::FrontendAddress {
+                service: svc(),
+                frontend: frontend_name(addr, port, proto),
+            });
+        }
+        if !draft.source_ranges.is_empty() && !draft.source_ranges.iter().any(|c| c.is_v4() == addr.is_ipv4())
+        {
+            return Err(BuildError::SourceRangeFamily {
+                service: svc(),
+                frontend: frontend_name(addr, port, proto),
+                family: family_name(addr),
+            });
+        }
+        let slot = match stats_slot {
+            Some(s) if s > MAX_STATS_SLOT => {
+                return Err(BuildError::StatsSlotTooLarge {
+                    object: format!(
+                        "service {} frontend {}",
+                        draft.name,
+                        frontend_name(addr, port, proto)
+                    ),
+                    slot: s,
+                    max: MAX_STATS_SLOT,
+                })
+            }
+            Some(s) => s,
+            None => UNASSIGNED,
+        };
+        let fe = Frontend {
+            addr,
+            port,
+            proto,
+            kind,
+            service,
+            stats_slot: slot,
+        };
+        let existing = match addr {
+            IpAddr::V4(a) => match self.frontends_v4.entry(v4_key(a, port, proto)) {
+                Entry::Occupied(o) => Some(o.get().service),
+                Entry::Vacant(v) => {
+                    v.insert(fe);
+                    None
+                }
+            },
+            IpAddr::V6(a) => match self.frontends_v6.entry(v6_key(a, port, proto)) {
+                Entry::Occupied(o) => Some(o.get().service),
+                Entry::Vacant(v) => {
+                    v.insert(fe);
+                    None
+                }
+            },
+        };
+        if let Some(first) = existing {
+            let first = self.services.get(first.index()).map_or("?", |d| &d.name);
+            return Err(BuildError::DuplicateFrontend {
+                frontend: frontend_name(addr, port, proto),
+                first: first.to_string(),
+                second: svc(),
+            });
+        }
+        self.frontend_order.push((addr, port, proto));
+        Ok(())
+    }
+
+    /// Adds a backend to service `service`. Duplicates are reported by
+    /// `build` (checking here would cost a hash insert per backend).
+    pub fn backend(&mut self, service: ServiceId, spec: BackendSpec) -> Result<(), BuildError> {
+        let draft = self
+            .services
+            .get_mut(service.index())
+            .ok_or(BuildError::UnknownService { id: service.0 })?;
+        let svc = || draft.name.to_string();
+        let BackendSpec {
+            addr,
+            port,
+            weight,
+            state,
+            node,
+            zone,
+            stats_slot,
+        } = spec;
+        if port == 0 {
+            return Err(BuildError::BackendPortZero { service: svc(), addr });
+        }
+        if !is_unicast(addr) {
+            return Err(BuildError::BackendAddress {
+                service: svc(),
+                addr,
+                port,
+            });
+        }
+        if weight > MAX_WEIGHT {
+            return Err(BuildError::BackendWeight {
+                service: svc(),
+                addr,
+                port,
+                weight,
+                max: MAX_WEIGHT,
+            });
+        }
+        if draft.backends.len() >= MAX_BACKENDS {
+            return Err(BuildError::TooManyBackends {
+                service: svc(),
+                max: MAX_BACKENDS,
+            });
+        }
+        let stats_slot = match stats_slot {
+            Some(s) if s > MAX_STATS_SLOT => {
+                return Err(BuildError::StatsSlotTooLarge {
+                    object: format!("service {} backend {}", draft.name, endpoint_name(addr, port)),
+                    slot: s,
+                    max: MAX_STATS_SLOT,
+                })
+            }
+            Some(s) => s,
+            None => UNASSIGNED,
+        };
+        draft.backends.push(Backend {
+            addr,
+            port,
+            weight,
+            state,
+            node: node.map(String::into_boxed_str),
+            zone: zone.map(String::into_boxed_str),
+            stats_slot,
+        });
+        Ok(())
+    }
+
+    /// Validates everything and builds the snapshot.
+    pub fn build(self) -> Result<Snapshot, BuildError> {
+        let SnapshotBuilder {
+            revision,
+            local_node,
+            max_ring_size,
+            prev,
+            interfaces,
+            snat,
+            neighbors,
+            services: drafts,
+            names,
+            mut frontends_v4,
+            mut frontends_v6,
+            frontend_order,
+        } = self;
+
+        let ports = check_ports(&interfaces)?;
+        let (snat_v4, snat_v6) = check_snat(&snat)?;
+
+        let mut services = Vec::with_capacity(drafts.len());
+        let mut rings = RingCache::default();
+        for d in drafts {
+            let prev_svc = prev.and_then(|p| p.get_service(p.service_by_name(&d.name)?));
+            services.push(build_service(
+                d,
+                prev_svc,
+                local_node.as_deref(),
+                max_ring_size,
+                &mut rings,
+            )?);
+        }
+
+        let frontend_slots = assign_frontend_slots(
+            &frontend_order,
+            &mut frontends_v4,
+            &mut frontends_v6,
+            &services,
+            prev,
+        );
+        let backend_slots = assign_backend_slots(&mut services, prev);
+
+        // Owned addresses: interfaces, then VIPs, then SNAT (which must not
+        // be a VIP), plus the full-NAT check that needs both.
+        let mut owned_v4: HashMap<u32, OwnerKind> = HashMap::new();
+        let mut owned_v6: HashMap<u128, OwnerKind> = HashMap::new();
+        let mut own = |ip: IpAddr, kind: OwnerKind| match ip {
+            IpAddr::V4(a) => {
+                let k = owned_v4.entry(u32::from(a)).or_default();
+                let before = *k;
+                *k = k.union(kind);
+                before
+            }
+            IpAddr::V6(a) => {
+                let k = owned_v6.entry(u128::from(a)).or_default();
+                let before = *k;
+                *k = k.union(kind);
+                before
+            }
+        };
+        for i in &interfaces {
+            own(i.cidr.addr(), OwnerKind::INTERFACE);
+        }
+        for f in frontends_v4.values().chain(frontends_v6.values()) {
+            own(f.addr, OwnerKind::VIP);
+            let s = &services[f.service.index()];
+            let has_snat = if f.addr.is_ipv4() {
+                !snat_v4.is_empty()
+            } else {
+                !snat_v6.is_empty()
+            };
+            if s.mode == ForwardMode::FullNat && !has_snat {
+                return Err(BuildError::NoSnatAddress {
+                    service: s.name.to_string(),
+                    frontend: frontend_name(f.addr, f.port, f.proto),
+                    family: family_name(f.addr),
+                });
+            }
+        }
+        let snat_all = snat_v4
+            .iter()
+            .map(|&a| IpAddr::V4(a))
+            .chain(snat_v6.iter().map(|&a| IpAddr::V6(a)));
+        for addr in snat_all {
+            if own(addr, OwnerKind::SNAT).contains(OwnerKind::VIP) {
+                return Err(BuildError::SnatIsVip { addr });
+            }
+        }
+
+        let routes = Routes::new(&ports, &neighbors)?;
+
+        // Each port answers for its own interface addresses, every VIP and
+        // every SNAT address.
+        let shared: Vec<IpAddr> = owned_v4
+            .iter()
+            .filter(|(_, k)| !(**k == OwnerKind::INTERFACE))
+            .map(|(&a, _)| IpAddr::V4(Ipv4Addr::from(a)))
+            .chain(
+                owned_v6
+                    .iter()
+                    .filter(|(_, k)| !(**k == OwnerKind::INTERFACE))
+                    .map(|(&a, _)| IpAddr::V6(Ipv6Addr::from(a))),
+            )
+            .collect();
+        let mut port_configs = Vec::with_capacity(ports.len());
+        for (id, p) in ports.into_iter().enumerate() {
+            let Some(p) = p else {
+                port_configs.push(None);
+                continue;
+            };
+            let port = id as u16; // id < MAX_PORTS
+            let own_addrs = p.cidrs.iter().map(Cidr::addr);
+            let local = LocalAddrs::new(MacAddr(p.mac), own_addrs.chain(shared.iter().copied()))
+                .map_err(|source| BuildError::LocalAddrs { port, source })?;
+            port_configs.push(Some(PortConfig {
+                mac: p.mac,
+                cidrs: p.cidrs.into_boxed_slice(),
+                gateway_v4: p.gateway_v4,
+                gateway_v6: p.gateway_v6,
+                local,
+            }));
+        }
+
+        Ok(Snapshot {
+            revision,
+            local_node,
+            services: services.into_boxed_slice(),
+            service_names: names,
+            frontends_v4,
+            frontends_v6,
+            owned_v4,
+            owned_v6,
+            snat_v4: snat_v4.into_boxed_slice(),
+            snat_v6: snat_v6.into_boxed_slice(),
+            ports: port_configs.into_boxed_slice(),
+            connected_v4: routes.connected_v4.into_boxed_slice(),
+            connected_v6: routes.connected_v6.into_boxed_slice(),
+            neighbors_v4: routes.neighbors_v4,
+            neighbors_v6: routes.neighbors_v6,
+            default_v4: routes.default_v4,
+            default_v6: routes.default_v6,
+            frontend_slots,
+            backend_slots,
+        })
+    }
+}
+
+/// One rebuild-wide shared empty ring (services with no eligible backend).
+#[derive(Debug, Default)]
+struct RingCache {
+    empty: Option<Arc<MaglevRing>>,
+    /// Scratch for the eligible backends of one service.
+    members: Vec<MaglevBackend>,
+}
+
+/// Turns a draft into a service: duplicate check, address index, eligible
+/// set, ring (shared with `prev` when unchanged).
+fn build_service(
+    d: ServiceDraft,
+    prev: Option<&Service>,
+    local_node: Option<&str>,
+    max_ring_size: u32,
+    rings: &mut RingCache,
+) -> Result<Service, BuildError> {
+    let key = |i: &u32| {
+        let b = &d.backends[*i as usize];
+        (b.addr, b.port)
+    };
+    // len ≤ MAX_BACKENDS, checked in `backend`.
+    let mut by_addr: Vec<u32> = (0..d.backends.len() as u32).collect();
+    by_addr.sort_unstable_by_key(key);
+    if let Some(w) = by_addr.windows(2).find(|w| key(&w[0]) == key(&w[1])) {
+        let (addr, port) = key(&w[0]);
+        return Err(BuildError::DuplicateBackend {
+            service: d.name.to_string(),
+            addr,
+            port,
+        });
+    }
+    let eligible = |b: &Backend| {
+        b.state == BackendState::Active
+            && b.weight > 0
+            && match d.traffic_policy {
+                TrafficPolicy::Cluster => true,
+                TrafficPolicy::Local => local_node.is_some() && b.node.as_deref() == local_node,
+            }
+    };
+    let ring_map: Box<[u32]> = by_addr
+        .iter()
+        .copied()
+        .filter(|&i| eligible(&d.backends[i as usize]))
+        .collect();
+    rings.members.clear();
+    rings.members.extend(ring_map.iter().map(|&i| {
+        let b = &d.backends[i as usize];
+        MaglevBackend::new(b.addr, b.port, b.weight)
+    }));
+    let size = ring_size_for(ring_map.len(), max_ring_size);
+    let same_as_prev = |p: &Service| {
+        p.ring.size() == size
+            && p.ring_map.len() == rings.members.len()
+            && p.ring_map.iter().zip(&rings.members).all(|(&i, m)| {
+                p.backends
+                    .get(i as usize)
+                    .is_some_and(|b| (b.addr, b.port, b.weight) == (m.addr, m.port, m.weight))
+            })
+    };
+    let maglev_err = |source| BuildError::Maglev {
+        service: d.name.to_string(),
+        source,
+    };
+    let ring = match prev {
+        Some(p) if same_as_prev(p) => Arc::clone(&p.ring),
+        _ if rings.members.is_empty() => match &rings.empty {
+            Some(r) if r.size() == size => Arc::clone(r),
+            _ => {
+                let r = Arc::new(MaglevRing::empty(size).map_err(maglev_err)?);
+                rings.empty = Some(Arc::clone(&r));
+                r
+            }
+        },
+        _ => Arc::new(MaglevRing::build(&rings.members, size).map_err(maglev_err)?),
+    };
+    Ok(Service {
+        name: d.name,
+        mode: d.mode,
+        traffic_policy: d.traffic_policy,
+        affinity: d.affinity,
+        source_ranges: d.source_ranges,
+        backends: d.backends.into_boxed_slice(),
+        by_addr: by_addr.into_boxed_slice(),
+        ring_map,
+        ring,
+    })
+}
+
+/// `namespace/name`, both DNS-1123 labels.
+fn check_service_name(name: &str) -> Result<(), &'static str> {
+    let (ns, n) = name.split_once('/').ok_or("must be namespace/name")?;
+    for (part, what) in [(ns, "namespace"), (n, "name")] {
+        let b = part.as_bytes();
+        if b.is_empty() || b.len() > 63 {
+            return Err(if what == "namespace" {
+                "namespace must be 1 to 63 characters"
+            } else {
+                "name must be 1 to 63 characters"
+            });
+        }
+        let ok = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+        if !b.iter().all(|c| ok(c) || *c == b'-') || !ok(&b[0]) || !ok(&b[b.len() - 1]) {
+            return Err(
+                "namespace and name must be lowercase letters, digits and '-', starting and ending alphanumeric",
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Whether `ip` can be owned or be a unicast destination.
+pub(super) fn is_unicast(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => !(a.is_unspecified() || a.is_multicast() || a.is_broadcast()),
+        IpAddr::V6(a) => !(a.is_unspecified() || a.is_multicast()),
+    }
+}
+
+pub(super) fn is_unicast_mac(mac: [u8; 6]) -> bool {
+    mac[0] & 1 == 0 && mac != [0; 6]
+}
+
+fn family_name(ip: IpAddr) -> &'static str {
+    if ip.is_ipv4() {
+        "IPv4"
+    } else {
+        "IPv6"
+    }
+}
+
+pub(crate) fn proto_name(p: Proto) -> &'static str {
+    match p {
+        Proto::Tcp => "tcp",
+        Proto::Udp => "udp",
+        Proto::Icmp => "icmp",
+        Proto::Icmpv6 => "icmpv6",
+    }
+}
+
+fn endpoint_name(addr: IpAddr, port: u16) -> String {
+    match addr {
+        IpAddr::V4(a) => format!("{a}:{port}"),
+        IpAddr::V6(a) => format!("[{a}]:{port}"),
+    }
+}
+
+fn frontend_name(addr: IpAddr, port: u16, proto: Proto) -> String {
+    format!("{}/{}", endpoint_name(addr, port), proto_name(proto))
+}

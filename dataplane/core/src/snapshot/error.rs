@@ -1,0 +1,269 @@
+//! [`BuildError`]: why a snapshot could not be built. Every message names
+//! the object (service, frontend, backend, port, address) and the field, so
+//! the control plane can hand it to the operator as is.
+
+use std::net::IpAddr;
+
+use crate::local::LocalAddrsError;
+use crate::maglev::MaglevError;
+
+/// Why [`SnapshotBuilder`](super::SnapshotBuilder) refused its input.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    /// The service name is not `namespace/name` with two DNS labels.
+    #[error("service {name:?}: field name: {reason}")]
+    ServiceName {
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// Two services share a name.
+    #[error("service {name}: field name: duplicate service name")]
+    DuplicateService {
+        /// The shared name.
+        name: String,
+    },
+    /// A `ServiceId` that this builder did not issue.
+    #[error("service id {id} was not issued by this builder")]
+    UnknownService {
+        /// The id's index.
+        id: u32,
+    },
+    /// A frontend (address, port, protocol) is claimed twice.
+    #[error("frontend {frontend}: claimed by service {first} and by service {second}")]
+    DuplicateFrontend {
+        /// `addr:port/proto`.
+        frontend: String,
+        /// The service that claimed it first.
+        first: String,
+        /// The service that claimed it again (may equal `first`).
+        second: String,
+    },
+    /// A frontend with port 0.
+    #[error("service {service} frontend {addr}/{proto}: field port: must not be 0")]
+    FrontendPortZero {
+        /// Owning service.
+        service: String,
+        /// Frontend address.
+        addr: IpAddr,
+        /// Frontend protocol.
+        proto: &'static str,
+    },
+    /// A frontend with a protocol other than TCP or UDP.
+    #[error("service {service} frontend {frontend}: field proto: only tcp and udp can be load balanced")]
+    UnsupportedProtocol {
+        /// Owning service.
+        service: String,
+        /// `addr:port/proto`.
+        frontend: String,
+    },
+    /// A frontend address nobody can own (unspecified, multicast, broadcast).
+    #[error("service {service} frontend {frontend}: field addr: unspecified, multicast or broadcast")]
+    FrontendAddress {
+        /// Owning service.
+        service: String,
+        /// `addr:port/proto`.
+        frontend: String,
+    },
+    /// The service has source ranges, none of the frontend's family: the
+    /// frontend would refuse every client, which is never what was meant.
+    #[error(
+        "service {service} frontend {frontend}: field source_ranges: no {family} range, \
+         so every client would be denied"
+    )]
+    SourceRangeFamily {
+        /// Owning service.
+        service: String,
+        /// `addr:port/proto`.
+        frontend: String,
+        /// "IPv4" or "IPv6".
+        family: &'static str,
+    },
+    /// A full-NAT frontend with no SNAT address of its family.
+    #[error("service {service} frontend {frontend}: field mode: full-NAT needs an {family} SNAT address")]
+    NoSnatAddress {
+        /// Owning service.
+        service: String,
+        /// `addr:port/proto`.
+        frontend: String,
+        /// "IPv4" or "IPv6".
+        family: &'static str,
+    },
+    /// A backend with port 0.
+    #[error("service {service} backend {addr}: field port: must not be 0")]
+    BackendPortZero {
+        /// Owning service.
+        service: String,
+        /// Backend address.
+        addr: IpAddr,
+    },
+    /// A backend address that cannot receive unicast traffic.
+    #[error("service {service} backend {addr}:{port}: field addr: unspecified, multicast or broadcast")]
+    BackendAddress {
+        /// Owning service.
+        service: String,
+        /// Backend address.
+        addr: IpAddr,
+        /// Backend port.
+        port: u16,
+    },
+    /// A backend weight above [`MAX_WEIGHT`](super::MAX_WEIGHT).
+    #[error("service {service} backend {addr}:{port}: field weight: {weight} exceeds {max}")]
+    BackendWeight {
+        /// Owning service.
+        service: String,
+        /// Backend address.
+        addr: IpAddr,
+        /// Backend port.
+        port: u16,
+        /// The weight given.
+        weight: u32,
+        /// The maximum.
+        max: u32,
+    },
+    /// The same backend address and port twice in one service.
+    #[error("service {service} backend {addr}:{port}: duplicate backend")]
+    DuplicateBackend {
+        /// Owning service.
+        service: String,
+        /// Backend address.
+        addr: IpAddr,
+        /// Backend port.
+        port: u16,
+    },
+    /// More backends in one service than a ring can index.
+    #[error("service {service}: field backends: more than {max} backends")]
+    TooManyBackends {
+        /// The service.
+        service: String,
+        /// The limit ([`MAX_BACKENDS`](crate::maglev::MAX_BACKENDS)).
+        max: usize,
+    },
+    /// The service's ring could not be built.
+    #[error("service {service}: Maglev ring: {source}")]
+    Maglev {
+        /// The service.
+        service: String,
+        /// The ring error.
+        source: MaglevError,
+    },
+    /// A `stats_slot` above [`MAX_STATS_SLOT`](super::MAX_STATS_SLOT).
+    #[error("{object}: field stats_slot: {slot} exceeds {max}")]
+    StatsSlotTooLarge {
+        /// The frontend or backend, named.
+        object: String,
+        /// The slot given.
+        slot: u32,
+        /// The maximum.
+        max: u32,
+    },
+    /// An SNAT address that is also a frontend address: replies to SNAT
+    /// ports and new connections to the VIP could not be told apart.
+    #[error("snat address {addr}: also a frontend address")]
+    SnatIsVip {
+        /// The address.
+        addr: IpAddr,
+    },
+    /// An SNAT address that cannot be a unicast source.
+    #[error("snat address {addr}: unspecified, multicast or broadcast")]
+    SnatAddress {
+        /// The address.
+        addr: IpAddr,
+    },
+    /// More SNAT addresses of one family than a worker's port pool holds.
+    #[error("snat addresses: {count} {family} addresses exceed {max}")]
+    TooManySnatAddresses {
+        /// "IPv4" or "IPv6".
+        family: &'static str,
+        /// How many were given.
+        count: usize,
+        /// The limit ([`SnatPorts::MAX_ADDRESSES`](crate::flow::SnatPorts::MAX_ADDRESSES)).
+        max: usize,
+    },
+    /// A port id at or above [`MAX_PORTS`](super::MAX_PORTS).
+    #[error("port {port}: id exceeds the maximum {max}")]
+    PortOutOfRange {
+        /// The port id.
+        port: u16,
+        /// The limit.
+        max: u16,
+    },
+    /// A port MAC that is multicast, broadcast or zero.
+    #[error("port {port}: field mac: {mac} is not a unicast MAC")]
+    InterfaceMac {
+        /// The port id.
+        port: u16,
+        /// The MAC, as text.
+        mac: String,
+    },
+    /// Two interfaces of one port with different MACs.
+    #[error("port {port}: field mac: {first} and {second} given for the same port")]
+    InterfaceMacConflict {
+        /// The port id.
+        port: u16,
+        /// The first MAC.
+        first: String,
+        /// The other MAC.
+        second: String,
+    },
+    /// An interface address that cannot be owned.
+    #[error("port {port}: field cidr: {addr} is unspecified, multicast or broadcast")]
+    InterfaceAddress {
+        /// The port id.
+        port: u16,
+        /// The address.
+        addr: IpAddr,
+    },
+    /// A gateway outside the port's prefixes of its family.
+    #[error("port {port}: field gateway: {gateway} is not in any of the port's prefixes")]
+    GatewayNotConnected {
+        /// The port id.
+        port: u16,
+        /// The gateway.
+        gateway: IpAddr,
+    },
+    /// Two different gateways of one family on one port.
+    #[error("port {port}: field gateway: {first} and {second} given for the same family")]
+    GatewayConflict {
+        /// The port id.
+        port: u16,
+        /// The first gateway.
+        first: IpAddr,
+        /// The other gateway.
+        second: IpAddr,
+    },
+    /// A neighbor outside every connected prefix.
+    #[error("neighbor {addr}: field addr: not in any port's prefix")]
+    NeighborNotConnected {
+        /// The address.
+        addr: IpAddr,
+    },
+    /// A neighbor given twice with different MACs.
+    #[error("neighbor {addr}: field mac: {first} and {second} given")]
+    NeighborConflict {
+        /// The address.
+        addr: IpAddr,
+        /// The first MAC.
+        first: String,
+        /// The other MAC.
+        second: String,
+    },
+    /// A neighbor MAC that is multicast, broadcast or zero.
+    #[error("neighbor {addr}: field mac: {mac} is not a unicast MAC")]
+    NeighborMac {
+        /// The address.
+        addr: IpAddr,
+        /// The MAC, as text.
+        mac: String,
+    },
+    /// The port's local address set was refused (should not happen after
+    /// the checks above; kept so no input can panic the builder).
+    #[error("port {port}: local addresses: {source}")]
+    LocalAddrs {
+        /// The port id.
+        port: u16,
+        /// The error.
+        source: LocalAddrsError,
+    },
+}

@@ -1,0 +1,588 @@
+//! The [`Snapshot`]: the immutable lookup state every worker reads.
+//!
+//! The control thread builds a snapshot with [`SnapshotBuilder`] and
+//! publishes it through one `ArcSwap<Snapshot>`; a worker loads it once per
+//! burst and calls only `&self` lookups that are O(1) (or a scan of a few
+//! interface prefixes), never allocate and never panic:
+//! [`Snapshot::frontend`], [`Snapshot::lookup`], [`Service::pick`],
+//! [`Service::allows_source`], [`Snapshot::is_owned`],
+//! [`Snapshot::next_hop`].
+//!
+//! The model follows Cilium's services/frontends/backends: a [`Service`]
+//! owns its [`Backend`]s and Maglev ring; a [`Frontend`] (address, port,
+//! protocol) belongs to exactly one service.
+//!
+//! # Invariants (established by the builder)
+//!
+//! - Every [`Frontend::service`] indexes [`Snapshot::services`]; frontend
+//!   keys are unique; frontend protocols are TCP or UDP.
+//! - A service's ring holds exactly its *eligible* backends: `Active`,
+//!   weight > 0 and, under [`TrafficPolicy::Local`], on the local node.
+//!   Every backend, whatever its state, stays listed in
+//!   [`Service::backends`] so that established connections and counters can
+//!   still be attributed to it.
+//! - `stats_slot`s are stable for the same object across snapshots (see
+//!   [`SnapshotBuilder`]) and below [`Snapshot::frontend_slots`] /
+//!   [`Snapshot::backend_slots`], so per-worker counter arrays of that
+//!   length survive every swap.
+//! - No SNAT address is a VIP; every full-NAT frontend has an SNAT address
+//!   of its family.
+//!
+//! # Dropping
+//!
+//! A snapshot owns `Arc`s (rings shared with older and newer snapshots) and
+//! large tables. The control thread drops old snapshots: `arc-swap` keeps a
+//! replaced snapshot alive while workers still hold a guard, and the control
+//! thread must hold the last reference (e.g. keep the previous `Arc` until
+//! it is unique) so that a worker never frees a ring on the fast path.
+
+mod builder;
+mod cidr;
+mod error;
+mod net;
+mod slots;
+mod spec;
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_scale;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hashbrown::HashMap;
+
+pub use builder::{SnapshotBuilder, MAX_PORTS, MAX_STATS_SLOT, MAX_WEIGHT};
+pub use cidr::{Cidr, CidrError};
+pub use error::BuildError;
+pub use spec::{BackendSpec, FrontendSpec, ServiceSpec};
+
+use crate::flow::Proto;
+use crate::local::LocalAddrs;
+use crate::maglev::{client_hash, MaglevRing};
+
+/// A service's index in [`Snapshot::services`]. Valid only for the
+/// snapshot that issued it (ids are dense and may change between snapshots;
+/// match services across snapshots by name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServiceId(pub(crate) u32);
+
+impl ServiceId {
+    /// The index into [`Snapshot::services`].
+    #[inline]
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// How a service translates packets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ForwardMode {
+    /// Destination NAT only: the backend sees the client's address and must
+    /// route replies back through the balancer.
+    #[default]
+    Dnat,
+    /// Destination and source NAT: the backend sees an SNAT address, so
+    /// replies return to the balancer whatever the backend's routing.
+    FullNat,
+}
+
+/// Which backends take new connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum TrafficPolicy {
+    /// Every eligible backend, on any node.
+    #[default]
+    Cluster,
+    /// Only backends whose `node` equals the builder's
+    /// [`local_node`](SnapshotBuilder::local_node), as Kubernetes'
+    /// `externalTrafficPolicy: Local`. With no local node set, or no backend
+    /// on it, the ring is empty and new flows drop with `NoBackend`; this is
+    /// deliberately not a build error, so a node-name misconfiguration
+    /// cannot block every other service's update.
+    Local,
+}
+
+/// Session affinity of a service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum SessionAffinity {
+    /// Each flow is hashed on its 5-tuple.
+    #[default]
+    None,
+    /// All flows of a client address go to the same backend while the ring
+    /// is unchanged: the caller hashes with [`client_hash`] (see
+    /// [`Service::pick_hash`]). `timeout` is how long an idle client stays
+    /// pinned; it is carried for the pipeline's affinity/conntrack timers.
+    ClientIp {
+        /// Idle time after which the affinity may be forgotten.
+        timeout: Duration,
+    },
+}
+
+/// Where a frontend's address comes from (Kubernetes service types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FrontendKind {
+    /// A cluster-internal virtual IP.
+    ClusterIp,
+    /// A node address and node port.
+    NodePort,
+    /// A load-balancer ingress address.
+    LoadBalancer,
+    /// An operator-assigned external IP.
+    ExternalIp,
+}
+
+/// A backend's lifecycle state. Only `Active` takes new connections; all
+/// states keep serving established ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum BackendState {
+    /// Takes new connections.
+    #[default]
+    Active,
+    /// Shutting down (Kubernetes `terminating`): drain.
+    Terminating,
+    /// Failed health checks: no new connections until it recovers.
+    Quarantined,
+    /// Taken out by an operator.
+    Maintenance,
+}
+
+/// A service address: (address, port, protocol) belonging to one service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frontend {
+    /// The VIP.
+    pub addr: IpAddr,
+    /// The L4 port, never 0.
+    pub port: u16,
+    /// TCP or UDP.
+    pub proto: Proto,
+    /// Service type this address comes from.
+    pub kind: FrontendKind,
+    /// The owning service in this snapshot.
+    pub service: ServiceId,
+    /// Index into the per-worker frontend counters; stable across snapshots.
+    pub stats_slot: u32,
+}
+
+/// One backend of one service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backend {
+    /// Address new flows are translated to.
+    pub addr: IpAddr,
+    /// Port new flows are translated to, never 0.
+    pub port: u16,
+    /// Relative share of new flows, `0..=MAX_WEIGHT`; 0 = no new flows.
+    pub weight: u32,
+    /// Lifecycle state.
+    pub state: BackendState,
+    /// Node the backend runs on, for [`TrafficPolicy::Local`].
+    pub node: Option<Box<str>>,
+    /// Topology zone, informational.
+    pub zone: Option<Box<str>>,
+    /// Index into the per-worker backend counters; stable across snapshots.
+    pub stats_slot: u32,
+}
+
+/// A service: its policy, backends and Maglev ring.
+#[derive(Debug, Clone)]
+pub struct Service {
+    name: Box<str>,
+    mode: ForwardMode,
+    traffic_policy: TrafficPolicy,
+    affinity: SessionAffinity,
+    source_ranges: Box<[Cidr]>,
+    backends: Box<[Backend]>,
+    /// Indices into `backends` sorted by (addr, port): lookups by address.
+    by_addr: Box<[u32]>,
+    /// Ring index → index into `backends`. The ring is built from the
+    /// eligible backends in (addr, port) order, so the same eligible set
+    /// gives the same ring indices whatever else changed — which is what
+    /// lets a later snapshot share the ring.
+    ring_map: Box<[u32]>,
+    ring: Arc<MaglevRing>,
+}
+
+impl Service {
+    /// `namespace/name`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// DNAT or full-NAT.
+    #[inline]
+    pub fn mode(&self) -> ForwardMode {
+        self.mode
+    }
+
+    /// Cluster or node-local.
+    pub fn traffic_policy(&self) -> TrafficPolicy {
+        self.traffic_policy
+    }
+
+    /// Session affinity.
+    #[inline]
+    pub fn affinity(&self) -> SessionAffinity {
+        self.affinity
+    }
+
+    /// Allowed client prefixes; empty means every client.
+    pub fn source_ranges(&self) -> &[Cidr] {
+        &self.source_ranges
+    }
+
+    /// Every backend in the order given to the builder, any state.
+    pub fn backends(&self) -> &[Backend] {
+        &self.backends
+    }
+
+    /// The backend at `index` in [`backends`](Self::backends).
+    pub fn backend(&self, index: usize) -> Option<&Backend> {
+        self.backends.get(index)
+    }
+
+    /// The backend `addr:port`, any state. O(log n), no allocation.
+    pub fn find_backend(&self, addr: IpAddr, port: u16) -> Option<&Backend> {
+        let i = self
+            .by_addr
+            .binary_search_by(|&i| {
+                let b = &self.backends[i as usize];
+                (b.addr, b.port).cmp(&(addr, port))
+            })
+            .ok()?;
+        self.backends.get(self.by_addr[i] as usize)
+    }
+
+    /// The shared Maglev ring (eligible backends only).
+    pub fn ring(&self) -> &Arc<MaglevRing> {
+        &self.ring
+    }
+
+    /// How many backends are in the ring.
+    pub fn eligible_count(&self) -> usize {
+        self.ring_map.len()
+    }
+
+    /// The backend for a new flow: Maglev lookup of `hash`, `None` when no
+    /// backend is eligible (the pipeline drops with `NoBackend`). Pass the
+    /// flow hash, or for [`SessionAffinity::ClientIp`] the client hash; see
+    /// [`pick_hash`](Self::pick_hash). O(1), no allocation.
+    #[inline]
+    pub fn pick(&self, hash: u64) -> Option<&Backend> {
+        let i = self.ring.lookup(hash)?;
+        let b = *self.ring_map.get(i)?;
+        self.backends.get(b as usize)
+    }
+
+    /// The hash to [`pick`](Self::pick) with: `flow_hash` normally,
+    /// [`client_hash`]`(client)` under client-IP affinity.
+    #[inline]
+    pub fn pick_hash(&self, client: IpAddr, flow_hash: u64) -> u64 {
+        match self.affinity {
+            SessionAffinity::None => flow_hash,
+            SessionAffinity::ClientIp { .. } => client_hash(client),
+        }
+    }
+
+    /// Whether `client` may use this service: true when there are no source
+    /// ranges or one contains it. A linear scan: source range lists are short.
+    #[inline]
+    pub fn allows_source(&self, client: IpAddr) -> bool {
+        self.source_ranges.is_empty() || self.source_ranges.iter().any(|c| c.contains(client))
+    }
+}
+
+/// Why the balancer owns an address; several may hold at once (a NodePort
+/// VIP is also an interface address). A small bit set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct OwnerKind(u8);
+
+impl OwnerKind {
+    /// An interface (port) address.
+    pub const INTERFACE: OwnerKind = OwnerKind(1);
+    /// A frontend address.
+    pub const VIP: OwnerKind = OwnerKind(2);
+    /// An SNAT address.
+    pub const SNAT: OwnerKind = OwnerKind(4);
+
+    /// Whether every kind in `other` is in `self`.
+    #[inline]
+    pub const fn contains(self, other: OwnerKind) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The union of both sets.
+    #[inline]
+    pub const fn union(self, other: OwnerKind) -> OwnerKind {
+        OwnerKind(self.0 | other.0)
+    }
+}
+
+/// Where to send a packet: out of `port`, from `src_mac` to `dst_mac`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NextHop {
+    /// DPDK port id.
+    pub port: u16,
+    /// The port's MAC.
+    pub src_mac: [u8; 6],
+    /// The neighbor's (destination or gateway) MAC.
+    pub dst_mac: [u8; 6],
+}
+
+/// One DPDK port's layer-3 configuration.
+#[derive(Debug, Clone)]
+pub struct PortConfig {
+    mac: [u8; 6],
+    cidrs: Box<[Cidr]>,
+    gateway_v4: Option<Ipv4Addr>,
+    gateway_v6: Option<Ipv6Addr>,
+    local: LocalAddrs,
+}
+
+impl PortConfig {
+    /// The port's MAC.
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// Interface addresses with their connected prefixes.
+    pub fn cidrs(&self) -> &[Cidr] {
+        &self.cidrs
+    }
+
+    /// The IPv4 gateway, if any.
+    pub fn gateway_v4(&self) -> Option<Ipv4Addr> {
+        self.gateway_v4
+    }
+
+    /// The IPv6 gateway, if any.
+    pub fn gateway_v6(&self) -> Option<Ipv6Addr> {
+        self.gateway_v6
+    }
+
+    /// What the port answers ARP/ND/echo for: its own interface addresses,
+    /// every VIP and every SNAT address (not other ports' interface
+    /// addresses).
+    pub fn local_addrs(&self) -> &LocalAddrs {
+        &self.local
+    }
+}
+
+/// Frontend key for IPv6: fixed size, `Copy`, cheap to hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct V6Key(u128, u32);
+
+/// `addr << 24 | port << 8 | proto`: an IPv4 frontend in one `u64`.
+#[inline]
+pub(crate) fn v4_key(addr: Ipv4Addr, port: u16, proto: Proto) -> u64 {
+    (u64::from(u32::from(addr)) << 24) | (u64::from(port) << 8) | proto as u64
+}
+
+#[inline]
+pub(crate) fn v6_key(addr: Ipv6Addr, port: u16, proto: Proto) -> V6Key {
+    V6Key(u128::from(addr), (u32::from(port) << 8) | proto as u32)
+}
+
+/// A connected IPv4 prefix: (network, mask, port).
+type ConnectedV4 = (u32, u32, u16);
+/// A connected IPv6 prefix: (network, mask, port).
+type ConnectedV6 = (u128, u128, u16);
+
+/// The immutable lookup state of one revision. See the module doc.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    revision: u64,
+    local_node: Option<Box<str>>,
+    services: Box<[Service]>,
+    service_names: HashMap<Box<str>, ServiceId>,
+    frontends_v4: HashMap<u64, Frontend>,
+    frontends_v6: HashMap<V6Key, Frontend>,
+    owned_v4: HashMap<u32, OwnerKind>,
+    owned_v6: HashMap<u128, OwnerKind>,
+    snat_v4: Box<[Ipv4Addr]>,
+    snat_v6: Box<[Ipv6Addr]>,
+    ports: Box<[Option<PortConfig>]>,
+    /// Longest prefix first, so the first match is the best one.
+    connected_v4: Box<[ConnectedV4]>,
+    connected_v6: Box<[ConnectedV6]>,
+    neighbors_v4: HashMap<u32, NextHop>,
+    neighbors_v6: HashMap<u128, NextHop>,
+    default_v4: Option<NextHop>,
+    default_v6: Option<NextHop>,
+    frontend_slots: u32,
+    backend_slots: u32,
+}
+
+impl Snapshot {
+    /// A snapshot with nothing in it (revision 0): every packet misses.
+    /// What workers start with before the first build.
+    pub fn empty() -> Snapshot {
+        Snapshot::default()
+    }
+
+    /// The revision given to the builder.
+    #[inline]
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// The node name [`TrafficPolicy::Local`] compared against.
+    pub fn local_node(&self) -> Option<&str> {
+        self.local_node.as_deref()
+    }
+
+    /// The frontend for a destination, `None` if it is not a service
+    /// address. O(1), no allocation.
+    #[inline]
+    pub fn frontend(&self, addr: IpAddr, port: u16, proto: Proto) -> Option<&Frontend> {
+        match addr {
+            IpAddr::V4(a) => self.frontends_v4.get(&v4_key(a, port, proto)),
+            IpAddr::V6(a) => self.frontends_v6.get(&v6_key(a, port, proto)),
+        }
+    }
+
+    /// The frontend for a destination and its service. O(1), no allocation.
+    #[inline]
+    pub fn lookup(&self, addr: IpAddr, port: u16, proto: Proto) -> Option<(&Frontend, &Service)> {
+        let f = self.frontend(addr, port, proto)?;
+        Some((f, self.services.get(f.service.index())?))
+    }
+
+    /// The service `id`.
+    ///
+    /// # Panics
+    ///
+    /// If `id` did not come from this snapshot (a [`Frontend::service`] of
+    /// this snapshot never panics). See [`get_service`](Self::get_service).
+    #[inline]
+    pub fn service(&self, id: ServiceId) -> &Service {
+        &self.services[id.index()]
+    }
+
+    /// The service `id`, `None` if out of range.
+    #[inline]
+    pub fn get_service(&self, id: ServiceId) -> Option<&Service> {
+        self.services.get(id.index())
+    }
+
+    /// The service named `namespace/name`.
+    pub fn service_by_name(&self, name: &str) -> Option<ServiceId> {
+        self.service_names.get(name).copied()
+    }
+
+    /// All services; `ServiceId(i)` is index `i`.
+    pub fn services(&self) -> &[Service] {
+        &self.services
+    }
+
+    /// Iterates over all frontends, in no particular order.
+    pub fn frontends(&self) -> impl Iterator<Item = &Frontend> {
+        self.frontends_v4.values().chain(self.frontends_v6.values())
+    }
+
+    /// The number of frontends.
+    pub fn frontend_count(&self) -> usize {
+        self.frontends_v4.len() + self.frontends_v6.len()
+    }
+
+    /// Backend `addr:port` of service `id`, any state.
+    pub fn backend(&self, id: ServiceId, addr: IpAddr, port: u16) -> Option<&Backend> {
+        self.get_service(id)?.find_backend(addr, port)
+    }
+
+    /// Length a per-worker frontend counter array needs: every frontend
+    /// `stats_slot` is below it.
+    pub fn frontend_slots(&self) -> u32 {
+        self.frontend_slots
+    }
+
+    /// Length a per-worker backend counter array needs.
+    pub fn backend_slots(&self) -> u32 {
+        self.backend_slots
+    }
+
+    /// Whether the balancer owns `ip` (interface, VIP or SNAT address).
+    #[inline]
+    pub fn is_owned(&self, ip: IpAddr) -> bool {
+        self.owner_kind(ip).is_some()
+    }
+
+    /// Why the balancer owns `ip`, `None` if it does not. O(1).
+    #[inline]
+    pub fn owner_kind(&self, ip: IpAddr) -> Option<OwnerKind> {
+        match ip {
+            IpAddr::V4(a) => self.owned_v4.get(&u32::from(a)).copied(),
+            IpAddr::V6(a) => self.owned_v6.get(&u128::from(a)).copied(),
+        }
+    }
+
+    /// SNAT addresses, IPv4, in the order given (deduplicated).
+    pub fn snat_v4(&self) -> &[Ipv4Addr] {
+        &self.snat_v4
+    }
+
+    /// SNAT addresses, IPv6, in the order given (deduplicated).
+    pub fn snat_v6(&self) -> &[Ipv6Addr] {
+        &self.snat_v6
+    }
+
+    /// Port `id`'s configuration, `None` if it has no interface.
+    pub fn port(&self, id: u16) -> Option<&PortConfig> {
+        self.ports.get(usize::from(id))?.as_ref()
+    }
+
+    /// The number of port slots (highest configured port id + 1).
+    pub fn port_count(&self) -> usize {
+        self.ports.len()
+    }
+
+    /// Layer-2 next hop toward `dst`. A neighbor entry for `dst` wins; a
+    /// `dst` in a connected prefix with no entry has none (it is not sent
+    /// to the gateway); otherwise the default gateway of `dst`'s family,
+    /// if it has a neighbor entry. `None`: the caller drops with
+    /// `NoNeighbor`. O(1) plus a scan of the interface prefixes; no
+    /// allocation.
+    #[inline]
+    pub fn next_hop(&self, dst: IpAddr) -> Option<NextHop> {
+        match dst {
+            IpAddr::V4(a) => {
+                let a = u32::from(a);
+                if let Some(h) = self.neighbors_v4.get(&a) {
+                    return Some(*h);
+                }
+                if self.connected_v4.iter().any(|&(net, mask, _)| a & mask == net) {
+                    return None;
+                }
+                self.default_v4
+            }
+            IpAddr::V6(a) => {
+                let a = u128::from(a);
+                if let Some(h) = self.neighbors_v6.get(&a) {
+                    return Some(*h);
+                }
+                if self.connected_v6.iter().any(|&(net, mask, _)| a & mask == net) {
+                    return None;
+                }
+                self.default_v6
+            }
+        }
+    }
+
+    /// The port whose connected prefix (longest match) holds `ip`.
+    pub fn connected_port(&self, ip: IpAddr) -> Option<u16> {
+        connected_port(&self.connected_v4, &self.connected_v6, ip)
+    }
+}
+
+/// The port of the first (longest) prefix in the tables that holds `ip`.
+pub(crate) fn connected_port(v4: &[ConnectedV4], v6: &[ConnectedV6], ip: IpAddr) -> Option<u16> {
+    match ip {
+        IpAddr::V4(a) => {
+            let a = u32::from(a);
+            v4.iter().find(|c| a & c.1 == c.0).map(|c| c.2)
+        }
+        IpAddr::V6(a) => {
+            let a = u128::from(a);
+            v6.iter().find(|c| a & c.1 == c.0).map(|c| c.2)
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Build-time checks and tables for layer 3/2: ports (MAC, prefixes,
+//! gateways), SNAT addresses, connected prefixes, static neighbors and the
+//! default route per family. Invariants of the output: every port id is
+//! below `MAX_PORTS`, every MAC is unicast, every gateway lies in one of its
+//! port's prefixes, every neighbor lies in a connected prefix and resolves
+//! to the port of the longest such prefix.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use hashbrown::HashMap;
+
+use super::builder::{is_unicast, is_unicast_mac, InterfaceSpec, MAX_PORTS};
+use super::cidr::{mask_v4, mask_v6};
+use super::{connected_port, BuildError, Cidr, ConnectedV4, ConnectedV6, NextHop};
+use crate::flow::SnatPorts;
+use crate::wire::ethernet::MacAddr;
+
+#[derive(Debug, Default)]
+pub(super) struct PortDraft {
+    pub(super) mac: [u8; 6],
+    pub(super) cidrs: Vec<Cidr>,
+    pub(super) gateway_v4: Option<Ipv4Addr>,
+    pub(super) gateway_v6: Option<Ipv6Addr>,
+}
+
+/// Groups interfaces by port and checks MACs, addresses and gateways.
+pub(super) fn check_ports(interfaces: &[InterfaceSpec]) -> Result<Vec<Option<PortDraft>>, BuildError> {
+    let mut ports: Vec<Option<PortDraft>> = Vec::new();
+    for i in interfaces {
+        if i.port >= MAX_PORTS {
+            return Err(BuildError::PortOutOfRange {
+                port: i.port,
+                max: MAX_PORTS - 1,
+            });
+        }
+        if !is_unicast_mac(i.mac) {
+            return Err(BuildError::InterfaceMac {
+                port: i.port,
+                mac: MacAddr(i.mac).to_string(),
+            });
+        }
+        if !is_unicast(i.cidr.addr()) {
+            return Err(BuildError::InterfaceAddress {
+                port: i.port,
+                addr: i.cidr.addr(),
+            });
+        }
+        let idx = usize::from(i.port);
+        if ports.len() <= idx {
+            ports.resize_with(idx + 1, || None);
+        }
+        let p = ports[idx].get_or_insert_with(|| PortDraft {
+            mac: i.mac,
+            ..PortDraft::default()
+        });
+        if p.mac != i.mac {
+            return Err(BuildError::InterfaceMacConflict {
+                port: i.port,
+                first: MacAddr(p.mac).to_string(),
+                second: MacAddr(i.mac).to_string(),
+            });
+        }
+        if !p.cidrs.contains(&i.cidr) {
+            p.cidrs.push(i.cidr);
+        }
+        let conflict = |first: IpAddr, second: IpAddr| BuildError::GatewayConflict {
+            port: i.port,
+            first,
+            second,
+        };
+        match i.gateway {
+            Some(IpAddr::V4(g)) => match p.gateway_v4 {
+                Some(old) if old != g => return Err(conflict(old.into(), g.into())),
+                _ => p.gateway_v4 = Some(g),
+            },
+            Some(IpAddr::V6(g)) => match p.gateway_v6 {
+                Some(old) if old != g => return Err(conflict(old.into(), g.into())),
+                _ => p.gateway_v6 = Some(g),
+            },
+            None => {}
+        }
+    }
+    for (id, p) in ports.iter().enumerate() {
+        let Some(p) = p else { continue };
+        let gws = p
+            .gateway_v4
+            .map(IpAddr::V4)
+            .into_iter()
+            .chain(p.gateway_v6.map(IpAddr::V6));
+        for g in gws {
+            if !p.cidrs.iter().any(|c| c.contains(g)) {
+                return Err(BuildError::GatewayNotConnected {
+                    port: id as u16,
+                    gateway: g,
+                });
+            }
+        }
+    }
+    Ok(ports)
+}
+
+/// Validates and deduplicates SNAT addresses, keeping the given order.
+pub(super) fn check_snat(snat: &[IpAddr]) -> Result<(Vec<Ipv4Addr>, Vec<Ipv6Addr>), BuildError> {
+    let (mut v4, mut v6) = (Vec::new(), Vec::new());
+    for &addr in snat {
+        if !is_unicast(addr) {
+            return Err(BuildError::SnatAddress { addr });
+        }
+        match addr {
+            IpAddr::V4(a) if !v4.contains(&a) => v4.push(a),
+            IpAddr::V6(a) if !v6.contains(&a) => v6.push(a),
+            _ => {}
+        }
+        // Checked as we go so a huge list fails before the O(n²) dedup bites.
+        for (family, count) in [("IPv4", v4.len()), ("IPv6", v6.len())] {
+            if count > SnatPorts::MAX_ADDRESSES {
+                return Err(BuildError::TooManySnatAddresses {
+                    family,
+                    count,
+                    max: SnatPorts::MAX_ADDRESSES,
+                });
+            }
+        }
+    }
+    Ok((v4, v6))
+}
+
+/// Connected prefixes, neighbor next hops and default routes.
+#[derive(Debug, Default)]
+pub(super) struct Routes {
+    pub(super) connected_v4: Vec<ConnectedV4>,
+    pub(super) connected_v6: Vec<ConnectedV6>,
+    pub(super) neighbors_v4: HashMap<u32, NextHop>,
+    pub(super) neighbors_v6: HashMap<u128, NextHop>,
+    pub(super) default_v4: Option<NextHop>,
+    pub(super) default_v6: Option<NextHop>,
+}
+
+impl Routes {
+    pub(super) fn new(
+        ports: &[Option<PortDraft>],
+        neighbors: &[(IpAddr, [u8; 6])],
+    ) -> Result<Routes, BuildError> {
+        let mut r = Routes::default();
+        let (mut v4, mut v6) = (Vec::new(), Vec::new());
+        for (id, p) in ports.iter().enumerate() {
+            for c in p.iter().flat_map(|p| &p.cidrs) {
+                match c.addr() {
+                    IpAddr::V4(a) => v4.push((c.prefix(), id as u16, u32::from(a) & mask_v4(c.prefix()))),
+                    IpAddr::V6(a) => v6.push((c.prefix(), id as u16, u128::from(a) & mask_v6(c.prefix()))),
+                }
+            }
+        }
+        // Longest prefix first, then lowest port: the first match wins.
+        v4.sort_by_key(|&(len, port, _)| (std::cmp::Reverse(len), port));
+        v6.sort_by_key(|&(len, port, _)| (std::cmp::Reverse(len), port));
+        r.connected_v4 = v4
+            .into_iter()
+            .map(|(len, port, net)| (net, mask_v4(len), port))
+            .collect();
+        r.connected_v6 = v6
+            .into_iter()
+            .map(|(len, port, net)| (net, mask_v6(len), port))
+            .collect();
+
+        for &(addr, mac) in neighbors {
+            if !is_unicast_mac(mac) {
+                return Err(BuildError::NeighborMac {
+                    addr,
+                    mac: MacAddr(mac).to_string(),
+                });
+            }
+            let port = connected_port(&r.connected_v4, &r.connected_v6, addr)
+                .ok_or(BuildError::NeighborNotConnected { addr })?;
+            let src_mac = ports
+                .get(usize::from(port))
+                .and_then(Option::as_ref)
+                .map_or([0; 6], |p| p.mac);
+            let hop = NextHop {
+                port,
+                src_mac,
+                dst_mac: mac,
+            };
+            let old = match addr {
+                IpAddr::V4(a) => r.neighbors_v4.insert(u32::from(a), hop),
+                IpAddr::V6(a) => r.neighbors_v6.insert(u128::from(a), hop),
+            };
+            if let Some(old) = old.filter(|o| o.dst_mac != mac) {
+                return Err(BuildError::NeighborConflict {
+                    addr,
+                    first: MacAddr(old.dst_mac).to_string(),
+                    second: MacAddr(mac).to_string(),
+                });
+            }
+        }
+        // Default route per family: the lowest port with a gateway of that
+        // family; resolved only if the gateway has a neighbor entry.
+        let gw_v4 = ports.iter().flatten().find_map(|p| p.gateway_v4);
+        let gw_v6 = ports.iter().flatten().find_map(|p| p.gateway_v6);
+        r.default_v4 = gw_v4.and_then(|g| r.neighbors_v4.get(&u32::from(g)).copied());
+        r.default_v6 = gw_v6.and_then(|g| r.neighbors_v6.get(&u128::from(g)).copied());
+        Ok(r)
+    }
+}

@@ -1,0 +1,1 @@
+//! Scale test and builder property test.
