@@ -26,6 +26,7 @@ pub mod drop;
 pub mod flow;
 pub mod local;
 pub mod maglev;
+pub mod nat;
 pub mod snapshot;
 pub mod time;
 pub mod wire;

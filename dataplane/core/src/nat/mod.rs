@@ -1,0 +1,421 @@
+//! In-place NAT rewriting of parsed frames: addresses, ports (or the ICMP
+//! echo identifier), TTL, every checksum, the Ethernet addresses, and the
+//! translation of ICMP errors that quote a tracked flow ([`rewrite_icmp_error`]).
+//!
+//! Everything here is a pure function over a `&mut [u8]` frame and the
+//! [`Parsed`] that `wire::parse` produced for it. Invariants:
+//!
+//! - **No panic, whatever the input.** Every offset is bounds-checked against
+//!   the frame before the first byte is written; a `Parsed` that does not
+//!   belong to the frame gives an error or a garbled packet, never a panic.
+//! - **All or nothing.** On `Err` the frame is unchanged: every check (family,
+//!   bounds, protocol, TTL) runs before the first write.
+//! - **No allocation, no clock, no logging.**
+//! - The family never changes: an IPv4 packet gets an IPv4 [`Rewrite`] and an
+//!   IPv6 packet an IPv6 one; a mismatch is `Err(UnsupportedProtocol)`, as
+//!   is ARP and any ICMP message that is neither echo nor (for
+//!   [`rewrite_icmp_error`]) an error.
+//! - TTL / hop limit is decremented, and a packet that arrives with `ttl <= 1`
+//!   is `Err(TtlExceeded)`: a router must not forward it.
+//!
+//! # Checksums
+//!
+//! Checksums are updated incrementally (RFC 1624, [`ChecksumDelta`]): the
+//! address change goes into the IPv4 header checksum and, through the
+//! pseudo-header, into the TCP/UDP/ICMPv6 checksum; the port / identifier
+//! change only into the L4 checksum; the TTL change only into the IPv4 header
+//! checksum. ICMPv4 has no pseudo-header, so its checksum only sees the
+//! identifier. Incremental updates keep a bad checksum bad, for the receiver
+//! to catch, and cost the same for a 64-byte and a 9000-byte frame.
+//!
+//! UDP over IPv4 with a zero checksum ("none") keeps a zero checksum; a
+//! computed zero is written as `0xFFFF` ([`ChecksumDelta::apply_udp`]).
+//!
+//! A first fragment ([`Fragment::First`]) is rewritten like a whole packet:
+//! its L4 checksum covers the whole datagram, but the words that change (the
+//! pseudo-header and the ports) are all in this fragment, so the delta is the
+//! same.
+//!
+//! # Checksum offload ([`ChecksumOffload`])
+//!
+//! | flags                          | IPv4 header checksum | TCP/UDP checksum field                                  |
+//! |--------------------------------|----------------------|---------------------------------------------------------|
+//! | none                           | incremental          | incremental (full checksum in, full checksum out)       |
+//! | `tx_ipv4`                      | `0` (NIC fills it)   | (per the L4 flags)                                      |
+//! | `tx_l4`                        |                      | [`offload_pseudo_v4`]/[`offload_pseudo_v6`] of the new header, for the NIC to complete |
+//! | `rx_l4_partial`, not `tx_l4`   |                      | partial in: [`ChecksumDelta::apply_partial`] with the address change, then completed in software over the L4 bytes (O(length)), so a full checksum goes out |
+//!
+//! For a first fragment both L4 flags are ignored (plain incremental): a NIC
+//! cannot checksum a datagram it sees only part of, and no sender fragments a
+//! datagram whose checksum is still partial. The shell must not request L4
+//! transmit offload for fragments. ICMP and ICMPv6 checksums are always done
+//! in software: DPDK has no offload for them.
+//!
+//! # ICMP echo
+//!
+//! The echo identifier plays the role of both ports (conntrack keys an echo
+//! flow with `src_port == dst_port == identifier`). It names the *requester*,
+//! so it follows the requester's endpoint: an echo **request** (client → VIP,
+//! travelling from the requester) gets the identifier `rw.src.1`, an echo
+//! **reply** (backend → client, travelling to the requester) gets `rw.dst.1`.
+//! With conntrack's rewrites that maps a full-NAT'ed request's identifier to
+//! the SNAT port and the reply's back to the client's identifier; with DNAT
+//! both stay the client's.
+//!
+//! IPv6 packets with a routing header that still has segments left are
+//! `Err(Ipv6ExtensionHeader)`: their pseudo-header holds the final
+//! destination from the routing header, not the IPv6 destination we rewrite.
+
+mod icmp_error;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::checksum::{
+    finish, offload_pseudo_v4, offload_pseudo_v6, sum, udp_finish, ChecksumDelta, ChecksumOffload,
+};
+use crate::conntrack::Rewrite;
+use crate::wire::{icmpv4, icmpv6, ip_proto, ipv4, ipv6, Fragment, Parsed, L3};
+use crate::DropReason;
+
+pub use icmp_error::{inner_rewrite, rewrite_icmp_error};
+
+/// Set the Ethernet source and destination addresses of `frame`, leaving an
+/// 802.1Q tag and the EtherType as they are (they follow the addresses).
+/// A frame shorter than 12 bytes, which `parse` never accepts, is left
+/// unchanged.
+#[inline]
+pub fn set_l2(frame: &mut [u8], src_mac: [u8; 6], dst_mac: [u8; 6]) {
+    if let Some(macs) = frame.get_mut(..12) {
+        macs[..6].copy_from_slice(&dst_mac);
+        macs[6..].copy_from_slice(&src_mac);
+    }
+}
+
+/// Rewrite a TCP, UDP or ICMP(v6) echo packet in place to carry `rw`'s
+/// addresses and ports (for echo, the identifier: see the module doc), with
+/// TTL / hop limit decremented and every checksum updated per `offload`.
+///
+/// `p` must be the result of parsing `frame` (with `parse_with(frame,
+/// offload)`). Errors, with `frame` left unchanged: `TtlExceeded` if the
+/// TTL / hop limit is 1 or 0; `UnsupportedProtocol` for an address family
+/// mismatch between `p` and `rw`, ARP, an ICMP error (use
+/// [`rewrite_icmp_error`]) or an ICMP message other than echo;
+/// `Ipv6ExtensionHeader` for a routing header with segments left;
+/// `Truncated` if `p`'s offsets do not fit `frame`.
+#[inline]
+pub fn rewrite(
+    frame: &mut [u8],
+    p: &Parsed,
+    rw: &Rewrite,
+    offload: &ChecksumOffload,
+) -> Result<(), DropReason> {
+    let l4 = L4::classify(frame, p)?;
+    match (p.l3, rw.src.0, rw.dst.0) {
+        (L3::Ipv4, IpAddr::V4(src), IpAddr::V4(dst)) => {
+            rewrite_v4(frame, p, l4, (src, rw.src.1), (dst, rw.dst.1), offload)
+        }
+        (L3::Ipv6, IpAddr::V6(src), IpAddr::V6(dst)) => {
+            rewrite_v6(frame, p, l4, (src, rw.src.1), (dst, rw.dst.1), offload)
+        }
+        _ => Err(DropReason::UnsupportedProtocol),
+    }
+}
+
+/// The L4 header kinds NAT rewrites, with where their fields are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum L4 {
+    Tcp,
+    Udp,
+    /// ICMP or ICMPv6 echo; `request` decides which endpoint's port becomes
+    /// the identifier.
+    Echo {
+        request: bool,
+    },
+}
+
+impl L4 {
+    /// Offset of the checksum field in the L4 header.
+    #[inline]
+    fn checksum_at(self) -> usize {
+        match self {
+            L4::Tcp => 16,
+            L4::Udp => 6,
+            L4::Echo { .. } => 2,
+        }
+    }
+
+    /// Bytes of L4 header the rewrite touches.
+    #[inline]
+    fn min_len(self) -> usize {
+        match self {
+            L4::Tcp => 18,
+            L4::Udp | L4::Echo { .. } => 8,
+        }
+    }
+
+    /// What `p` carries, checked against the frame: `p.l4_offset +
+    /// min_len <= p.end <= frame.len()`, and `l4_offset` past the minimal IP
+    /// header.
+    #[inline]
+    fn classify(frame: &[u8], p: &Parsed) -> Result<L4, DropReason> {
+        let l4_at = usize::from(p.l4_offset);
+        let end = p.end as usize;
+        let ip_min = match p.l3 {
+            L3::Ipv4 => ipv4::MIN_HEADER_LEN,
+            L3::Ipv6 => ipv6::HEADER_LEN,
+            L3::Arp => return Err(DropReason::UnsupportedProtocol),
+        };
+        // Ensures 8 bytes of L4 are in the frame, whatever the protocol.
+        if end > frame.len() || usize::from(p.l3_offset) + ip_min > l4_at || l4_at + 8 > end {
+            return Err(DropReason::Truncated);
+        }
+        let kind = match (p.l3, p.protocol) {
+            (_, ip_proto::TCP) => L4::Tcp,
+            (_, ip_proto::UDP) => L4::Udp,
+            (L3::Ipv4, ip_proto::ICMP) => match frame[l4_at] {
+                icmpv4::msg_type::ECHO_REQUEST => L4::Echo { request: true },
+                icmpv4::msg_type::ECHO_REPLY => L4::Echo { request: false },
+                _ => return Err(DropReason::UnsupportedProtocol),
+            },
+            (L3::Ipv6, ip_proto::ICMPV6) => match frame[l4_at] {
+                icmpv6::msg_type::ECHO_REQUEST => L4::Echo { request: true },
+                icmpv6::msg_type::ECHO_REPLY => L4::Echo { request: false },
+                _ => return Err(DropReason::UnsupportedProtocol),
+            },
+            _ => return Err(DropReason::UnsupportedProtocol),
+        };
+        if l4_at + kind.min_len() > end {
+            return Err(DropReason::Truncated);
+        }
+        Ok(kind)
+    }
+}
+
+#[inline(always)]
+fn be16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+#[inline(always)]
+fn put16(b: &mut [u8], at: usize, v: u16) {
+    b[at..at + 2].copy_from_slice(&v.to_be_bytes());
+}
+
+/// The change of the ports (or of the echo identifier, plus the unchanged
+/// sequence number so that both kinds have two words) of one L4 header.
+#[derive(Debug, Clone, Copy)]
+struct PortChange {
+    at: [usize; 2],
+    old: [u16; 2],
+    new: [u16; 2],
+}
+
+impl PortChange {
+    /// The change that gives the L4 header `l4` of `kind` these ports; for
+    /// echo the identifier is `src_port` for a request, else `dst_port`.
+    #[inline(always)]
+    fn new(l4: &[u8], kind: L4, src_port: u16, dst_port: u16) -> PortChange {
+        let (at, new) = match kind {
+            L4::Tcp | L4::Udp => ([0, 2], [src_port, dst_port]),
+            L4::Echo { request } => {
+                let id = if request { src_port } else { dst_port };
+                ([4, 6], [id, be16_at(l4, 6)])
+            }
+        };
+        PortChange {
+            at,
+            old: [be16_at(l4, at[0]), be16_at(l4, at[1])],
+            new,
+        }
+    }
+
+    /// `base` plus this change.
+    #[inline(always)]
+    fn delta(&self, base: ChecksumDelta) -> ChecksumDelta {
+        base.add16(self.old[0], self.new[0])
+            .add16(self.old[1], self.new[1])
+    }
+
+    /// Write the new words into `l4`.
+    #[inline(always)]
+    fn write(&self, l4: &mut [u8]) {
+        put16(l4, self.at[0], self.new[0]);
+        put16(l4, self.at[1], self.new[1]);
+    }
+}
+
+/// Update the L4 checksum of `l4` (the L4 header and data up to the IP end).
+/// `all` is every change the checksum covers (pseudo-header and ports),
+/// `addrs` the pseudo-header part alone, for a partial checksum; `pseudo` is
+/// the offload pseudo-header sum of the new header, computed only when the
+/// NIC is to finish the job. See the module doc's offload table.
+#[inline(always)]
+fn update_l4_checksum(
+    l4: &mut [u8],
+    kind: L4,
+    addrs: ChecksumDelta,
+    all: ChecksumDelta,
+    fragment: Fragment,
+    offload: &ChecksumOffload,
+    pseudo: impl FnOnce() -> u16,
+) {
+    let at = kind.checksum_at();
+    let old = be16_at(l4, at);
+    let whole = fragment == Fragment::None;
+    let new = match kind {
+        L4::Echo { .. } => all.apply(old),
+        L4::Tcp | L4::Udp if offload.tx_l4 && whole => pseudo(),
+        L4::Tcp | L4::Udp if offload.rx_l4_partial && whole => {
+            // The field holds the pseudo-header sum: move it to the new
+            // addresses (the NIC would sum the ports itself), then do what
+            // the NIC would have done, so that a full checksum leaves.
+            put16(l4, at, addrs.apply_partial(old));
+            let s = sum(l4);
+            if kind == L4::Udp {
+                udp_finish(s)
+            } else {
+                finish(s)
+            }
+        }
+        L4::Tcp => all.apply(old),
+        L4::Udp => all.apply_udp(old),
+    };
+    put16(l4, at, new);
+}
+
+fn rewrite_v4(
+    frame: &mut [u8],
+    p: &Parsed,
+    kind: L4,
+    src: (Ipv4Addr, u16),
+    dst: (Ipv4Addr, u16),
+    offload: &ChecksumOffload,
+) -> Result<(), DropReason> {
+    let l3 = usize::from(p.l3_offset);
+    let l4_at = usize::from(p.l4_offset);
+    let end = p.end as usize;
+    // `classify` checked l3 + 20 <= l4_at <= end <= frame.len().
+    let ip = &mut frame[l3..l4_at];
+    let ttl = ip[ipv4::field::TTL];
+    if ttl <= 1 {
+        return Err(DropReason::TtlExceeded);
+    }
+    // --- no error past this point: the frame is written from here on ---
+    let addrs = ChecksumDelta::new()
+        .add_ipv4(ipv4_at(ip, 12), src.0)
+        .add_ipv4(ipv4_at(ip, 16), dst.0);
+    ip[12..16].copy_from_slice(&src.0.octets());
+    ip[16..20].copy_from_slice(&dst.0.octets());
+    let proto = ip[ipv4::field::PROTOCOL];
+    ip[ipv4::field::TTL] = ttl - 1;
+    let ip_csum = if offload.tx_ipv4 {
+        0
+    } else {
+        // TTL shares a 16-bit word with the protocol.
+        addrs
+            .add16(
+                u16::from_be_bytes([ttl, proto]),
+                u16::from_be_bytes([ttl - 1, proto]),
+            )
+            .apply(be16_at(ip, 10))
+    };
+    put16(ip, 10, ip_csum);
+
+    let l4 = &mut frame[l4_at..end];
+    // ICMPv4 has no pseudo-header: its checksum only sees the identifier.
+    let base = if matches!(kind, L4::Echo { .. }) {
+        ChecksumDelta::new()
+    } else {
+        addrs
+    };
+    let ports = PortChange::new(l4, kind, src.1, dst.1);
+    ports.write(l4);
+    let all = ports.delta(base);
+    let len = (end - l4_at) as u16;
+    update_l4_checksum(l4, kind, addrs, all, p.fragment, offload, || {
+        offload_pseudo_v4(src.0, dst.0, proto, len)
+    });
+    Ok(())
+}
+
+fn rewrite_v6(
+    frame: &mut [u8],
+    p: &Parsed,
+    kind: L4,
+    src: (Ipv6Addr, u16),
+    dst: (Ipv6Addr, u16),
+    offload: &ChecksumOffload,
+) -> Result<(), DropReason> {
+    let l3 = usize::from(p.l3_offset);
+    let l4_at = usize::from(p.l4_offset);
+    let end = p.end as usize;
+    // `classify` checked l3 + 40 <= l4_at <= end <= frame.len().
+    let ip = &mut frame[l3..l4_at];
+    let hop = ip[ipv6::field::HOP_LIMIT];
+    if hop <= 1 {
+        return Err(DropReason::TtlExceeded);
+    }
+    check_no_pending_route(ip)?;
+    // --- no error past this point ---
+    let addrs = ChecksumDelta::new()
+        .add_ipv6(&ipv6_at(ip, 8), &src.0)
+        .add_ipv6(&ipv6_at(ip, 24), &dst.0);
+    ip[ipv6::field::SRC].copy_from_slice(&src.0.octets());
+    ip[ipv6::field::DST].copy_from_slice(&dst.0.octets());
+    ip[ipv6::field::HOP_LIMIT] = hop - 1;
+    let proto = p.protocol;
+
+    let l4 = &mut frame[l4_at..end];
+    let ports = PortChange::new(l4, kind, src.1, dst.1);
+    ports.write(l4);
+    let all = ports.delta(addrs);
+    let len = (end - l4_at) as u32;
+    update_l4_checksum(l4, kind, addrs, all, p.fragment, offload, || {
+        offload_pseudo_v6(&src.0, &dst.0, proto, len)
+    });
+    Ok(())
+}
+
+/// `Err(Ipv6ExtensionHeader)` if the extension headers between the fixed
+/// header and the L4 header (`ip` spans both) contain a routing header with
+/// segments left: the L4 pseudo-header then uses its final destination.
+#[inline]
+fn check_no_pending_route(ip: &[u8]) -> Result<(), DropReason> {
+    let mut next = ip[ipv6::field::NEXT_HEADER];
+    let mut at = ipv6::HEADER_LEN;
+    // Each step advances at least 8 bytes, so this ends; parse walked the
+    // same chain, the bounds checks only guard against a foreign `Parsed`.
+    while at < ip.len() {
+        let h = ip.get(at..at + 4).ok_or(DropReason::Ipv6ExtensionHeader)?;
+        if next == ip_proto::IPV6_ROUTE && h[3] != 0 {
+            return Err(DropReason::Ipv6ExtensionHeader);
+        }
+        let len = if next == ip_proto::IPV6_FRAG {
+            8
+        } else {
+            (usize::from(h[1]) + 1) * 8
+        };
+        next = h[0];
+        at += len;
+    }
+    Ok(())
+}
+
+#[inline(always)]
+fn ipv4_at(b: &[u8], at: usize) -> Ipv4Addr {
+    Ipv4Addr::new(b[at], b[at + 1], b[at + 2], b[at + 3])
+}
+
+#[inline(always)]
+fn ipv6_at(b: &[u8], at: usize) -> Ipv6Addr {
+    let mut a = [0u8; 16];
+    a.copy_from_slice(&b[at..at + 16]);
+    Ipv6Addr::from(a)
+}
+
+#[cfg(test)]
+mod icmp_error_tests;
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
+mod tests;
