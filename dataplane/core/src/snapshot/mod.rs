@@ -537,8 +537,9 @@ impl Snapshot {
 
     /// Layer-2 next hop toward `dst`. A neighbor entry for `dst` wins; a
     /// `dst` in a connected prefix with no entry has none (it is not sent
-    /// to the gateway); otherwise the default gateway of `dst`'s family,
-    /// if it has a neighbor entry. `None`: the caller drops with
+    /// to the gateway); otherwise the default gateway of `dst`'s family
+    /// (that of the lowest port configuring one, out of that port), if it
+    /// has a neighbor entry. `None`: the caller drops with
     /// `NoNeighbor`. O(1) plus a scan of the interface prefixes; no
     /// allocation.
     #[inline]

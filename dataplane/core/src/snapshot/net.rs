@@ -194,11 +194,33 @@ impl Routes {
             }
         }
         // Default route per family: the lowest port with a gateway of that
-        // family; resolved only if the gateway has a neighbor entry.
-        let gw_v4 = ports.iter().flatten().find_map(|p| p.gateway_v4);
-        let gw_v6 = ports.iter().flatten().find_map(|p| p.gateway_v6);
-        r.default_v4 = gw_v4.and_then(|g| r.neighbors_v4.get(&u32::from(g)).copied());
-        r.default_v6 = gw_v6.and_then(|g| r.neighbors_v6.get(&u128::from(g)).copied());
+        // family, out of that port (not the longest-match port of the
+        // gateway address, should prefixes overlap); resolved only if the
+        // gateway has a neighbor entry.
+        let via = |port: usize, p: &PortDraft, mac: Option<[u8; 6]>| {
+            mac.map(|dst_mac| NextHop {
+                port: port as u16, // < MAX_PORTS
+                src_mac: p.mac,
+                dst_mac,
+            })
+        };
+        let mut ports_iter = ports
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((i, p.as_ref()?)));
+        r.default_v4 = ports_iter
+            .clone()
+            .find_map(|(i, p)| {
+                let g = p.gateway_v4?;
+                Some(via(i, p, r.neighbors_v4.get(&u32::from(g)).map(|h| h.dst_mac)))
+            })
+            .flatten();
+        r.default_v6 = ports_iter
+            .find_map(|(i, p)| {
+                let g = p.gateway_v6?;
+                Some(via(i, p, r.neighbors_v6.get(&u128::from(g)).map(|h| h.dst_mac)))
+            })
+            .flatten();
         Ok(r)
     }
 }
