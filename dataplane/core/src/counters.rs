@@ -24,7 +24,8 @@ impl Counter {
     /// Adds `n`. Only the owning worker may call this (single writer).
     #[inline(always)]
     pub fn add(&self, n: u64) {
-        self.0.store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+        self.0
+            .store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
     }
 
     /// Adds one.
@@ -78,7 +79,11 @@ impl FlowCounters {
 
     /// A copy of the values.
     pub fn totals(&self) -> FlowTotals {
-        FlowTotals { packets: self.packets.get(), bytes: self.bytes.get(), connections: self.connections.get() }
+        FlowTotals {
+            packets: self.packets.get(),
+            bytes: self.bytes.get(),
+            connections: self.connections.get(),
+        }
     }
 }
 
@@ -183,7 +188,10 @@ impl WorkerCounters {
 
     /// Non-zero drop counters with their reasons.
     pub fn nonzero_drops(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
-        DropReason::ALL.iter().map(|&r| (r, self.drops_of(r))).filter(|&(_, n)| n != 0)
+        DropReason::ALL
+            .iter()
+            .map(|&r| (r, self.drops_of(r)))
+            .filter(|&(_, n)| n != 0)
     }
 }
 
@@ -219,10 +227,33 @@ mod tests {
         assert_eq!(c.total_drops(), 1000);
         assert_eq!(c.slot_overflow.get(), 1);
         let f: Vec<_> = c.frontend_totals().collect();
-        assert_eq!(f, vec![(2, FlowTotals { packets: 1000, bytes: 100_000, connections: 0 })]);
+        assert_eq!(
+            f,
+            vec![(
+                2,
+                FlowTotals {
+                    packets: 1000,
+                    bytes: 100_000,
+                    connections: 0
+                }
+            )]
+        );
         let b: Vec<_> = c.backend_totals().collect();
-        assert_eq!(b, vec![(7, FlowTotals { packets: 0, bytes: 0, connections: 1 })]);
-        assert_eq!(c.nonzero_drops().collect::<Vec<_>>(), vec![(DropReason::NoFrontend, 1000)]);
+        assert_eq!(
+            b,
+            vec![(
+                7,
+                FlowTotals {
+                    packets: 0,
+                    bytes: 0,
+                    connections: 1
+                }
+            )]
+        );
+        assert_eq!(
+            c.nonzero_drops().collect::<Vec<_>>(),
+            vec![(DropReason::NoFrontend, 1000)]
+        );
     }
 
     #[test]

@@ -192,7 +192,11 @@ mod tests {
     fn names_are_unique_snake_case() {
         let mut names: Vec<&str> = DropReason::ALL.iter().map(|r| r.name()).collect();
         for n in &names {
-            assert!(n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'), "{n}");
+            assert!(
+                n.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+                "{n}"
+            );
         }
         names.sort_unstable();
         names.dedup();

@@ -30,6 +30,7 @@ pub mod nat;
 pub mod snapshot;
 pub mod time;
 pub mod wire;
+pub mod worker;
 
 pub use drop::DropReason;
 pub use snapshot::{Snapshot, SnapshotBuilder};

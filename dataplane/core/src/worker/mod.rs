@@ -1,0 +1,278 @@
+//! The worker: what one lcore does with each packet, without I/O.
+//!
+//! `Worker::handle_packet(now, &snapshot, frame, meta)` parses the frame in
+//! place, answers what the balancer answers itself (ARP, ICMP echo, neighbor
+//! solicitation), checks which worker owns the flow, and translates it:
+//!
+//! - **forward** (client → VIP:port): conntrack hit → reuse the translation;
+//!   miss → source ranges, Maglev pick (with session affinity), SNAT port for
+//!   full-NAT, conntrack insert;
+//! - **reply** (backend → client for DNAT, backend → SNAT for full-NAT):
+//!   conntrack reverse entry → VIP back as the source, client as destination;
+//! - **ICMP errors** quoting a tracked flow: outer and quoted headers
+//!   translated so path-MTU discovery works through the balancer.
+//!
+//! Then layer 2 (port MAC → next hop's MAC) and a [`Verdict`]. Every packet
+//! that the worker drops is counted once with its [`DropReason`]; packets it
+//! hands back for transmission or hand-over are counted by the caller, which
+//! knows whether the NIC or the ring took them.
+//!
+//! `handle_tick(now, budget)` expires connections with bounded work and
+//! returns their SNAT ports.
+//!
+//! Flow ownership: a flow belongs to exactly one worker. DNAT flows by their
+//! client endpoint (both directions carry it); full-NAT replies by the SNAT
+//! port (`port & mask == worker`). A packet of another worker's flow is
+//! answered with [`Verdict::HandOver`].
+//!
+//! Policies where the issue leaves room (documented in the README too):
+//! - A TCP packet without SYN and without an entry opens a DNAT connection
+//!   anyway: Maglev picks the same backend it picked before a restart or on
+//!   another node, so established connections survive both. Full-NAT cannot
+//!   (a new SNAT port breaks the connection): it drops with `tcp_not_syn`.
+//! - When conntrack is full and nothing is evictable, DNAT packets are
+//!   translated statelessly by Maglev (`stateless_forwards`); replies of such
+//!   connections find no entry and are dropped (`no_conntrack_reply`).
+//!   Full-NAT drops with `conntrack_full`.
+//! - Session affinity by client IP hashes only the client address into the
+//!   ring, so a client keeps its backend as long as the backend set does not
+//!   change; the affinity timeout is not enforced separately.
+//! - Non-first fragments are dropped (`fragment`): they carry no ports.
+
+mod paths;
+
+use std::net::IpAddr;
+use std::ops::RangeInclusive;
+use std::sync::Arc;
+
+use crate::checksum::ChecksumOffload;
+use crate::conntrack::{self, Conntrack, Entry};
+use crate::counters::WorkerCounters;
+use crate::flow::{SnatNewError, SnatPorts, WorkerId};
+use crate::local::{self, LocalVerdict};
+use crate::snapshot::Snapshot;
+use crate::wire::{self, MacAddr, L3};
+use crate::{DropReason, Tick};
+
+/// What to do with a frame after [`Worker::handle_packet`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The frame was rewritten: transmit its first `len` bytes on `port`
+    /// (on this worker's tx queue of that port).
+    Transmit {
+        /// DPDK port id.
+        port: u16,
+        /// Bytes to send.
+        len: usize,
+    },
+    /// Free the frame; the reason is already counted.
+    Drop(DropReason),
+    /// Another worker owns the flow: pass the frame, unchanged, to it.
+    HandOver(WorkerId),
+    /// An ARP reply or neighbor advertisement: feed the neighbor table,
+    /// then free the frame.
+    Neighbor {
+        /// The neighbor's address.
+        ip: IpAddr,
+        /// Its MAC.
+        mac: MacAddr,
+    },
+    /// For the host's own stack (e.g. a routing daemon talking to the
+    /// interface address): pass to the kernel where the shell has a path.
+    ToHost,
+}
+
+/// Per-packet information from the NIC.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PacketMeta {
+    /// The port the frame arrived on.
+    pub port: u16,
+    /// Checksum offload state of this frame and of the egress port.
+    pub offload: ChecksumOffload,
+}
+
+/// How to build a [`Worker`].
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// This worker's index.
+    pub id: WorkerId,
+    /// Number of workers (flow ownership and SNAT port shares depend on it).
+    pub n_workers: u16,
+    /// Connection table size and timeouts.
+    pub conntrack: conntrack::Config,
+    /// The node's full-NAT source addresses.
+    pub snat_addresses: Vec<IpAddr>,
+    /// SNAT ports to share among workers.
+    pub snat_ports: RangeInclusive<u16>,
+    /// Size of the per-frontend counter array (stats slots).
+    pub frontend_slots: usize,
+    /// Size of the per-backend counter array (stats slots).
+    pub backend_slots: usize,
+}
+
+impl WorkerConfig {
+    /// Defaults for worker `id` of `n_workers`: 1M IPv4 and 64k IPv6
+    /// connections, default timeouts, SNAT ports 1024-65535, 64k frontend
+    /// and 256k backend slots.
+    pub fn new(id: WorkerId, n_workers: u16) -> WorkerConfig {
+        WorkerConfig {
+            id,
+            n_workers,
+            conntrack: conntrack::Config::new(1 << 20, 1 << 16),
+            snat_addresses: Vec::new(),
+            snat_ports: SnatPorts::DEFAULT_PORT_RANGE,
+            frontend_slots: 1 << 16,
+            backend_slots: 1 << 18,
+        }
+    }
+}
+
+/// Why a [`Worker`] could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// The connection table could not be built.
+    #[error("conntrack: {0}")]
+    Conntrack(#[from] conntrack::NewError),
+    /// The SNAT port pool could not be built.
+    #[error("SNAT ports: {0}")]
+    Snat(#[from] SnatNewError),
+    /// `n_workers` is 0.
+    #[error("the number of workers must be at least 1")]
+    NoWorkers,
+}
+
+/// What one [`Worker::handle_tick`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TickStats {
+    /// Entries examined.
+    pub examined: usize,
+    /// Entries expired.
+    pub expired: usize,
+}
+
+/// One worker's state: its connection table, its SNAT ports, its counters.
+/// Owned by the worker lcore and passed `&mut`; nothing here is shared but
+/// the counters, which the control thread only reads.
+#[derive(Debug)]
+pub struct Worker {
+    id: WorkerId,
+    n_workers: u16,
+    conntrack: Conntrack,
+    snat: SnatPorts,
+    counters: Arc<WorkerCounters>,
+}
+
+impl Worker {
+    /// Builds a worker; all memory it will ever need is allocated here.
+    pub fn new(cfg: WorkerConfig) -> Result<Worker, WorkerError> {
+        if cfg.n_workers == 0 {
+            return Err(WorkerError::NoWorkers);
+        }
+        Ok(Worker {
+            id: cfg.id,
+            n_workers: cfg.n_workers,
+            conntrack: Conntrack::new(cfg.conntrack)?,
+            snat: SnatPorts::new(cfg.id, cfg.n_workers, &cfg.snat_addresses, cfg.snat_ports)?,
+            counters: Arc::new(WorkerCounters::new(cfg.frontend_slots, cfg.backend_slots)),
+        })
+    }
+
+    /// This worker's index.
+    pub fn id(&self) -> WorkerId {
+        self.id
+    }
+
+    /// The counters, to share with the control thread.
+    pub fn counters(&self) -> &Arc<WorkerCounters> {
+        &self.counters
+    }
+
+    /// The connection table (read-only; for statistics and tests).
+    pub fn conntrack(&self) -> &Conntrack {
+        &self.conntrack
+    }
+
+    /// The SNAT port pool (read-only; for statistics and tests).
+    pub fn snat_ports(&self) -> &SnatPorts {
+        &self.snat
+    }
+
+    #[inline]
+    fn drop(&self, reason: DropReason) -> Verdict {
+        self.counters.count_drop(reason);
+        Verdict::Drop(reason)
+    }
+
+    /// Handles one frame received on `meta.port`; see the module doc.
+    pub fn handle_packet(
+        &mut self,
+        now: Tick,
+        snap: &Snapshot,
+        frame: &mut [u8],
+        meta: &PacketMeta,
+    ) -> Verdict {
+        let p = match wire::parse_with(frame, &meta.offload) {
+            Ok(p) => p,
+            Err(reason) => return self.drop(reason),
+        };
+        // ARP, and ICMP that is not an error, may be for the balancer itself.
+        let maybe_local = p.l3 == L3::Arp
+            || (!p.icmp_error
+                && (p.protocol == wire::ip_proto::ICMP || p.protocol == wire::ip_proto::ICMPV6));
+        if maybe_local {
+            let Some(port) = snap.port(meta.port) else {
+                return self.drop(DropReason::LocalUnhandled);
+            };
+            match local::handle_parsed(frame, &p, port.local_addrs()) {
+                LocalVerdict::Reply { len } => {
+                    self.counters.local_replies.inc();
+                    return Verdict::Transmit { port: meta.port, len };
+                }
+                LocalVerdict::Neighbor { ip, mac } => {
+                    self.counters.neighbor_updates.inc();
+                    return Verdict::Neighbor { ip, mac };
+                }
+                LocalVerdict::Drop(reason) => return self.drop(reason),
+                LocalVerdict::NotLocal => {}
+            }
+            if !p.icmp_error {
+                // ICMP echo through the balancer (not to an owned address):
+                // frontends are TCP and UDP only.
+                return self.drop(DropReason::NoFrontend);
+            }
+        }
+        if p.icmp_error {
+            return self.icmp_error(now, snap, frame, &p, meta);
+        }
+        self.l4(now, snap, frame, &p, meta)
+    }
+
+    /// Expires idle connections, examining at most `budget` entries, and
+    /// returns the SNAT ports of the expired ones to the pool.
+    pub fn handle_tick(&mut self, now: Tick, budget: usize) -> TickStats {
+        let Worker {
+            conntrack,
+            snat,
+            counters,
+            ..
+        } = self;
+        let st = conntrack.expire(now, budget, |e: &Entry| release_snat(snat, e));
+        counters.conntrack_expirations.add(st.expired as u64);
+        counters.conntrack_entries.set(conntrack.len() as u64);
+        TickStats {
+            examined: st.examined,
+            expired: st.expired,
+        }
+    }
+}
+
+/// Returns a finished connection's SNAT port to the pool.
+fn release_snat(snat: &mut SnatPorts, e: &Entry) {
+    if let Some(ep) = e.nat.snat() {
+        // A port that is not in use cannot be freed twice; nothing to count.
+        let _ = snat.free(ep, e.original.proto());
+    }
+}
+
+#[cfg(test)]
+mod tests;

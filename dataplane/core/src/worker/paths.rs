@@ -1,0 +1,346 @@
+//! The translation paths of [`Worker::handle_packet`]: forward, reply and
+//! ICMP error. See the module doc of [`super`] for the policies.
+
+use std::net::IpAddr;
+
+use crate::conntrack::{Direction, EntryId, InsertError, Nat, Rewrite, Tags};
+use crate::flow::{owner_of_client, owner_of_snat_port, FlowKey, Proto, WorkerId};
+use crate::maglev::{flow_hash_v4, flow_hash_v6};
+use crate::nat;
+use crate::snapshot::{ForwardMode, OwnerKind, Service, Snapshot};
+use crate::wire::{Parsed, TcpFlags};
+use crate::{DropReason, Tick};
+
+use super::{release_snat, PacketMeta, Verdict, Worker};
+
+/// The Maglev input for a new flow of `p`.
+#[inline]
+fn flow_hash(p: &Parsed) -> u64 {
+    match (p.src, p.dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            flow_hash_v4(s.octets(), d.octets(), p.src_port, p.dst_port, p.protocol)
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            flow_hash_v6(s.octets(), d.octets(), p.src_port, p.dst_port, p.protocol)
+        }
+        // parse never mixes families.
+        _ => 0,
+    }
+}
+
+impl Worker {
+    /// The worker owning a flow whose client endpoint is `client`.
+    #[inline]
+    fn owner_by_client(&self, client: (IpAddr, u16)) -> WorkerId {
+        if self.n_workers == 1 {
+            return self.id;
+        }
+        owner_of_client(client.0, client.1, self.n_workers)
+    }
+
+    /// The worker owning a full-NAT flow whose SNAT port is `port`.
+    #[inline]
+    fn owner_by_snat_port(&self, port: u16) -> WorkerId {
+        if self.n_workers == 1 {
+            return self.id;
+        }
+        owner_of_snat_port(port, self.n_workers)
+    }
+
+    /// TCP and UDP: forward, reply, or not ours.
+    pub(super) fn l4(
+        &mut self,
+        now: Tick,
+        snap: &Snapshot,
+        frame: &mut [u8],
+        p: &Parsed,
+        meta: &PacketMeta,
+    ) -> Verdict {
+        let proto = match Proto::from_u8(p.protocol) {
+            Some(pr @ (Proto::Tcp | Proto::Udp)) => pr,
+            _ => return self.drop(DropReason::UnsupportedProtocol),
+        };
+        let owned = snap.owner_kind(p.dst).unwrap_or_default();
+        if owned.contains(OwnerKind::SNAT) {
+            // Full-NAT reply: the SNAT port names the owner.
+            let owner = self.owner_by_snat_port(p.dst_port);
+            if owner != self.id {
+                return self.hand_over(owner);
+            }
+            return self.reply(now, snap, frame, p, proto, meta);
+        }
+        if owned.contains(OwnerKind::VIP) {
+            if let Some((fe, svc)) = snap.lookup(p.dst, p.dst_port, proto) {
+                let owner = self.owner_by_client((p.src, p.src_port));
+                if owner != self.id {
+                    return self.hand_over(owner);
+                }
+                let fe_slot = fe.stats_slot;
+                return self.forward(now, snap, frame, p, proto, svc, fe_slot, meta);
+            }
+        }
+        if owned.contains(OwnerKind::INTERFACE) {
+            return Verdict::ToHost;
+        }
+        if owned != OwnerKind::default() {
+            // A VIP or SNAT address, but no frontend on this port/protocol.
+            return self.drop(DropReason::NoFrontend);
+        }
+        // Not addressed to the balancer: a DNAT reply (backend → client),
+        // owned by the client endpoint, which is the destination.
+        let owner = self.owner_by_client((p.dst, p.dst_port));
+        if owner != self.id {
+            return self.hand_over(owner);
+        }
+        self.reply(now, snap, frame, p, proto, meta)
+    }
+
+    #[inline]
+    fn hand_over(&self, owner: WorkerId) -> Verdict {
+        self.counters.handed_over.inc();
+        Verdict::HandOver(owner)
+    }
+
+    /// Client → VIP.
+    #[allow(clippy::too_many_arguments)]
+    fn forward(
+        &mut self,
+        now: Tick,
+        snap: &Snapshot,
+        frame: &mut [u8],
+        p: &Parsed,
+        proto: Proto,
+        svc: &Service,
+        fe_slot: u32,
+        meta: &PacketMeta,
+    ) -> Verdict {
+        let Some(key) = FlowKey::new((p.src, p.src_port), (p.dst, p.dst_port), proto) else {
+            return self.drop(DropReason::UnsupportedProtocol);
+        };
+        // Checked before any state is created: a packet that cannot be
+        // forwarded must not open a connection or take a SNAT port.
+        if p.ttl <= 1 {
+            return self.drop(DropReason::TtlExceeded);
+        }
+        let (id, rw) = match self.conntrack.lookup(&key) {
+            Some((id, dir)) => match self.conntrack.rewrite(id, dir) {
+                Some(rw) => (Some((id, dir)), rw),
+                None => return self.drop(DropReason::NoConntrackReply),
+            },
+            None => match self.open(now, p, proto, key, svc, fe_slot) {
+                Ok(opened) => opened,
+                Err(reason) => return self.drop(reason),
+            },
+        };
+        self.translate(now, snap, frame, p, id, &rw, meta)
+    }
+
+    /// A new connection to `svc`: source ranges, Maglev, SNAT, conntrack.
+    /// Returns the entry (None when forwarded statelessly) and the rewrite.
+    fn open(
+        &mut self,
+        now: Tick,
+        p: &Parsed,
+        proto: Proto,
+        key: FlowKey,
+        svc: &Service,
+        fe_slot: u32,
+    ) -> Result<(Option<(EntryId, Direction)>, Rewrite), DropReason> {
+        if !svc.allows_source(p.src) {
+            return Err(DropReason::SourceRangeDenied);
+        }
+        let full_nat = svc.mode() == ForwardMode::FullNat;
+        if proto == Proto::Tcp && full_nat && !opens_connection(p.tcp_flags) {
+            return Err(DropReason::TcpNotSyn);
+        }
+        let hash = svc.pick_hash(p.src, flow_hash(p));
+        let backend = svc.pick(hash).ok_or(DropReason::NoBackend)?;
+        if backend.addr.is_ipv4() != p.dst.is_ipv4() {
+            // A service whose ring mixes families (the snapshot should keep
+            // one ring per family): never translate across families.
+            return Err(DropReason::NoBackend);
+        }
+        let be = (backend.addr, backend.port);
+        let be_slot = backend.stats_slot;
+        let nat = if full_nat {
+            let snat = self.snat.alloc(be, proto).ok_or(DropReason::SnatExhausted)?;
+            Nat::FullNat { backend: be, snat }
+        } else {
+            Nat::Dnat { backend: be }
+        };
+        let tags = Tags {
+            frontend: fe_slot,
+            backend: be_slot,
+        };
+        let rw = Rewrite {
+            src: nat.snat().unwrap_or((p.src, p.src_port)),
+            dst: be,
+        };
+        let (ct, snat, counters) = (&mut self.conntrack, &mut self.snat, &self.counters);
+        let inserted = ct.insert(key, nat, tags, now, |evicted| {
+            counters.conntrack_evictions.inc();
+            release_snat(snat, evicted);
+        });
+        match inserted {
+            Ok(id) => {
+                counters.new_connections.inc();
+                if let Some(c) = counters.frontend(fe_slot) {
+                    c.connections.inc();
+                }
+                if let Some(c) = counters.backend(be_slot) {
+                    c.connections.inc();
+                }
+                Ok((Some((id, Direction::Original)), rw))
+            }
+            Err(InsertError::Full) if !full_nat => {
+                counters.stateless_forwards.inc();
+                Ok((None, rw))
+            }
+            Err(_) => {
+                if let Some(ep) = nat.snat() {
+                    let _ = snat.free(ep, proto);
+                }
+                Err(DropReason::ConntrackFull)
+            }
+        }
+    }
+
+    /// Backend → client (DNAT) or backend → SNAT endpoint (full-NAT).
+    fn reply(
+        &mut self,
+        now: Tick,
+        snap: &Snapshot,
+        frame: &mut [u8],
+        p: &Parsed,
+        proto: Proto,
+        meta: &PacketMeta,
+    ) -> Verdict {
+        let Some(key) = FlowKey::new((p.src, p.src_port), (p.dst, p.dst_port), proto) else {
+            return self.drop(DropReason::UnsupportedProtocol);
+        };
+        match self.conntrack.lookup(&key) {
+            Some((id, dir @ Direction::Reply)) => match self.conntrack.rewrite(id, dir) {
+                Some(rw) => self.translate(now, snap, frame, p, Some((id, dir)), &rw, meta),
+                None => self.drop(DropReason::NoConntrackReply),
+            },
+            _ => self.drop(DropReason::NoConntrackReply),
+        }
+    }
+
+    /// Rewrites addresses and L2, updates conntrack state and counters.
+    #[allow(clippy::too_many_arguments)]
+    fn translate(
+        &mut self,
+        now: Tick,
+        snap: &Snapshot,
+        frame: &mut [u8],
+        p: &Parsed,
+        entry: Option<(EntryId, Direction)>,
+        rw: &Rewrite,
+        meta: &PacketMeta,
+    ) -> Verdict {
+        let Some(hop) = snap.next_hop(rw.dst.0) else {
+            return self.drop(DropReason::NoNeighbor);
+        };
+        if let Err(reason) = nat::rewrite(frame, p, rw, &meta.offload) {
+            return self.drop(reason);
+        }
+        nat::set_l2(frame, hop.src_mac, hop.dst_mac);
+        if let Some((id, dir)) = entry {
+            self.conntrack.on_packet(id, dir, p.tcp_flags.0, now);
+            if let Some(tags) = self.conntrack.tags(id) {
+                self.count_flow(tags, frame.len());
+            }
+        }
+        Verdict::Transmit {
+            port: hop.port,
+            len: frame.len(),
+        }
+    }
+
+    #[inline]
+    fn count_flow(&self, tags: Tags, bytes: usize) {
+        if let Some(c) = self.counters.frontend(tags.frontend) {
+            c.packet(bytes);
+        }
+        if let Some(c) = self.counters.backend(tags.backend) {
+            c.packet(bytes);
+        }
+    }
+
+    /// An ICMP or ICMPv6 error: translate it if it quotes a tracked flow.
+    ///
+    /// The quoted packet is one the balancer sent (after translation),
+    /// travelling opposite to the error. Reversed, its tuple is a conntrack
+    /// key: `Reply` means the quote went towards a backend (the error is for
+    /// the client), `Original` that it went towards a client (the error is
+    /// for the backend).
+    pub(super) fn icmp_error(
+        &mut self,
+        now: Tick,
+        snap: &Snapshot,
+        frame: &mut [u8],
+        p: &Parsed,
+        meta: &PacketMeta,
+    ) -> Verdict {
+        let q = match p.quoted(frame) {
+            Ok(q) => q,
+            Err(reason) => return self.drop(reason),
+        };
+        let Some(proto) = Proto::from_u8(q.protocol) else {
+            return self.drop(DropReason::IcmpErrorUntracked);
+        };
+        // Ownership from the quote: the SNAT port, else the client endpoint.
+        let src_kind = snap.owner_kind(q.src).unwrap_or_default();
+        let owner = if src_kind.contains(OwnerKind::SNAT) {
+            self.owner_by_snat_port(q.src_port)
+        } else if src_kind.contains(OwnerKind::VIP) {
+            self.owner_by_client((q.dst, q.dst_port))
+        } else {
+            self.owner_by_client((q.src, q.src_port))
+        };
+        if owner != self.id {
+            return self.hand_over(owner);
+        }
+        let Some(key) = FlowKey::new((q.dst, q.dst_port), (q.src, q.src_port), proto) else {
+            return self.drop(DropReason::IcmpErrorUntracked);
+        };
+        let Some((id, dir)) = self.conntrack.lookup(&key) else {
+            return self.drop(DropReason::IcmpErrorUntracked);
+        };
+        // The error travels like a packet of direction `dir` of the flow.
+        let Some(flow_rw) = self.conntrack.rewrite(id, dir) else {
+            return self.drop(DropReason::IcmpErrorUntracked);
+        };
+        // Outer: keep the reporting router as the source unless it must be
+        // our SNAT address for the backend to answer us (full-NAT, towards
+        // the backend); the destination is the flow's far end.
+        let outer_src = match (dir, self.conntrack.nat(id)) {
+            (Direction::Original, Some(Nat::FullNat { snat, .. })) => snat.0,
+            _ => p.src,
+        };
+        let outer = Rewrite {
+            src: (outer_src, 0),
+            dst: flow_rw.dst,
+        };
+        let inner = nat::inner_rewrite(&flow_rw);
+        let Some(hop) = snap.next_hop(outer.dst.0) else {
+            return self.drop(DropReason::NoNeighbor);
+        };
+        if let Err(reason) = nat::rewrite_icmp_error(frame, p, &outer, &inner, &meta.offload) {
+            return self.drop(reason);
+        }
+        nat::set_l2(frame, hop.src_mac, hop.dst_mac);
+        self.conntrack.on_packet(id, dir, 0, now);
+        Verdict::Transmit {
+            port: hop.port,
+            len: frame.len(),
+        }
+    }
+}
+
+/// A TCP segment that may open a connection: SYN without ACK.
+#[inline]
+fn opens_connection(f: TcpFlags) -> bool {
+    f.0 & TcpFlags::SYN.0 != 0 && f.0 & TcpFlags::ACK.0 == 0
+}

@@ -1,0 +1,625 @@
+//! Worker tests: frames built with etherparse go through `handle_packet`
+//! against a two-port snapshot (clients on port 0, backends on port 1);
+//! outputs are checked field by field and every checksum is recomputed.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
+
+use super::*;
+use crate::checksum;
+use crate::conntrack::ConnState;
+use crate::flow::Proto;
+use crate::snapshot::{
+    BackendSpec, BackendState, Cidr, ForwardMode, FrontendKind, FrontendSpec, ServiceSpec, SessionAffinity,
+    SnapshotBuilder,
+};
+use crate::wire::{self, L3};
+
+const MAC0: [u8; 6] = [2, 0, 0, 0, 0, 0x10];
+const MAC1: [u8; 6] = [2, 0, 0, 0, 0, 0x11];
+const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0xc1];
+const BACKEND_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0xb1];
+const ROUTER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0xee];
+
+fn v4(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn snapshot() -> Snapshot {
+    snapshot_with(|_| {})
+}
+
+/// Port 0: 10.0.0.1/24 + fd00::1/64 (clients, gateway 10.0.0.254);
+/// port 1: 10.1.0.1/24 + fd01::1/64 (backends). SNAT 10.1.0.100, fd01::100.
+/// Services: web (full-NAT TCP 10.0.0.100:80), web6 ([fd00::100]:80), dns (DNAT
+/// UDP 10.0.0.101:53), each with backends .11-.13.
+fn snapshot_with(extra: impl FnOnce(&mut SnapshotBuilder)) -> Snapshot {
+    let mut b = SnapshotBuilder::new(1);
+    b.interface(
+        0,
+        MAC0,
+        Cidr::new(v4("10.0.0.1"), 24).unwrap(),
+        Some(v4("10.0.0.254")),
+    );
+    b.interface(0, MAC0, Cidr::new(v4("fd00::1"), 64).unwrap(), None);
+    b.interface(1, MAC1, Cidr::new(v4("10.1.0.1"), 24).unwrap(), None);
+    b.interface(1, MAC1, Cidr::new(v4("fd01::1"), 64).unwrap(), None);
+    b.snat_address(v4("10.1.0.100")).snat_address(v4("fd01::100"));
+    for c in ["10.0.0.2", "10.0.0.254", "fd00::2"] {
+        b.neighbor(v4(c), CLIENT_MAC);
+    }
+    for i in 11..=13 {
+        b.neighbor(v4(&format!("10.1.0.{i}")), BACKEND_MAC);
+        b.neighbor(v4(&format!("fd01::{i}")), BACKEND_MAC);
+    }
+    let mut web = ServiceSpec::new("default/web");
+    web.mode = ForwardMode::FullNat;
+    let web = b.service(web).unwrap();
+    b.frontend(
+        web,
+        FrontendSpec::new(v4("10.0.0.100"), 80, Proto::Tcp, FrontendKind::LoadBalancer),
+    )
+    .unwrap();
+    let mut web6 = ServiceSpec::new("default/web6");
+    web6.mode = ForwardMode::FullNat;
+    let web6 = b.service(web6).unwrap();
+    b.frontend(
+        web6,
+        FrontendSpec::new(v4("fd00::100"), 80, Proto::Tcp, FrontendKind::LoadBalancer),
+    )
+    .unwrap();
+    let mut dns = ServiceSpec::new("default/dns");
+    dns.mode = ForwardMode::Dnat;
+    let dns = b.service(dns).unwrap();
+    b.frontend(
+        dns,
+        FrontendSpec::new(v4("10.0.0.101"), 53, Proto::Udp, FrontendKind::ClusterIp),
+    )
+    .unwrap();
+    for i in 11..=13 {
+        b.backend(web, BackendSpec::new(v4(&format!("10.1.0.{i}")), 8080))
+            .unwrap();
+        b.backend(web6, BackendSpec::new(v4(&format!("fd01::{i}")), 8080))
+            .unwrap();
+        b.backend(dns, BackendSpec::new(v4(&format!("10.1.0.{i}")), 53))
+            .unwrap();
+    }
+    extra(&mut b);
+    b.build().unwrap()
+}
+
+fn worker(n: u16, id: u16) -> Worker {
+    let mut cfg = WorkerConfig::new(WorkerId(id), n);
+    cfg.conntrack = conntrack::Config::new(1024, 1024);
+    cfg.snat_addresses = vec![v4("10.1.0.100"), v4("fd01::100")];
+    cfg.frontend_slots = 64;
+    cfg.backend_slots = 64;
+    Worker::new(cfg).unwrap()
+}
+
+fn tcp4(src: (&str, u16), dst: (&str, u16), flags: &str, ttl: u8, payload: &[u8]) -> Vec<u8> {
+    let (s, d): (Ipv4Addr, Ipv4Addr) = (src.0.parse().unwrap(), dst.0.parse().unwrap());
+    let mut b = etherparse::PacketBuilder::ethernet2(CLIENT_MAC, MAC0)
+        .ipv4(s.octets(), d.octets(), ttl)
+        .tcp(src.1, dst.1, 1000, 64000);
+    for f in flags.chars() {
+        b = match f {
+            'S' => b.syn(),
+            'A' => b.ack(1),
+            'F' => b.fin(),
+            'R' => b.rst(),
+            _ => b,
+        };
+    }
+    let mut out = Vec::new();
+    b.write(&mut out, payload).unwrap();
+    out
+}
+
+fn tcp6(src: (&str, u16), dst: (&str, u16), flags: &str, payload: &[u8]) -> Vec<u8> {
+    let (s, d): (Ipv6Addr, Ipv6Addr) = (src.0.parse().unwrap(), dst.0.parse().unwrap());
+    let mut b = etherparse::PacketBuilder::ethernet2(CLIENT_MAC, MAC0)
+        .ipv6(s.octets(), d.octets(), 64)
+        .tcp(src.1, dst.1, 7, 100);
+    if flags.contains('S') {
+        b = b.syn();
+    }
+    if flags.contains('A') {
+        b = b.ack(1);
+    }
+    let mut out = Vec::new();
+    b.write(&mut out, payload).unwrap();
+    out
+}
+
+fn udp4(src: (&str, u16), dst: (&str, u16), payload: &[u8]) -> Vec<u8> {
+    let (s, d): (Ipv4Addr, Ipv4Addr) = (src.0.parse().unwrap(), dst.0.parse().unwrap());
+    let b = etherparse::PacketBuilder::ethernet2(CLIENT_MAC, MAC0)
+        .ipv4(s.octets(), d.octets(), 64)
+        .udp(src.1, dst.1);
+    let mut out = Vec::new();
+    b.write(&mut out, payload).unwrap();
+    out
+}
+
+/// Every checksum of `frame` recomputed from scratch.
+fn assert_checksums(frame: &[u8]) {
+    let p = wire::parse(frame).expect("output parses");
+    let l3 = &frame[p.l3_offset as usize..p.l4_offset as usize];
+    let l4 = p.l4(frame);
+    match (p.l3, p.src, p.dst) {
+        (L3::Ipv4, IpAddr::V4(s), IpAddr::V4(d)) => {
+            assert_eq!(checksum::checksum(l3), 0, "IPv4 header checksum");
+            if p.protocol != wire::ip_proto::ICMP {
+                let pseudo = checksum::pseudo_header_v4(s, d, p.protocol, l4.len() as u16);
+                assert!(checksum::verify_l4(pseudo, l4), "L4 checksum");
+            } else {
+                assert_eq!(checksum::checksum(l4), 0, "ICMP checksum");
+            }
+        }
+        (L3::Ipv6, IpAddr::V6(s), IpAddr::V6(d)) => {
+            let pseudo = checksum::pseudo_header_v6(&s, &d, p.protocol, l4.len() as u32);
+            assert!(checksum::verify_l4(pseudo, l4), "L4 checksum (v6)");
+        }
+        _ => panic!("unexpected output {p:?}"),
+    }
+}
+
+fn meta(port: u16) -> PacketMeta {
+    PacketMeta {
+        port,
+        offload: Default::default(),
+    }
+}
+
+fn run(w: &mut Worker, snap: &Snapshot, now: u64, frame: &mut [u8], port: u16) -> Verdict {
+    w.handle_packet(Tick(now), snap, frame, &meta(port))
+}
+
+#[test]
+fn full_nat_tcp_v4_both_directions() {
+    let snap = snapshot();
+    let mut w = worker(1, 0);
+    let mut syn = tcp4(("10.0.0.2", 40000), ("10.0.0.100", 80), "S", 64, b"");
+    assert_eq!(
+        run(&mut w, &snap, 0, &mut syn, 0),
+        Verdict::Transmit {
+            port: 1,
+            len: syn.len()
+        }
+    );
+    let p = wire::parse(&syn).unwrap();
+    assert_eq!(p.src, v4("10.1.0.100"), "source is the SNAT address");
+    assert!(["10.1.0.11", "10.1.0.12", "10.1.0.13"].contains(&p.dst.to_string().as_str()));
+    assert_eq!(p.dst_port, 8080);
+    assert_eq!(p.ttl, 63);
+    assert_eq!(owner_of_snat_port_for_test(p.src_port, 1), 0);
+    assert_eq!(&syn[..6], &BACKEND_MAC);
+    assert_eq!(&syn[6..12], &MAC1);
+    assert_checksums(&syn);
+    let (backend, snat_port) = (p.dst, p.src_port);
+
+    // The backend answers the SNAT endpoint; the client sees the VIP.
+    let mut synack = tcp4(
+        (&backend.to_string(), 8080),
+        ("10.1.0.100", snat_port),
+        "SA",
+        64,
+        b"",
+    );
+    assert_eq!(
+        run(&mut w, &snap, 1, &mut synack, 1),
+        Verdict::Transmit {
+            port: 0,
+            len: synack.len()
+        }
+    );
+    let r = wire::parse(&synack).unwrap();
+    assert_eq!(
+        (r.src, r.src_port, r.dst, r.dst_port),
+        (v4("10.0.0.100"), 80, v4("10.0.0.2"), 40000)
+    );
+    assert_eq!(&synack[..6], &CLIENT_MAC);
+    assert_checksums(&synack);
+
+    // Data on the same connection reaches the same backend, with payload intact.
+    let mut ack = tcp4(
+        ("10.0.0.2", 40000),
+        ("10.0.0.100", 80),
+        "A",
+        64,
+        b"GET / HTTP/1.1\r\n\r\n",
+    );
+    assert!(matches!(
+        run(&mut w, &snap, 2, &mut ack, 0),
+        Verdict::Transmit { port: 1, .. }
+    ));
+    let a = wire::parse(&ack).unwrap();
+    assert_eq!((a.dst, a.src_port), (backend, snat_port));
+    assert!(ack.ends_with(b"GET / HTTP/1.1\r\n\r\n"));
+    assert_checksums(&ack);
+    assert_eq!(w.conntrack().len(), 1);
+    let c = w.counters();
+    assert_eq!(c.new_connections.get(), 1);
+    assert_eq!(c.total_drops(), 0);
+    let fe: Vec<_> = c.frontend_totals().collect();
+    assert_eq!(fe.len(), 1);
+    assert_eq!((fe[0].1.packets, fe[0].1.connections), (3, 1));
+}
+
+fn owner_of_snat_port_for_test(port: u16, n: u16) -> u16 {
+    crate::flow::owner_of_snat_port(port, n).0
+}
+
+#[test]
+fn dnat_udp_keeps_the_client_address_and_replies_get_the_vip() {
+    let snap = snapshot();
+    let mut w = worker(1, 0);
+    let mut q = udp4(("10.0.0.2", 5353), ("10.0.0.101", 53), b"query");
+    assert!(matches!(
+        run(&mut w, &snap, 0, &mut q, 0),
+        Verdict::Transmit { port: 1, .. }
+    ));
+    let p = wire::parse(&q).unwrap();
+    assert_eq!((p.src, p.src_port, p.dst_port), (v4("10.0.0.2"), 5353, 53));
+    assert_checksums(&q);
+    let mut reply = udp4((&p.dst.to_string(), 53), ("10.0.0.2", 5353), b"answer");
+    assert!(matches!(
+        run(&mut w, &snap, 1, &mut reply, 1),
+        Verdict::Transmit { port: 0, .. }
+    ));
+    let r = wire::parse(&reply).unwrap();
+    assert_eq!((r.src, r.src_port), (v4("10.0.0.101"), 53));
+    assert_checksums(&reply);
+    assert_eq!(
+        w.conntrack().state(w.conntrack().lookup(&key_of(&q)).unwrap().0),
+        Some(ConnState::UdpReplied)
+    );
+}
+
+fn key_of(frame: &[u8]) -> crate::flow::FlowKey {
+    let p = wire::parse(frame).unwrap();
+    crate::flow::FlowKey::new(
+        (p.src, p.src_port),
+        (p.dst, p.dst_port),
+        Proto::from_u8(p.protocol).unwrap(),
+    )
+    .unwrap()
+    .reversed()
+}
+
+#[test]
+fn full_nat_tcp_v6() {
+    let snap = snapshot();
+    let mut w = worker(1, 0);
+    let mut syn = tcp6(("fd00::2", 40000), ("fd00::100", 80), "S", b"");
+    assert!(matches!(
+        run(&mut w, &snap, 0, &mut syn, 0),
+        Verdict::Transmit { port: 1, .. }
+    ));
+    let p = wire::parse(&syn).unwrap();
+    assert_eq!(p.src, v4("fd01::100"));
+    assert_eq!(p.ttl, 63, "hop limit decremented");
+    assert_checksums(&syn);
+    let mut synack = tcp6((&p.dst.to_string(), 8080), ("fd01::100", p.src_port), "SA", b"");
+    assert!(matches!(
+        run(&mut w, &snap, 1, &mut synack, 1),
+        Verdict::Transmit { port: 0, .. }
+    ));
+    let r = wire::parse(&synack).unwrap();
+    assert_eq!(
+        (r.src, r.dst, r.dst_port),
+        (v4("fd00::100"), v4("fd00::2"), 40000)
+    );
+    assert_checksums(&synack);
+}
+
+#[test]
+fn maglev_spreads_clients_and_keeps_each_flow() {
+    let snap = snapshot();
+    let mut w = worker(1, 0);
+    let mut seen = std::collections::HashMap::new();
+    for port in 0..300u16 {
+        let mut syn = tcp4(("10.0.0.2", 20000 + port), ("10.0.0.100", 80), "S", 64, b"");
+        assert!(matches!(
+            run(&mut w, &snap, 0, &mut syn, 0),
+            Verdict::Transmit { .. }
+        ));
+        *seen.entry(wire::parse(&syn).unwrap().dst).or_insert(0) += 1;
+    }
+    assert_eq!(seen.len(), 3, "all three backends get flows: {seen:?}");
+    for n in seen.values() {
+        assert!(
+            (65..=135).contains(n),
+            "each backend within ±35% of a third: {seen:?}"
+        );
+    }
+}
+
+#[test]
+fn drops_are_counted_with_reasons() {
+    let snap = snapshot();
+    let mut w = worker(1, 0);
+    // A VIP port without a frontend.
+    let mut f = tcp4(("10.0.0.2", 1), ("10.0.0.100", 81), "S", 64, b"");
+    assert_eq!(
+        run(&mut w, &snap, 0, &mut f, 0),
+        Verdict::Drop(DropReason::NoFrontend)
+    );
+    // Full-NAT needs a SYN to open a connection.
+    let mut f = tcp4(("10.0.0.2", 2), ("10.0.0.100", 80), "A", 64, b"");
+    assert_eq!(
+        run(&mut w, &snap, 0, &mut f, 0),
+        Verdict::Drop(DropReason::TcpNotSyn)
+    );
+    // TTL 1 cannot be forwarded; the frame is left as it was.
+    let mut f = tcp4(("10.0.0.2", 3), ("10.0.0.100", 80), "S", 1, b"");
+    let before = f.clone();
+    assert_eq!(
+        run(&mut w, &snap, 0, &mut f, 0),
+        Verdict::Drop(DropReason::TtlExceeded)
+    );
+    assert_eq!(f, before);
+    // A reply nobody asked for.
+    let mut f = tcp4(("10.1.0.11", 8080), ("10.1.0.100", 4000), "SA", 64, b"");
+    assert_eq!(
+        run(&mut w, &snap, 0, &mut f, 1),
+        Verdict::Drop(DropReason::NoConntrackReply)
+    );
+    // Garbage.
+    let mut f = vec![0u8; 10];
+    assert_eq!(
+        run(&mut w, &snap, 0, &mut f, 0),
+        Verdict::Drop(DropReason::Truncated)
+    );
+    let c = w.counters();
+    for r in [
+        DropReason::NoFrontend,
+        DropReason::TcpNotSyn,
+        DropReason::TtlExceeded,
+        DropReason::NoConntrackReply,
+    ] {
+        assert_eq!(c.drops_of(r), 1, "{r:?}");
+    }
+    assert_eq!(w.conntrack().len(), 0, "no drop leaves an entry behind");
+}
+
+#[test]
+fn no_backend_source_ranges_and_affinity() {
+    let snap = snapshot_with(|b| {
+        let mut s = ServiceSpec::new("default/empty");
+        s.mode = ForwardMode::Dnat;
+        let s = b.service(s).unwrap();
+        b.frontend(
+            s,
+            FrontendSpec::new(v4("10.0.0.102"), 80, Proto::Tcp, FrontendKind::ClusterIp),
+        )
+        .unwrap();
+        let mut d = BackendSpec::new(v4("10.1.0.11"), 80);
+        d.state = BackendState::Terminating;
+        b.backend(s, d).unwrap();
+        let mut r = ServiceSpec::new("default/restricted");
+        r.mode = ForwardMode::Dnat;
+        r.source_ranges = vec![Cidr::new(v4("192.168.0.0"), 16).unwrap()];
+        r.affinity = SessionAffinity::ClientIp {
+            timeout: Duration::from_secs(10800),
+        };
+        let r = b.service(r).unwrap();
+        b.frontend(
+            r,
+            FrontendSpec::new(v4("10.0.0.103"), 80, Proto::Tcp, FrontendKind::ClusterIp),
+        )
+        .unwrap();
+        for i in 11..=13 {
+            b.backend(r, BackendSpec::new(v4(&format!("10.1.0.{i}")), 80))
+                .unwrap();
+        }
+        let mut a = ServiceSpec::new("default/sticky");
+        a.mode = ForwardMode::Dnat;
+        a.affinity = SessionAffinity::ClientIp {
+            timeout: Duration::from_secs(10800),
+        };
+        let a = b.service(a).unwrap();
+        b.frontend(
+            a,
+            FrontendSpec::new(v4("10.0.0.104"), 80, Proto::Tcp, FrontendKind::ClusterIp),
+        )
+        .unwrap();
+        for i in 11..=13 {
+            b.backend(a, BackendSpec::new(v4(&format!("10.1.0.{i}")), 80))
+                .unwrap();
+        }
+    });
+    let mut w = worker(1, 0);
+    let mut f = tcp4(("10.0.0.2", 1), ("10.0.0.102", 80), "S", 64, b"");
+    assert_eq!(
+        run(&mut w, &snap, 0, &mut f, 0),
+        Verdict::Drop(DropReason::NoBackend),
+        "terminating gets no new flows"
+    );
+    let mut f = tcp4(("10.0.0.2", 1), ("10.0.0.103", 80), "S", 64, b"");
+    assert_eq!(
+        run(&mut w, &snap, 0, &mut f, 0),
+        Verdict::Drop(DropReason::SourceRangeDenied)
+    );
+    // Client-IP affinity: every connection of one client lands on one backend.
+    let mut backends = std::collections::HashSet::new();
+    for port in 0..50 {
+        let mut f = tcp4(("10.0.0.2", 30000 + port), ("10.0.0.104", 80), "S", 64, b"");
+        assert!(matches!(
+            run(&mut w, &snap, 0, &mut f, 0),
+            Verdict::Transmit { .. }
+        ));
+        backends.insert(wire::parse(&f).unwrap().dst);
+    }
+    assert_eq!(backends.len(), 1);
+}
+
+#[test]
+fn flows_of_other_workers_are_handed_over() {
+    let snap = snapshot();
+    let mut w0 = worker(2, 0);
+    let mut w1 = worker(2, 1);
+    let mut handed = 0;
+    for port in 0..64u16 {
+        let mut syn = tcp4(("10.0.0.2", 40000 + port), ("10.0.0.100", 80), "S", 64, b"");
+        match run(&mut w0, &snap, 0, &mut syn, 0) {
+            Verdict::HandOver(WorkerId(1)) => {
+                handed += 1;
+                // The owner translates it; the reply's SNAT port names worker 1.
+                assert!(matches!(
+                    run(&mut w1, &snap, 0, &mut syn, 0),
+                    Verdict::Transmit { .. }
+                ));
+                let p = wire::parse(&syn).unwrap();
+                assert_eq!(p.src_port & 1, 1);
+                let mut reply = tcp4(
+                    (&p.dst.to_string(), 8080),
+                    ("10.1.0.100", p.src_port),
+                    "SA",
+                    64,
+                    b"",
+                );
+                assert_eq!(
+                    run(&mut w0, &snap, 1, &mut reply, 1),
+                    Verdict::HandOver(WorkerId(1))
+                );
+                assert!(matches!(
+                    run(&mut w1, &snap, 1, &mut reply, 1),
+                    Verdict::Transmit { port: 0, .. }
+                ));
+            }
+            Verdict::Transmit { .. } => assert_eq!(wire::parse(&syn).unwrap().src_port & 1, 0),
+            v => panic!("unexpected {v:?}"),
+        }
+    }
+    assert!(
+        handed > 10 && handed < 54,
+        "client ports spread over both workers: {handed}"
+    );
+    assert_eq!(w0.counters().handed_over.get(), 2 * handed);
+}
+
+#[test]
+fn expiry_frees_snat_ports_and_entries() {
+    let snap = snapshot();
+    let mut w = worker(1, 0);
+    let snat = v4("10.1.0.100");
+    let free0 = w.snat_ports().available(snat, Proto::Tcp);
+    let mut syn = tcp4(("10.0.0.2", 40000), ("10.0.0.100", 80), "S", 64, b"");
+    assert!(matches!(
+        run(&mut w, &snap, 0, &mut syn, 0),
+        Verdict::Transmit { .. }
+    ));
+    assert_eq!(w.snat_ports().available(snat, Proto::Tcp), free0 - 1);
+    // Before the SYN timeout nothing expires; after it, everything does.
+    let st = w.handle_tick(Tick(1_000), 10_000);
+    assert_eq!(st.expired, 0);
+    let st = w.handle_tick(Tick(3_600_000), 10_000);
+    assert_eq!(st.expired, 1);
+    assert_eq!(w.conntrack().len(), 0);
+    assert_eq!(w.snat_ports().available(snat, Proto::Tcp), free0);
+    assert_eq!(w.counters().conntrack_entries.get(), 0);
+    assert_eq!(w.counters().conntrack_expirations.get(), 1);
+}
+
+#[test]
+fn local_answers_still_work() {
+    let snap = snapshot();
+    let mut w = worker(1, 0);
+    let b = etherparse::PacketBuilder::ethernet2(CLIENT_MAC, MAC0)
+        .ipv4([10, 0, 0, 2], [10, 0, 0, 100], 64)
+        .icmpv4_echo_request(7, 1);
+    let mut ping = Vec::new();
+    b.write(&mut ping, b"hello").unwrap();
+    assert_eq!(
+        run(&mut w, &snap, 0, &mut ping, 0),
+        Verdict::Transmit {
+            port: 0,
+            len: ping.len()
+        }
+    );
+    let p = wire::parse(&ping).unwrap();
+    assert_eq!((p.src, p.dst, p.icmp_type), (v4("10.0.0.100"), v4("10.0.0.2"), 0));
+    assert_checksums(&ping);
+    // TCP to an interface address that is not a frontend goes to the host.
+    let mut bgp = tcp4(("10.0.0.2", 50000), ("10.0.0.1", 179), "S", 64, b"");
+    assert_eq!(run(&mut w, &snap, 0, &mut bgp, 0), Verdict::ToHost);
+}
+
+/// An ICMP "fragmentation needed" from a router on the backend side,
+/// quoting a full-NAT'ed segment, reaches the client with the VIP and the
+/// client's own ports in the quote.
+#[test]
+fn icmp_frag_needed_reaches_the_client_translated() {
+    let snap = snapshot();
+    let mut w = worker(1, 0);
+    let mut syn = tcp4(("10.0.0.2", 40000), ("10.0.0.100", 80), "S", 64, b"");
+    run(&mut w, &snap, 0, &mut syn, 0);
+    let sent = wire::parse(&syn).unwrap();
+    // The quote: the translated packet's IP header and first 8 L4 bytes.
+    let ip_and_8 = &syn[14..14 + 20 + 8];
+    let mut err = Vec::new();
+    etherparse::PacketBuilder::ethernet2(BACKEND_MAC, MAC1)
+        .ipv4([10, 1, 0, 254], [10, 1, 0, 100], 64)
+        .icmpv4(etherparse::Icmpv4Type::DestinationUnreachable(
+            etherparse::icmpv4::DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
+        ))
+        .write(&mut err, ip_and_8)
+        .unwrap();
+    assert!(
+        matches!(
+            run(&mut w, &snap, 5, &mut err, 1),
+            Verdict::Transmit { port: 0, .. }
+        ),
+        "{:?}",
+        w.counters().nonzero_drops().collect::<Vec<_>>()
+    );
+    let p = wire::parse(&err).unwrap();
+    assert_eq!(p.dst, v4("10.0.0.2"));
+    assert_checksums(&err);
+    let q = p.quoted(&err).unwrap();
+    assert_eq!(
+        (q.src, q.src_port, q.dst, q.dst_port),
+        (v4("10.0.0.2"), 40000, v4("10.0.0.100"), 80)
+    );
+    assert_ne!(sent.src, q.src);
+    // An error quoting nothing tracked is dropped with its reason.
+    let mut stray = Vec::new();
+    let fake = tcp4(("10.1.0.100", 1234), ("10.1.0.11", 8080), "S", 64, b"");
+    etherparse::PacketBuilder::ethernet2(BACKEND_MAC, MAC1)
+        .ipv4([10, 1, 0, 254], [10, 1, 0, 100], 64)
+        .icmpv4(etherparse::Icmpv4Type::DestinationUnreachable(
+            etherparse::icmpv4::DestUnreachableHeader::Host,
+        ))
+        .write(&mut stray, &fake[14..14 + 28])
+        .unwrap();
+    assert_eq!(
+        run(&mut w, &snap, 5, &mut stray, 1),
+        Verdict::Drop(DropReason::IcmpErrorUntracked)
+    );
+    let _ = ROUTER_MAC;
+}
+
+#[test]
+fn snat_exhaustion_is_a_counted_drop() {
+    let snap = snapshot();
+    let mut cfg = WorkerConfig::new(WorkerId(0), 1);
+    cfg.conntrack = conntrack::Config::new(1024, 16);
+    cfg.snat_addresses = vec![v4("10.1.0.100")];
+    cfg.snat_ports = 2000..=2003;
+    cfg.frontend_slots = 8;
+    cfg.backend_slots = 8;
+    let mut w = Worker::new(cfg).unwrap();
+    let mut ok = 0;
+    for port in 0..10u16 {
+        let mut syn = tcp4(("10.0.0.2", 40000 + port), ("10.0.0.100", 80), "S", 64, b"");
+        match run(&mut w, &snap, 0, &mut syn, 0) {
+            Verdict::Transmit { .. } => ok += 1,
+            Verdict::Drop(DropReason::SnatExhausted) => {}
+            v => panic!("{v:?}"),
+        }
+    }
+    assert_eq!(ok, 4);
+    assert_eq!(w.counters().drops_of(DropReason::SnatExhausted), 6);
+}
