@@ -383,14 +383,22 @@ impl<'p> SnapshotBuilder<'p> {
 
         let mut services = Vec::with_capacity(drafts.len());
         let mut rings = RingCache::default();
+        // Per backend (service-major, then as listed): its slot in `prev`.
+        let mut carry: Vec<u32> = Vec::new();
         for d in drafts {
-            let prev_svc = prev.and_then(|p| p.get_service(p.service_by_name(&d.name)?));
+            // The control plane usually lists services in a stable order:
+            // try the same position before hashing the name.
+            let prev_svc = prev.and_then(|p| match p.services.get(services.len()) {
+                Some(same) if same.name == d.name => Some(same),
+                _ => p.get_service(p.service_by_name(&d.name)?),
+            });
             services.push(build_service(
                 d,
                 prev_svc,
                 local_node.as_deref(),
                 max_ring_size,
                 &mut rings,
+                &mut carry,
             )?);
         }
 
@@ -401,7 +409,7 @@ impl<'p> SnapshotBuilder<'p> {
             &services,
             prev,
         );
-        let backend_slots = assign_backend_slots(&mut services, prev);
+        let backend_slots = assign_backend_slots(&mut services, &carry);
 
         // Owned addresses: interfaces, then VIPs, then SNAT (which must not
         // be a VIP), plus the full-NAT check that needs both.
@@ -524,6 +532,7 @@ fn build_service(
     local_node: Option<&str>,
     max_ring_size: u32,
     rings: &mut RingCache,
+    carry: &mut Vec<u32>,
 ) -> Result<Service, BuildError> {
     let key = |i: &u32| {
         let b = &d.backends[*i as usize];
@@ -539,6 +548,24 @@ fn build_service(
             addr,
             port,
         });
+    }
+    // Slots to carry over: a merge of the two address-sorted indices,
+    // sequential where a binary search per backend would miss the cache.
+    let base = carry.len();
+    carry.resize(base + d.backends.len(), UNASSIGNED);
+    if let Some(p) = prev {
+        let mut old = p
+            .by_addr
+            .iter()
+            .filter_map(|&i| p.backends.get(i as usize))
+            .peekable();
+        for &i in &by_addr {
+            let k = key(&i);
+            while old.next_if(|o| (o.addr, o.port) < k).is_some() {}
+            if let Some(o) = old.next_if(|o| (o.addr, o.port) == k) {
+                carry[base + i as usize] = o.stats_slot;
+            }
+        }
     }
     let eligible = |b: &Backend| {
         b.state == BackendState::Active

@@ -45,6 +45,8 @@ mod spec;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_errors;
+#[cfg(test)]
 mod tests_scale;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

@@ -110,8 +110,10 @@ pub(super) fn assign_frontend_slots(
     set.len
 }
 
-/// Same three passes as [`assign_frontend_slots`], for backends.
-pub(super) fn assign_backend_slots(services: &mut [Service], prev: Option<&Snapshot>) -> u32 {
+/// Same three passes as [`assign_frontend_slots`], for backends; `carry`
+/// holds each backend's slot in the previous snapshot (or `UNASSIGNED`),
+/// service-major and in listed order.
+pub(super) fn assign_backend_slots(services: &mut [Service], carry: &[u32]) -> u32 {
     let mut set = SlotSet::default();
     for b in services.iter().flat_map(|s| s.backends.iter()) {
         if b.stats_slot != UNASSIGNED {
@@ -119,16 +121,17 @@ pub(super) fn assign_backend_slots(services: &mut [Service], prev: Option<&Snaps
         }
     }
     let mut pending = Vec::new();
+    let mut k = 0;
     for (si, s) in services.iter_mut().enumerate() {
-        let prev_svc = prev.and_then(|p| p.get_service(p.service_by_name(&s.name)?));
         for (bi, b) in s.backends.iter_mut().enumerate() {
+            let carried = carry
+                .get(k)
+                .copied()
+                .filter(|&c| c != UNASSIGNED && !set.is_used(c));
+            k += 1;
             if b.stats_slot != UNASSIGNED {
                 continue;
             }
-            let carried = prev_svc
-                .and_then(|p| p.find_backend(b.addr, b.port))
-                .map(|pb| pb.stats_slot)
-                .filter(|&slot| !set.is_used(slot));
             match carried {
                 Some(slot) => {
                     set.mark(slot);

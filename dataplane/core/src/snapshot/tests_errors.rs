@@ -1,0 +1,326 @@
+//! One test per group of `BuildError` variants: each bad input is refused
+//! with the right variant, and messages name the object and the field.
+
+use std::net::IpAddr;
+
+use super::tests::{add_service, base, be, cidr, fe, ip, GMAC, MAC0, MAC1, NMAC};
+use super::*;
+use crate::maglev::MAX_BACKENDS;
+
+fn err(f: impl FnOnce(&mut SnapshotBuilder<'_>) -> Result<(), BuildError>) -> BuildError {
+    let mut b = base();
+    match f(&mut b) {
+        Err(e) => e,
+        Ok(()) => b.build().expect_err("expected a build error"),
+    }
+}
+
+#[test]
+fn service_errors() {
+    for bad in [
+        "web",
+        "/web",
+        "default/",
+        "Default/web",
+        "default/web/x",
+        "-a/web",
+        "a/web-",
+        "a/w_b",
+    ] {
+        let e = err(|b| b.service(ServiceSpec::new(bad)).map(drop));
+        assert!(matches!(e, BuildError::ServiceName { .. }), "{bad}: {e}");
+        assert!(e.to_string().contains("field name"), "{e}");
+    }
+    let long = format!("default/{}", "a".repeat(64));
+    assert!(matches!(
+        err(|b| b.service(ServiceSpec::new(long)).map(drop)),
+        BuildError::ServiceName { .. }
+    ));
+    let ok = format!("{}/{}", "a".repeat(63), "0-9");
+    assert!(base().service(ServiceSpec::new(ok)).is_ok());
+
+    let e = err(|b| {
+        b.service(ServiceSpec::new("default/web"))?;
+        b.service(ServiceSpec::new("default/web")).map(drop)
+    });
+    assert_eq!(
+        e,
+        BuildError::DuplicateService {
+            name: "default/web".into()
+        }
+    );
+
+    let e = err(|b| b.frontend(ServiceId(3), fe("192.0.2.1", 80, Proto::Tcp)));
+    assert_eq!(e, BuildError::UnknownService { id: 3 });
+    let e = err(|b| b.backend(ServiceId(0), be("10.1.0.1", 80)));
+    assert_eq!(e, BuildError::UnknownService { id: 0 });
+}
+
+#[test]
+fn frontend_errors() {
+    let e = err(|b| {
+        let a = b.service(ServiceSpec::new("default/a"))?;
+        let c = b.service(ServiceSpec::new("default/c"))?;
+        b.frontend(a, fe("192.0.2.1", 80, Proto::Tcp))?;
+        b.frontend(c, fe("192.0.2.1", 80, Proto::Tcp))
+    });
+    assert!(matches!(e, BuildError::DuplicateFrontend { .. }));
+    assert_eq!(
+        e.to_string(),
+        "frontend 192.0.2.1:80/tcp: claimed by service default/a and by service default/c"
+    );
+    let e = err(|b| {
+        let a = b.service(ServiceSpec::new("default/a"))?;
+        b.frontend(a, fe("2001:db8::9", 80, Proto::Udp))?;
+        b.frontend(a, fe("2001:db8::9", 80, Proto::Udp))
+    });
+    assert!(e.to_string().contains("[2001:db8::9]:80/udp"), "{e}");
+
+    let one = |spec: FrontendSpec| {
+        err(move |b| {
+            let a = b.service(ServiceSpec::new("default/a"))?;
+            b.frontend(a, spec)
+        })
+    };
+    let e = one(fe("192.0.2.1", 0, Proto::Tcp));
+    assert!(matches!(e, BuildError::FrontendPortZero { .. }));
+    assert!(e.to_string().contains("field port"), "{e}");
+    for p in [Proto::Icmp, Proto::Icmpv6] {
+        let e = one(fe("192.0.2.1", 80, p));
+        assert!(matches!(e, BuildError::UnsupportedProtocol { .. }), "{e}");
+        assert!(e.to_string().contains("field proto"), "{e}");
+    }
+    for a in ["0.0.0.0", "255.255.255.255", "224.0.0.1", "::", "ff02::1"] {
+        assert!(
+            matches!(one(fe(a, 80, Proto::Tcp)), BuildError::FrontendAddress { .. }),
+            "{a}"
+        );
+    }
+    let e = one(FrontendSpec {
+        stats_slot: Some(MAX_STATS_SLOT + 1),
+        ..fe("192.0.2.1", 80, Proto::Tcp)
+    });
+    assert!(matches!(e, BuildError::StatsSlotTooLarge { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("frontend 192.0.2.1:80/tcp: field stats_slot"),
+        "{e}"
+    );
+}
+
+#[test]
+fn source_range_family_and_snat_errors() {
+    let e = err(|b| {
+        let mut spec = ServiceSpec::new("default/a");
+        spec.source_ranges = vec![cidr("10.0.0.0/8")];
+        let a = b.service(spec)?;
+        b.frontend(a, fe("192.0.2.1", 80, Proto::Tcp))?;
+        b.frontend(a, fe("2001:db8:1::1", 80, Proto::Tcp))
+    });
+    assert!(
+        matches!(e, BuildError::SourceRangeFamily { family: "IPv6", .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("field source_ranges"), "{e}");
+
+    // Full-NAT with no IPv6 SNAT address.
+    let mut b = SnapshotBuilder::new(1);
+    b.snat_address(ip("10.0.0.100"));
+    let mut spec = ServiceSpec::new("default/a");
+    spec.mode = ForwardMode::FullNat;
+    let a = b.service(spec).unwrap();
+    b.frontend(a, fe("192.0.2.1", 80, Proto::Tcp)).unwrap();
+    b.frontend(a, fe("2001:db8:1::1", 80, Proto::Tcp)).unwrap();
+    let e = b.build().unwrap_err();
+    assert!(
+        matches!(e, BuildError::NoSnatAddress { family: "IPv6", .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("default/a"), "{e}");
+
+    let e = err(|b| {
+        let a = b.service(ServiceSpec::new("default/a"))?;
+        b.frontend(a, fe("10.0.0.100", 80, Proto::Tcp))
+    });
+    assert_eq!(
+        e,
+        BuildError::SnatIsVip {
+            addr: ip("10.0.0.100")
+        }
+    );
+    for a in ["0.0.0.0", "224.0.0.1", "ff02::1"] {
+        let e = err(|b| {
+            b.snat_address(ip(a));
+            Ok(())
+        });
+        assert_eq!(e, BuildError::SnatAddress { addr: ip(a) });
+    }
+    let e = err(|b| {
+        for i in 0..=crate::flow::SnatPorts::MAX_ADDRESSES as u32 {
+            b.snat_address(IpAddr::V4((0x0a09_0000 + i).into()));
+        }
+        Ok(())
+    });
+    assert!(
+        matches!(e, BuildError::TooManySnatAddresses { family: "IPv4", .. }),
+        "{e}"
+    );
+}
+
+#[test]
+fn backend_errors() {
+    let one = |spec: BackendSpec| {
+        err(move |b| {
+            let a = b.service(ServiceSpec::new("default/a"))?;
+            b.backend(a, spec)
+        })
+    };
+    let e = one(be("10.1.0.1", 0));
+    assert!(
+        matches!(e, BuildError::BackendPortZero { .. }) && e.to_string().contains("field port"),
+        "{e}"
+    );
+    for a in ["0.0.0.0", "239.1.1.1", "::", "ff05::2"] {
+        assert!(matches!(one(be(a, 80)), BuildError::BackendAddress { .. }), "{a}");
+    }
+    let e = one(BackendSpec {
+        weight: MAX_WEIGHT + 1,
+        ..be("10.1.0.1", 80)
+    });
+    assert!(
+        matches!(e, BuildError::BackendWeight { .. }) && e.to_string().contains("field weight"),
+        "{e}"
+    );
+    let e = one(BackendSpec {
+        stats_slot: Some(u32::MAX),
+        ..be("10.1.0.1", 80)
+    });
+    assert!(
+        e.to_string().contains("backend 10.1.0.1:80: field stats_slot"),
+        "{e}"
+    );
+
+    let e = err(|b| {
+        let a = b.service(ServiceSpec::new("default/a"))?;
+        b.backend(a, be("10.1.0.1", 80))?;
+        b.backend(a, be("10.1.0.2", 80))?;
+        b.backend(
+            a,
+            BackendSpec {
+                state: BackendState::Terminating,
+                ..be("10.1.0.1", 80)
+            },
+        )
+    });
+    assert_eq!(
+        e,
+        BuildError::DuplicateBackend {
+            service: "default/a".into(),
+            addr: ip("10.1.0.1"),
+            port: 80
+        }
+    );
+    // The same address in two services is fine.
+    let mut b = base();
+    add_service(&mut b, "default/a", "192.0.2.1", 2);
+    add_service(&mut b, "default/b", "192.0.2.2", 2);
+    b.build().unwrap();
+
+    let e = err(|b| {
+        let a = b.service(ServiceSpec::new("default/a"))?;
+        for i in 0..=MAX_BACKENDS as u32 {
+            b.backend(a, BackendSpec::new(IpAddr::V4((0x0a00_0000 + i).into()), 80))?;
+        }
+        Ok(())
+    });
+    assert!(matches!(e, BuildError::TooManyBackends { .. }), "{e}");
+
+    // 10 active backends cannot fit a 7-slot ring.
+    let e = err(|b| {
+        b.max_ring_size(7);
+        add_service(b, "default/a", "192.0.2.1", 10);
+        Ok(())
+    });
+    assert!(matches!(e, BuildError::Maglev { .. }), "{e}");
+    assert!(e.to_string().starts_with("service default/a: Maglev ring"), "{e}");
+}
+
+#[test]
+fn interface_and_neighbor_errors() {
+    let e = err(|b| {
+        b.interface(MAX_PORTS, MAC0, cidr("10.9.0.1/24"), None);
+        Ok(())
+    });
+    assert!(matches!(e, BuildError::PortOutOfRange { .. }), "{e}");
+    for mac in [[0; 6], [1, 0, 0, 0, 0, 1], [0xff; 6]] {
+        let e = err(|b| {
+            b.interface(1, mac, cidr("10.9.0.1/24"), None);
+            Ok(())
+        });
+        assert!(matches!(e, BuildError::InterfaceMac { port: 1, .. }), "{e}");
+    }
+    let e = err(|b| {
+        b.interface(0, MAC1, cidr("10.9.0.1/24"), None);
+        Ok(())
+    });
+    assert!(
+        matches!(e, BuildError::InterfaceMacConflict { port: 0, .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("02:00:00:00:00:01"), "{e}");
+    let e = err(|b| {
+        b.interface(1, MAC1, cidr("0.0.0.0/0"), None);
+        Ok(())
+    });
+    assert!(matches!(e, BuildError::InterfaceAddress { port: 1, .. }), "{e}");
+    let e = err(|b| {
+        b.interface(1, MAC1, cidr("10.9.0.1/24"), Some(ip("10.8.0.1")));
+        Ok(())
+    });
+    assert_eq!(
+        e,
+        BuildError::GatewayNotConnected {
+            port: 1,
+            gateway: ip("10.8.0.1")
+        }
+    );
+    let e = err(|b| {
+        b.interface(0, MAC0, cidr("10.0.0.1/24"), Some(ip("10.0.0.253")));
+        Ok(())
+    });
+    assert!(matches!(e, BuildError::GatewayConflict { port: 0, .. }), "{e}");
+    let e = err(|b| {
+        b.neighbor(ip("10.7.0.1"), NMAC);
+        Ok(())
+    });
+    assert_eq!(e, BuildError::NeighborNotConnected { addr: ip("10.7.0.1") });
+    let e = err(|b| {
+        b.neighbor(ip("10.0.0.7"), NMAC).neighbor(ip("10.0.0.7"), GMAC);
+        Ok(())
+    });
+    assert!(matches!(e, BuildError::NeighborConflict { .. }), "{e}");
+    let e = err(|b| {
+        b.neighbor(ip("10.0.0.7"), [0x01, 0, 0x5e, 0, 0, 1]);
+        Ok(())
+    });
+    assert!(matches!(e, BuildError::NeighborMac { .. }), "{e}");
+    // Same neighbor twice with the same MAC is merged.
+    let mut b = base();
+    b.neighbor(ip("10.0.0.7"), NMAC).neighbor(ip("10.0.0.7"), NMAC);
+    b.build().unwrap();
+}
+
+#[test]
+fn error_messages_name_object_and_field() {
+    let e = BuildError::BackendWeight {
+        service: "default/web".into(),
+        addr: ip("10.1.0.1"),
+        port: 8080,
+        weight: 70000,
+        max: MAX_WEIGHT,
+    };
+    assert_eq!(
+        e.to_string(),
+        "service default/web backend 10.1.0.1:8080: field weight: 70000 exceeds 65535"
+    );
+}
