@@ -39,6 +39,7 @@
 //!   change; the affinity timeout is not enforced separately.
 //! - Non-first fragments are dropped (`fragment`): they carry no ports.
 
+mod burst;
 mod paths;
 
 use std::net::IpAddr;
@@ -215,6 +216,22 @@ impl Worker {
             Ok(p) => p,
             Err(reason) => return self.drop(reason),
         };
+        self.dispatch(now, snap, frame, &p, meta, None)
+    }
+
+    /// Everything after the parse. `found`, when given, is the result of
+    /// `conntrack.lookup` for the packet's own 5-tuple, done ahead by
+    /// [`Worker::handle_burst`] and still valid.
+    #[inline(always)]
+    fn dispatch(
+        &mut self,
+        now: Tick,
+        snap: &Snapshot,
+        frame: &mut [u8],
+        p: &wire::Parsed,
+        meta: &PacketMeta,
+        found: paths::Found,
+    ) -> Verdict {
         // ARP, and ICMP that is not an error, may be for the balancer itself.
         let maybe_local = p.l3 == L3::Arp
             || (!p.icmp_error
@@ -223,7 +240,7 @@ impl Worker {
             let Some(port) = snap.port(meta.port) else {
                 return self.drop(DropReason::LocalUnhandled);
             };
-            match local::handle_parsed(frame, &p, port.local_addrs()) {
+            match local::handle_parsed(frame, p, port.local_addrs()) {
                 LocalVerdict::Reply { len } => {
                     self.counters.local_replies.inc();
                     return Verdict::Transmit { port: meta.port, len };
@@ -242,9 +259,9 @@ impl Worker {
             }
         }
         if p.icmp_error {
-            return self.icmp_error(now, snap, frame, &p, meta);
+            return self.icmp_error(now, snap, frame, p, meta);
         }
-        self.l4(now, snap, frame, &p, meta)
+        self.l4(now, snap, frame, p, meta, found)
     }
 
     /// Expires idle connections, examining at most `budget` entries, and

@@ -13,6 +13,10 @@ use crate::{DropReason, Tick};
 
 use super::{release_snat, PacketMeta, Verdict, Worker};
 
+/// A conntrack lookup of the packet's own 5-tuple done ahead of time by the
+/// burst path (`Some(result)`), or `None`: look it up now.
+pub(super) type Found = Option<Option<(EntryId, Direction)>>;
+
 /// The Maglev input for a new flow of `p`.
 #[inline]
 fn flow_hash(p: &Parsed) -> u64 {
@@ -55,6 +59,7 @@ impl Worker {
         frame: &mut [u8],
         p: &Parsed,
         meta: &PacketMeta,
+        found: Found,
     ) -> Verdict {
         let proto = match Proto::from_u8(p.protocol) {
             Some(pr @ (Proto::Tcp | Proto::Udp)) => pr,
@@ -67,7 +72,7 @@ impl Worker {
             if owner != self.id {
                 return self.hand_over(owner);
             }
-            return self.reply(now, snap, frame, p, proto, meta);
+            return self.reply(now, snap, frame, p, proto, meta, found);
         }
         if owned.contains(OwnerKind::VIP) {
             if let Some((fe, svc)) = snap.lookup(p.dst, p.dst_port, proto) {
@@ -76,7 +81,7 @@ impl Worker {
                     return self.hand_over(owner);
                 }
                 let fe_slot = fe.stats_slot;
-                return self.forward(now, snap, frame, p, proto, svc, fe_slot, meta);
+                return self.forward(now, snap, frame, p, proto, svc, fe_slot, meta, found);
             }
         }
         if owned.contains(OwnerKind::INTERFACE) {
@@ -92,7 +97,7 @@ impl Worker {
         if owner != self.id {
             return self.hand_over(owner);
         }
-        self.reply(now, snap, frame, p, proto, meta)
+        self.reply(now, snap, frame, p, proto, meta, found)
     }
 
     #[inline]
@@ -113,6 +118,7 @@ impl Worker {
         svc: &Service,
         fe_slot: u32,
         meta: &PacketMeta,
+        found: Found,
     ) -> Verdict {
         let Some(key) = FlowKey::new((p.src, p.src_port), (p.dst, p.dst_port), proto) else {
             return self.drop(DropReason::UnsupportedProtocol);
@@ -122,7 +128,8 @@ impl Worker {
         if p.ttl <= 1 {
             return self.drop(DropReason::TtlExceeded);
         }
-        let (id, rw) = match self.conntrack.lookup(&key) {
+        let found = found.unwrap_or_else(|| self.conntrack.lookup(&key));
+        let (id, rw) = match found {
             Some((id, dir)) => match self.conntrack.rewrite(id, dir) {
                 Some(rw) => (Some((id, dir)), rw),
                 None => return self.drop(DropReason::NoConntrackReply),
@@ -206,6 +213,7 @@ impl Worker {
     }
 
     /// Backend → client (DNAT) or backend → SNAT endpoint (full-NAT).
+    #[allow(clippy::too_many_arguments)]
     fn reply(
         &mut self,
         now: Tick,
@@ -214,11 +222,12 @@ impl Worker {
         p: &Parsed,
         proto: Proto,
         meta: &PacketMeta,
+        found: Found,
     ) -> Verdict {
         let Some(key) = FlowKey::new((p.src, p.src_port), (p.dst, p.dst_port), proto) else {
             return self.drop(DropReason::UnsupportedProtocol);
         };
-        match self.conntrack.lookup(&key) {
+        match found.unwrap_or_else(|| self.conntrack.lookup(&key)) {
             Some((id, dir @ Direction::Reply)) => match self.conntrack.rewrite(id, dir) {
                 Some(rw) => self.translate(now, snap, frame, p, Some((id, dir)), &rw, meta),
                 None => self.drop(DropReason::NoConntrackReply),

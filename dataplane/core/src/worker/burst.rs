@@ -1,0 +1,133 @@
+//! [`Worker::handle_burst`]: the pipeline over an rx burst, with the
+//! conntrack misses of the whole burst overlapped.
+//!
+//! At a million connections a lookup is two dependent DRAM misses (index
+//! slot, then entry). Packet by packet they serialize; here the burst is
+//! parsed first, the 5-tuples of its TCP/UDP packets go through
+//! [`Conntrack::lookup_burst`](crate::conntrack::Conntrack::lookup_burst)
+//! (all index loads in flight, then all entry loads), and only then is each
+//! packet processed, in order, exactly as [`Worker::handle_packet`] would.
+//!
+//! Same verdicts, same frames, same counters as `handle_packet` called on
+//! each frame in turn (a test feeds random traffic through both). What makes
+//! that hold although the lookups run before earlier packets of the burst
+//! are processed: processing only changes the conntrack index through
+//! inserts (a new flow) and the evictions an insert may cause. An insert
+//! moves no index slot, so a hit found ahead stays valid; a miss may not (an
+//! earlier packet of the burst may have opened that very flow), so after an
+//! insert a miss is looked up again. After an eviction (a slot freed and
+//! reused) every result is looked up again. Both are detected through the
+//! worker's own `new_connections` and `conntrack_evictions` counters, which
+//! it alone writes.
+
+use crate::conntrack::{Direction, EntryId, BURST};
+use crate::flow::{FlowKey, FlowKeyV4, Proto};
+use crate::snapshot::Snapshot;
+use crate::wire::{self, Parsed, L3};
+use crate::Tick;
+
+use super::{PacketMeta, Verdict, Worker};
+
+/// Fills unused key slots; never looked up.
+const NO_KEY: FlowKey = FlowKey::V4(FlowKeyV4 {
+    src: std::net::Ipv4Addr::UNSPECIFIED,
+    dst: std::net::Ipv4Addr::UNSPECIFIED,
+    sport: 0,
+    dport: 0,
+    proto: Proto::Tcp,
+});
+
+/// The key `paths::forward` and `paths::reply` look up for `p`, if `p` can
+/// take either path (TCP or UDP, not ARP, not an ICMP error).
+#[inline(always)]
+fn own_key(p: &Parsed) -> Option<FlowKey> {
+    if p.l3 == L3::Arp || p.icmp_error {
+        return None;
+    }
+    let proto = match Proto::from_u8(p.protocol) {
+        Some(pr @ (Proto::Tcp | Proto::Udp)) => pr,
+        _ => return None,
+    };
+    FlowKey::new((p.src, p.src_port), (p.dst, p.dst_port), proto)
+}
+
+impl Worker {
+    /// Handles a burst of frames: `verdicts[i]` is what
+    /// [`Worker::handle_packet`]`(now, snap, frames[i], &metas[i])` would
+    /// have returned had the frames been handled one by one in order, and
+    /// frames and counters end up the same. Handles the first
+    /// `min(frames.len(), metas.len(), verdicts.len())` frames; any length
+    /// works, in chunks of [`BURST`].
+    ///
+    /// `F` is anything that lends its bytes mutably: `&mut [u8]`, `Vec<u8>`,
+    /// or the shell's mbuf wrapper.
+    pub fn handle_burst<F: AsMut<[u8]>>(
+        &mut self,
+        now: Tick,
+        snap: &Snapshot,
+        frames: &mut [F],
+        metas: &[PacketMeta],
+        verdicts: &mut [Verdict],
+    ) {
+        let n = frames.len().min(metas.len()).min(verdicts.len());
+        let chunks = frames[..n]
+            .chunks_mut(BURST)
+            .zip(metas[..n].chunks(BURST))
+            .zip(verdicts[..n].chunks_mut(BURST));
+        for ((frames, metas), verdicts) in chunks {
+            self.burst_chunk(now, snap, frames, metas, verdicts);
+        }
+    }
+
+    /// At most [`BURST`] frames; all three slices have the same length.
+    #[inline]
+    fn burst_chunk<F: AsMut<[u8]>>(
+        &mut self,
+        now: Tick,
+        snap: &Snapshot,
+        frames: &mut [F],
+        metas: &[PacketMeta],
+        verdicts: &mut [Verdict],
+    ) {
+        // Stage 1: parse everything, collect the 5-tuples.
+        let mut parsed: [Option<Parsed>; BURST] = [None; BURST];
+        let mut keys = [NO_KEY; BURST];
+        // `key_of[i]`: index in `keys` of frame i's key, or BURST for none.
+        let mut key_of = [BURST as u8; BURST];
+        let mut nk = 0;
+        for (i, (frame, meta)) in frames.iter_mut().zip(metas).enumerate() {
+            match wire::parse_with(frame.as_mut(), &meta.offload) {
+                Ok(p) => {
+                    if let Some(k) = own_key(&p) {
+                        keys[nk] = k;
+                        key_of[i] = nk as u8;
+                        nk += 1;
+                    }
+                    parsed[i] = Some(p);
+                }
+                Err(reason) => verdicts[i] = self.drop(reason),
+            }
+        }
+        // Stage 2: the conntrack misses of the whole burst, overlapped.
+        let mut found: [Option<(EntryId, Direction)>; BURST] = [None; BURST];
+        self.conntrack.lookup_burst(&keys[..nk], &mut found[..nk]);
+        let inserts = self.counters.new_connections.get();
+        let evictions = self.counters.conntrack_evictions.get();
+        // Stage 3: each packet in order, with its lookup if still valid.
+        for (i, (frame, meta)) in frames.iter_mut().zip(metas).enumerate() {
+            let Some(p) = &parsed[i] else { continue };
+            let k = usize::from(key_of[i]);
+            let hint = match found.get(k) {
+                Some(_) if self.counters.conntrack_evictions.get() != evictions => None,
+                Some(None) if self.counters.new_connections.get() != inserts => None,
+                Some(&f) => Some(f),
+                None => None,
+            };
+            verdicts[i] = self.dispatch(now, snap, frame.as_mut(), p, meta, hint);
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "burst_tests.rs"]
+mod tests;

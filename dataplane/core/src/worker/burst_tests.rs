@@ -1,0 +1,298 @@
+//! `handle_burst` against `handle_packet`: the same random traffic through
+//! two identical workers, one frame at a time and in bursts; verdicts,
+//! output frames and the whole worker state (conntrack, SNAT pools,
+//! counters, via `Debug`) must match after every burst.
+//!
+//! The traffic is built to hit the cases where a lookup done ahead could go
+//! stale: a tiny conntrack (evictions, full table), few client ports (the
+//! same new flow several times in one burst), replies to flows opened
+//! earlier in the same burst, plus everything that never reaches conntrack
+//! (garbage, ARP, echo, TTL 1, other workers' flows).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use super::*;
+use crate::conntrack;
+use crate::flow::{Proto, WorkerId};
+use crate::snapshot::{
+    BackendSpec, Cidr, ForwardMode, FrontendKind, FrontendSpec, ServiceSpec, Snapshot, SnapshotBuilder,
+};
+use crate::worker::WorkerConfig;
+
+const MAC0: [u8; 6] = [2, 0, 0, 0, 0, 0x10];
+const MAC1: [u8; 6] = [2, 0, 0, 0, 0, 0x11];
+const PEER: [u8; 6] = [2, 0, 0, 0, 0, 0xc1];
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// Clients on port 0 (10.0.0.0/24, fd00::/64, others via 10.0.0.254),
+/// backends on port 1; full-NAT TCP 10.0.0.100:80 and [fd00::100]:80, DNAT
+/// UDP 10.0.0.101:53.
+fn snapshot() -> Snapshot {
+    let mut b = SnapshotBuilder::new(1);
+    b.interface(
+        0,
+        MAC0,
+        Cidr::new(ip("10.0.0.1"), 24).unwrap(),
+        Some(ip("10.0.0.254")),
+    );
+    b.interface(0, MAC0, Cidr::new(ip("fd00::1"), 64).unwrap(), None);
+    b.interface(1, MAC1, Cidr::new(ip("10.1.0.1"), 24).unwrap(), None);
+    b.interface(1, MAC1, Cidr::new(ip("fd01::1"), 64).unwrap(), None);
+    b.snat_address(ip("10.1.0.100")).snat_address(ip("fd01::100"));
+    for c in ["10.0.0.2", "10.0.0.3", "10.0.0.254", "fd00::2"] {
+        b.neighbor(ip(c), PEER);
+    }
+    let mut web = ServiceSpec::new("default/web");
+    web.mode = ForwardMode::FullNat;
+    let web = b.service(web).unwrap();
+    let fe = FrontendSpec::new(ip("10.0.0.100"), 80, Proto::Tcp, FrontendKind::LoadBalancer);
+    b.frontend(web, fe).unwrap();
+    let mut web6 = ServiceSpec::new("default/web6");
+    web6.mode = ForwardMode::FullNat;
+    let web6 = b.service(web6).unwrap();
+    let fe = FrontendSpec::new(ip("fd00::100"), 80, Proto::Tcp, FrontendKind::LoadBalancer);
+    b.frontend(web6, fe).unwrap();
+    let mut dns = ServiceSpec::new("default/dns");
+    dns.mode = ForwardMode::Dnat;
+    let dns = b.service(dns).unwrap();
+    let fe = FrontendSpec::new(ip("10.0.0.101"), 53, Proto::Udp, FrontendKind::ClusterIp);
+    b.frontend(dns, fe).unwrap();
+    for i in 11..=13 {
+        b.neighbor(ip(&format!("10.1.0.{i}")), PEER);
+        b.neighbor(ip(&format!("fd01::{i}")), PEER);
+        b.backend(web, BackendSpec::new(ip(&format!("10.1.0.{i}")), 8080))
+            .unwrap();
+        b.backend(web6, BackendSpec::new(ip(&format!("fd01::{i}")), 8080))
+            .unwrap();
+        b.backend(dns, BackendSpec::new(ip(&format!("10.1.0.{i}")), 53))
+            .unwrap();
+    }
+    b.build().unwrap()
+}
+
+fn worker(n_workers: u16, capacity: u32) -> Worker {
+    let mut cfg = WorkerConfig::new(WorkerId(0), n_workers);
+    cfg.conntrack = conntrack::Config {
+        evict_window: 4,
+        ..conntrack::Config::new(capacity, capacity / 2)
+    };
+    cfg.snat_addresses = vec![ip("10.1.0.100"), ip("fd01::100")];
+    // Small pools keep the `Debug` comparison fast.
+    cfg.snat_ports = 1024..=1279;
+    cfg.frontend_slots = 8;
+    cfg.backend_slots = 8;
+    Worker::new(cfg).unwrap()
+}
+
+/// A backend's answer: source, destination, IP protocol.
+type Reply = ((IpAddr, u16), (IpAddr, u16), u8);
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn tcp(src: (IpAddr, u16), dst: (IpAddr, u16), flags: u64, ttl: u8) -> Vec<u8> {
+    let b = etherparse::PacketBuilder::ethernet2(PEER, MAC0);
+    let b = match (src.0, dst.0) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => b.ipv4(s.octets(), d.octets(), ttl),
+        (IpAddr::V6(s), IpAddr::V6(d)) => b.ipv6(s.octets(), d.octets(), ttl),
+        _ => unreachable!(),
+    };
+    let mut b = b.tcp(src.1, dst.1, 1, 1000);
+    if flags & 1 != 0 {
+        b = b.syn();
+    }
+    if flags & 2 != 0 {
+        b = b.ack(1);
+    }
+    if flags & 4 != 0 {
+        b = b.fin();
+    }
+    if flags & 8 != 0 {
+        b = b.rst();
+    }
+    let mut out = Vec::new();
+    b.write(&mut out, b"data").unwrap();
+    out
+}
+
+fn udp(src: (IpAddr, u16), dst: (IpAddr, u16)) -> Vec<u8> {
+    let (IpAddr::V4(s), IpAddr::V4(d)) = (src.0, dst.0) else {
+        unreachable!()
+    };
+    let mut out = Vec::new();
+    etherparse::PacketBuilder::ethernet2(PEER, MAC0)
+        .ipv4(s.octets(), d.octets(), 64)
+        .udp(src.1, dst.1)
+        .write(&mut out, b"q")
+        .unwrap();
+    out
+}
+
+fn echo_to_interface(id: u16) -> Vec<u8> {
+    let mut out = Vec::new();
+    etherparse::PacketBuilder::ethernet2(PEER, MAC0)
+        .ipv4([10, 0, 0, 2], [10, 0, 0, 1], 64)
+        .icmpv4_echo_request(id, 1)
+        .write(&mut out, b"ping")
+        .unwrap();
+    out
+}
+
+fn client(rng: &mut Rng, v6: bool) -> (IpAddr, u16) {
+    let addr = if v6 {
+        IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2))
+    } else {
+        match rng.below(3) {
+            0 => ip("10.0.0.2"),
+            1 => ip("10.0.0.3"),
+            _ => IpAddr::V4(Ipv4Addr::new(172, 16, 0, rng.below(4) as u8)),
+        }
+    };
+    // Few ports: the same flow recurs, often within one burst.
+    (addr, 40000 + rng.below(24) as u16)
+}
+
+/// One random frame; `replies` holds tuples the backends may answer with.
+fn frame(rng: &mut Rng, replies: &[Reply]) -> (Vec<u8>, u16) {
+    let vip = (ip("10.0.0.100"), 80);
+    let vip6 = (ip("fd00::100"), 80);
+    match rng.below(20) {
+        0..=4 => (tcp(client(rng, false), vip, 1, 64), 0),
+        5..=7 => (
+            tcp(client(rng, false), vip, [2, 6, 10][rng.below(3) as usize], 64),
+            0,
+        ),
+        8 => (tcp(client(rng, true), vip6, 1 + rng.below(2), 64), 0),
+        9..=10 => (udp(client(rng, false), (ip("10.0.0.101"), 53)), 0),
+        11..=14 if !replies.is_empty() => {
+            let (src, dst, proto) = replies[rng.below(replies.len() as u64) as usize];
+            let f = if proto == 6 {
+                tcp(src, dst, [2, 3, 6, 10][rng.below(4) as usize], 64)
+            } else {
+                udp(src, dst)
+            };
+            (f, 1)
+        }
+        15 => (tcp(client(rng, false), vip, 1, 1), 0),
+        16 => (echo_to_interface(rng.below(100) as u16), 0),
+        17 => {
+            let mut f = tcp(client(rng, false), vip, 1, 64);
+            f.truncate(rng.below(f.len() as u64) as usize);
+            (f, 0)
+        }
+        18 => (tcp(client(rng, false), (ip("10.0.0.100"), 81), 1, 64), 0),
+        _ => (tcp(client(rng, false), vip, 1, 64), 0),
+    }
+}
+
+fn meta(port: u16) -> PacketMeta {
+    PacketMeta {
+        port,
+        offload: Default::default(),
+    }
+}
+
+/// Runs 150 random bursts through both workers; returns (evictions, drops).
+fn run_seed(seed: u64, n_workers: u16, capacity: u32) -> (u64, u64) {
+    let snap = snapshot();
+    let mut one = worker(n_workers, capacity);
+    let mut burst = worker(n_workers, capacity);
+    let mut rng = Rng(seed | 1);
+    let mut replies: Vec<Reply> = Vec::new();
+    let mut now = 0;
+    for round in 0..150 {
+        let len = 1 + rng.below(40) as usize;
+        let mut frames = Vec::with_capacity(len);
+        let mut metas = Vec::with_capacity(len);
+        for _ in 0..len {
+            let (f, port) = frame(&mut rng, &replies);
+            frames.push(f);
+            metas.push(meta(port));
+        }
+        let mut expect_frames = frames.clone();
+        let expect: Vec<Verdict> = expect_frames
+            .iter_mut()
+            .zip(&metas)
+            .map(|(f, m)| one.handle_packet(Tick(now), &snap, f, m))
+            .collect();
+        let mut got = vec![Verdict::ToHost; len];
+        burst.handle_burst(Tick(now), &snap, &mut frames, &metas, &mut got);
+        assert_eq!(got, expect, "seed {seed} round {round}: verdicts");
+        assert_eq!(frames, expect_frames, "seed {seed} round {round}: frames");
+        assert_eq!(
+            format!("{burst:?}"),
+            format!("{one:?}"),
+            "seed {seed} round {round}: worker state"
+        );
+        // Forwarded frames become the backends' replies of later rounds.
+        for (f, v) in expect_frames.iter().zip(&expect) {
+            if let Verdict::Transmit { port: 1, .. } = v {
+                let p = crate::wire::parse(f).unwrap();
+                replies.push(((p.dst, p.dst_port), (p.src, p.src_port), p.protocol));
+            }
+        }
+        if replies.len() > 64 {
+            replies.drain(..replies.len() - 64);
+        }
+        now += 1 + rng.below(20_000);
+        if round % 7 == 6 {
+            assert_eq!(one.handle_tick(Tick(now), 16), burst.handle_tick(Tick(now), 16));
+        }
+    }
+    assert!(one.counters().new_connections.get() > 0);
+    let c = one.counters();
+    (c.conntrack_evictions.get(), c.total_drops())
+}
+
+#[test]
+fn burst_matches_packet_by_packet_with_evictions() {
+    let mut evictions = 0;
+    for seed in 1..=12 {
+        evictions += run_seed(seed * 0x9e37_79b9, 1, 16).0;
+    }
+    assert!(evictions > 0, "the traffic must cause evictions");
+}
+
+#[test]
+fn burst_matches_packet_by_packet_with_room() {
+    for seed in 1..=6 {
+        run_seed(seed * 0x51_7cc1, 1, 1024);
+    }
+}
+
+#[test]
+fn burst_matches_packet_by_packet_with_hand_over() {
+    for seed in 1..=6 {
+        run_seed(seed * 0x2545_f491, 2, 64);
+    }
+}
+
+#[test]
+fn burst_takes_the_shortest_slice() {
+    let snap = snapshot();
+    let mut w = worker(1, 64);
+    let syn = tcp((ip("10.0.0.2"), 1), (ip("10.0.0.100"), 80), 1, 64);
+    let mut frames = vec![syn.clone(); 3];
+    let mut verdicts = [Verdict::ToHost; 2];
+    w.handle_burst(Tick(0), &snap, &mut frames, &[meta(0); 3], &mut verdicts);
+    assert!(matches!(verdicts[0], Verdict::Transmit { port: 1, .. }));
+    assert!(matches!(verdicts[1], Verdict::Transmit { port: 1, .. }));
+    assert_eq!(frames[2], syn, "third frame untouched");
+    assert_eq!(w.counters().new_connections.get(), 1);
+    let mut none: [Vec<u8>; 0] = [];
+    w.handle_burst(Tick(0), &snap, &mut none, &[], &mut []);
+}
