@@ -1,0 +1,1132 @@
+//! Golden packet tests, Katran style: a table of cases, each a named
+//! snapshot fixture, a worker set-up and a sequence of input frames with,
+//! for every frame, the expected verdict and (when transmitted) the exact
+//! expected output frame.
+//!
+//! Inputs and expectations are built by an independent builder
+//! (`golden/pkt.rs`, etherparse only); outputs are compared byte for byte
+//! and every checksum of every output is recomputed with etherparse.
+//! Dropped and handed-over frames must come back unchanged.
+//!
+//! Determinism, so that expectations are computed and not observed:
+//! - every service of the fixture but `pool` has a single backend, so the
+//!   backend is known; `pool` (three backends) pins the Maglev choice for
+//!   one 5-tuple, a golden value like tests/maglev_golden.rs;
+//! - SNAT ports are handed out FIFO from the low end of the worker's share
+//!   of the range (`SnatPorts`): a fresh worker 0 of 1 (or of 2) with the
+//!   range 20000..=20999 gives its first flow of each protocol port 20000;
+//! - the client port of the forward hand-over case is chosen with the
+//!   public ownership function `flow::owner_of_client` (the rule under
+//!   test is "a flow of another worker is handed over", not the hash).
+//!
+//! Every case runs; failures are collected and reported together, each
+//! with its description.
+
+#[path = "golden/pkt.rs"]
+mod pkt;
+
+use std::net::IpAddr;
+use std::ops::RangeInclusive;
+use std::sync::OnceLock;
+
+use etherparse::{
+    icmpv4::DestUnreachableHeader, icmpv6::NeighborAdvertisementHeader, Icmpv4Type, Icmpv6Type,
+};
+use lb_dataplane::conntrack;
+use lb_dataplane::flow::{owner_of_client, Proto, WorkerId};
+use lb_dataplane::snapshot::{
+    BackendSpec, BackendState, Cidr, ForwardMode, FrontendKind, FrontendSpec, ServiceSpec, SnapshotBuilder,
+};
+use lb_dataplane::worker::{PacketMeta, Verdict, Worker, WorkerConfig};
+use lb_dataplane::{DropReason, Snapshot, Tick};
+use pkt::{ip, Arp, Ep, Frag, Pkt};
+
+// ---------------------------------------------------------------- fixture
+
+const MAC0: [u8; 6] = [2, 0, 0, 0, 0, 0x10];
+const MAC1: [u8; 6] = [2, 0, 0, 0, 0, 0x11];
+const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0xc1];
+const BACKEND_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0xb1];
+const ROUTER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0xee];
+const BROADCAST: [u8; 6] = [0xff; 6];
+
+const C4: &str = "10.0.0.2";
+const C6: &str = "fd00::2";
+const SNAT4: &str = "10.1.0.100";
+const SNAT6: &str = "fd01::100";
+const ROUTER4: &str = "10.1.0.254";
+const ROUTER6: &str = "fd01::fe";
+/// The first SNAT port of a fresh worker 0 (see the module doc).
+const SNAT_PORT: u16 = 20000;
+
+/// The snapshot fixtures, by name.
+#[derive(Debug, Clone, Copy)]
+enum Fixture {
+    /// Port 0 (clients): MAC0, 10.0.0.1/24 (gateway 10.0.0.254), fd00::1/64.
+    /// Port 1 (backends): MAC1, 10.1.0.1/24, fd01::1/64.
+    /// SNAT 10.1.0.100 and fd01::100. Neighbors: clients 10.0.0.2, fd00::2
+    /// (CLIENT_MAC); backends 10.1.0.11-13, fd01::11-13 (BACKEND_MAC).
+    ///
+    /// | service      | mode     | frontend            | backends                  |
+    /// |--------------|----------|---------------------|---------------------------|
+    /// | web          | full-NAT | TCP 10.0.0.100:80   | 10.1.0.11:8080            |
+    /// | web6         | full-NAT | TCP [fd00::100]:80  | [fd01::11]:8080           |
+    /// | app          | DNAT     | TCP 10.0.0.101:80   | 10.1.0.12:8080            |
+    /// | app6         | DNAT     | TCP [fd00::101]:80  | [fd01::12]:8080           |
+    /// | dns          | DNAT     | UDP 10.0.0.102:53   | 10.1.0.13:5353            |
+    /// | dns6         | DNAT     | UDP [fd00::102]:53  | [fd01::13]:5353           |
+    /// | syslog       | full-NAT | UDP 10.0.0.103:514  | 10.1.0.11:5514            |
+    /// | syslog6      | full-NAT | UDP [fd00::103]:514 | [fd01::11]:5514           |
+    /// | drain        | DNAT     | TCP 10.0.0.104:80   | 10.1.0.11:80 terminating  |
+    /// | drain6       | DNAT     | TCP [fd00::104]:80  | [fd01::11]:80 terminating |
+    /// | restricted   | DNAT     | TCP 10.0.0.105:80, source 192.168.0.0/16 | 10.1.0.11:80 |
+    /// | restricted6  | DNAT     | TCP [fd00::105]:80, source fd99::/16     | [fd01::11]:80 |
+    /// | pool         | full-NAT | TCP 10.0.0.106:80   | 10.1.0.11-13:9000         |
+    TwoPort,
+}
+
+impl Fixture {
+    fn snapshot(self) -> &'static Snapshot {
+        static TWO_PORT: OnceLock<Snapshot> = OnceLock::new();
+        match self {
+            Fixture::TwoPort => TWO_PORT.get_or_init(two_port),
+        }
+    }
+}
+
+fn cidr(s: &str, prefix: u8) -> Cidr {
+    Cidr::new(ip(s), prefix).unwrap()
+}
+
+fn two_port() -> Snapshot {
+    let mut b = SnapshotBuilder::new(1);
+    b.interface(0, MAC0, cidr("10.0.0.1", 24), Some(ip("10.0.0.254")));
+    b.interface(0, MAC0, cidr("fd00::1", 64), None);
+    b.interface(1, MAC1, cidr("10.1.0.1", 24), None);
+    b.interface(1, MAC1, cidr("fd01::1", 64), None);
+    b.snat_address(ip(SNAT4)).snat_address(ip(SNAT6));
+    for c in [C4, C6, "10.0.0.254"] {
+        b.neighbor(ip(c), CLIENT_MAC);
+    }
+    for i in 11..=13 {
+        b.neighbor(ip(&format!("10.1.0.{i}")), BACKEND_MAC);
+        b.neighbor(ip(&format!("fd01::{i}")), BACKEND_MAC);
+    }
+    type Svc<'a> = (
+        &'a str,
+        ForwardMode,
+        &'a str,
+        u16,
+        Proto,
+        &'a [(&'a str, u16)],
+        BackendState,
+        Option<Cidr>,
+    );
+    let (dn, fnat, tcp, udp, act) = (
+        ForwardMode::Dnat,
+        ForwardMode::FullNat,
+        Proto::Tcp,
+        Proto::Udp,
+        BackendState::Active,
+    );
+    let services: &[Svc] = &[
+        (
+            "web",
+            fnat,
+            "10.0.0.100",
+            80,
+            tcp,
+            &[("10.1.0.11", 8080)],
+            act,
+            None,
+        ),
+        (
+            "web6",
+            fnat,
+            "fd00::100",
+            80,
+            tcp,
+            &[("fd01::11", 8080)],
+            act,
+            None,
+        ),
+        (
+            "app",
+            dn,
+            "10.0.0.101",
+            80,
+            tcp,
+            &[("10.1.0.12", 8080)],
+            act,
+            None,
+        ),
+        ("app6", dn, "fd00::101", 80, tcp, &[("fd01::12", 8080)], act, None),
+        (
+            "dns",
+            dn,
+            "10.0.0.102",
+            53,
+            udp,
+            &[("10.1.0.13", 5353)],
+            act,
+            None,
+        ),
+        ("dns6", dn, "fd00::102", 53, udp, &[("fd01::13", 5353)], act, None),
+        (
+            "syslog",
+            fnat,
+            "10.0.0.103",
+            514,
+            udp,
+            &[("10.1.0.11", 5514)],
+            act,
+            None,
+        ),
+        (
+            "syslog6",
+            fnat,
+            "fd00::103",
+            514,
+            udp,
+            &[("fd01::11", 5514)],
+            act,
+            None,
+        ),
+        (
+            "drain",
+            dn,
+            "10.0.0.104",
+            80,
+            tcp,
+            &[("10.1.0.11", 80)],
+            BackendState::Terminating,
+            None,
+        ),
+        (
+            "drain6",
+            dn,
+            "fd00::104",
+            80,
+            tcp,
+            &[("fd01::11", 80)],
+            BackendState::Terminating,
+            None,
+        ),
+        (
+            "restricted",
+            dn,
+            "10.0.0.105",
+            80,
+            tcp,
+            &[("10.1.0.11", 80)],
+            act,
+            Some(cidr("192.168.0.0", 16)),
+        ),
+        (
+            "restricted6",
+            dn,
+            "fd00::105",
+            80,
+            tcp,
+            &[("fd01::11", 80)],
+            act,
+            Some(cidr("fd99::", 16)),
+        ),
+        (
+            "pool",
+            fnat,
+            "10.0.0.106",
+            80,
+            tcp,
+            &[("10.1.0.11", 9000), ("10.1.0.12", 9000), ("10.1.0.13", 9000)],
+            act,
+            None,
+        ),
+    ];
+    for &(name, mode, vip, port, proto, backends, state, range) in services {
+        let mut spec = ServiceSpec::new(format!("golden/{name}"));
+        spec.mode = mode;
+        spec.source_ranges = range.into_iter().collect();
+        let id = b.service(spec).unwrap();
+        b.frontend(
+            id,
+            FrontendSpec::new(ip(vip), port, proto, FrontendKind::LoadBalancer),
+        )
+        .unwrap();
+        for &(addr, bport) in backends {
+            let mut be = BackendSpec::new(ip(addr), bport);
+            be.state = state;
+            b.backend(id, be).unwrap();
+        }
+    }
+    b.build().unwrap()
+}
+
+/// How the case's worker is built.
+#[derive(Debug, Clone)]
+struct Setup {
+    n_workers: u16,
+    id: u16,
+    conntrack_v4: u32,
+    conntrack_v6: u32,
+    snat_ports: RangeInclusive<u16>,
+}
+
+impl Default for Setup {
+    fn default() -> Setup {
+        Setup {
+            n_workers: 1,
+            id: 0,
+            conntrack_v4: 64,
+            conntrack_v6: 64,
+            snat_ports: 20000..=20999,
+        }
+    }
+}
+
+impl Setup {
+    fn worker(&self) -> Worker {
+        let mut cfg = WorkerConfig::new(WorkerId(self.id), self.n_workers);
+        cfg.conntrack = conntrack::Config::new(self.conntrack_v4, self.conntrack_v6);
+        cfg.snat_addresses = vec![ip(SNAT4), ip(SNAT6)];
+        cfg.snat_ports = self.snat_ports.clone();
+        cfg.frontend_slots = 64;
+        cfg.backend_slots = 64;
+        Worker::new(cfg).unwrap()
+    }
+}
+
+// ---------------------------------------------------------------- cases
+
+/// What a step must produce.
+#[derive(Debug, Clone)]
+enum Expect {
+    /// Transmit exactly this frame on this port.
+    Transmit { port: u16, frame: Vec<u8> },
+    /// Drop with this reason, frame unchanged.
+    Drop(DropReason),
+    /// Hand over to this worker, frame unchanged.
+    HandOver(u16),
+    /// Pass to the host, frame unchanged.
+    ToHost,
+}
+
+/// One frame in, one verdict (and frame) out.
+#[derive(Debug, Clone)]
+struct Step {
+    /// Ingress port.
+    port: u16,
+    input: Vec<u8>,
+    expect: Expect,
+}
+
+/// A counter check run after the last step.
+type Check = fn(&Worker) -> Result<(), String>;
+
+struct Case {
+    description: String,
+    fixture: Fixture,
+    setup: Setup,
+    steps: Vec<Step>,
+    check: Option<Check>,
+}
+
+impl Case {
+    fn new(description: impl Into<String>, steps: Vec<Step>) -> Case {
+        Case {
+            description: description.into(),
+            fixture: Fixture::TwoPort,
+            setup: Setup::default(),
+            steps,
+            check: None,
+        }
+    }
+
+    fn setup(mut self, setup: Setup) -> Case {
+        self.setup = setup;
+        self
+    }
+
+    fn check(mut self, check: Check) -> Case {
+        self.check = Some(check);
+        self
+    }
+
+    fn run(&self) -> Result<(), String> {
+        let snap = self.fixture.snapshot();
+        let mut w = self.setup.worker();
+        for (i, step) in self.steps.iter().enumerate() {
+            let mut frame = step.input.clone();
+            let meta = PacketMeta {
+                port: step.port,
+                offload: Default::default(),
+            };
+            let got = w.handle_packet(Tick(i as u64 * 10), snap, &mut frame, &meta);
+            let at = format!("step {i}");
+            let unchanged = |frame: &[u8]| {
+                if frame == &step.input[..] {
+                    Ok(())
+                } else {
+                    Err(format!("{at}: frame modified by a {got:?} verdict"))
+                }
+            };
+            match (&step.expect, got) {
+                (Expect::Transmit { port, frame: want }, Verdict::Transmit { port: p, len }) => {
+                    if p != *port {
+                        return Err(format!("{at}: transmitted on port {p}, expected {port}"));
+                    }
+                    let out = frame.get(..len).ok_or(format!("{at}: len {len} > frame"))?;
+                    if out != &want[..] {
+                        return Err(format!(
+                            "{at}: output differs\n     got {}\nexpected {}",
+                            hex(out),
+                            hex(want)
+                        ));
+                    }
+                    pkt::verify_checksums(out).map_err(|e| format!("{at}: {e}"))?;
+                }
+                (Expect::Drop(r), Verdict::Drop(g)) if *r == g => unchanged(&frame)?,
+                (Expect::HandOver(o), Verdict::HandOver(WorkerId(g))) if *o == g => unchanged(&frame)?,
+                (Expect::ToHost, Verdict::ToHost) => unchanged(&frame)?,
+                (want, got) => {
+                    let drops: Vec<_> = w.counters().nonzero_drops().collect();
+                    return Err(format!(
+                        "{at}: verdict {got:?}, expected {}; drops so far {drops:?}",
+                        short(want)
+                    ));
+                }
+            }
+        }
+        if let Some(check) = self.check {
+            check(&w)?;
+        }
+        Ok(())
+    }
+}
+
+fn short(e: &Expect) -> String {
+    match e {
+        Expect::Transmit { port, frame } => format!("Transmit {{ port: {port}, len: {} }}", frame.len()),
+        other => format!("{other:?}"),
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+// ---------------------------------------------------------------- helpers
+
+/// A packet from a client (port 0 side) as received.
+fn from_client(p: Pkt) -> Pkt {
+    p.macs(CLIENT_MAC, MAC0)
+}
+
+/// A packet from a backend (port 1 side) as received.
+fn from_backend(p: Pkt) -> Pkt {
+    p.macs(BACKEND_MAC, MAC1)
+}
+
+/// `p` as the balancer sends it towards the backends: port 1's MAC to the
+/// backend's, TTL decremented.
+fn to_backend(p: &Pkt) -> Pkt {
+    let ttl = p.ttl - 1;
+    p.clone().macs(MAC1, BACKEND_MAC).ttl(ttl)
+}
+
+/// `p` as the balancer sends it towards the clients.
+fn to_client(p: &Pkt) -> Pkt {
+    let ttl = p.ttl - 1;
+    p.clone().macs(MAC0, CLIENT_MAC).ttl(ttl)
+}
+
+/// A step that must be translated into `out` and sent on `port`.
+fn tx(port: u16, input: &Pkt, out: &Pkt) -> Step {
+    Step {
+        port,
+        input: input.frame(),
+        expect: Expect::Transmit {
+            port,
+            frame: out.frame(),
+        },
+    }
+}
+
+/// A client packet forwarded to the backends (out on port 1).
+fn fwd(input: &Pkt, out: &Pkt) -> Step {
+    Step {
+        port: 0,
+        input: input.frame(),
+        expect: Expect::Transmit {
+            port: 1,
+            frame: out.frame(),
+        },
+    }
+}
+
+/// A backend (or backend-side router) packet sent to a client (out on port 0).
+fn back(input: &Pkt, out: &Pkt) -> Step {
+    Step {
+        port: 1,
+        input: input.frame(),
+        expect: Expect::Transmit {
+            port: 0,
+            frame: out.frame(),
+        },
+    }
+}
+
+fn drop(port: u16, input: &Pkt, reason: DropReason) -> Step {
+    Step {
+        port,
+        input: input.frame(),
+        expect: Expect::Drop(reason),
+    }
+}
+
+fn ep(addr: &'static str, port: u16) -> Ep {
+    (addr, port)
+}
+
+/// One family's addresses for the family-generic cases.
+#[derive(Clone, Copy)]
+struct Fam {
+    name: &'static str,
+    client: &'static str,
+    snat: &'static str,
+    router: &'static str,
+    web: &'static str,
+    web_be: &'static str,
+    app: &'static str,
+    app_be: &'static str,
+    dns: &'static str,
+    dns_be: &'static str,
+    syslog: &'static str,
+    syslog_be: &'static str,
+    drain: &'static str,
+    restricted: &'static str,
+}
+
+const V4: Fam = Fam {
+    name: "IPv4",
+    client: C4,
+    snat: SNAT4,
+    router: ROUTER4,
+    web: "10.0.0.100",
+    web_be: "10.1.0.11",
+    app: "10.0.0.101",
+    app_be: "10.1.0.12",
+    dns: "10.0.0.102",
+    dns_be: "10.1.0.13",
+    syslog: "10.0.0.103",
+    syslog_be: "10.1.0.11",
+    drain: "10.0.0.104",
+    restricted: "10.0.0.105",
+};
+
+const V6: Fam = Fam {
+    name: "IPv6",
+    client: C6,
+    snat: SNAT6,
+    router: ROUTER6,
+    web: "fd00::100",
+    web_be: "fd01::11",
+    app: "fd00::101",
+    app_be: "fd01::12",
+    dns: "fd00::102",
+    dns_be: "fd01::13",
+    syslog: "fd00::103",
+    syslog_be: "fd01::11",
+    drain: "fd00::104",
+    restricted: "fd00::105",
+};
+
+/// Full-NAT TCP set-up: SYN (client → VIP) and its translation.
+fn fullnat_syn(f: Fam, cport: u16) -> (Pkt, Pkt) {
+    let syn = from_client(Pkt::tcp(ep(f.client, cport), ep(f.web, 80), "S"));
+    let out = to_backend(&syn).endpoints(ep(f.snat, SNAT_PORT), ep(f.web_be, 8080));
+    (syn, out)
+}
+
+/// Full-NAT TCP SYN-ACK (backend → SNAT) and its translation.
+fn fullnat_synack(f: Fam, cport: u16) -> (Pkt, Pkt) {
+    let sa = from_backend(Pkt::tcp(ep(f.web_be, 8080), ep(f.snat, SNAT_PORT), "SA")).seq_ack(5000, 1001);
+    let out = to_client(&sa).endpoints(ep(f.web, 80), ep(f.client, cport));
+    (sa, out)
+}
+
+/// DNAT TCP: client → app VIP and its translation (client address kept).
+fn dnat_tcp(f: Fam, cport: u16, flags: &'static str) -> (Pkt, Pkt) {
+    let p = from_client(Pkt::tcp(ep(f.client, cport), ep(f.app, 80), flags));
+    let out = to_backend(&p).endpoints(ep(f.client, cport), ep(f.app_be, 8080));
+    (p, out)
+}
+
+/// DNAT TCP reply: app backend → client and its translation.
+fn dnat_tcp_reply(f: Fam, cport: u16, flags: &'static str) -> (Pkt, Pkt) {
+    let p = from_backend(Pkt::tcp(ep(f.app_be, 8080), ep(f.client, cport), flags)).seq_ack(7000, 1001);
+    let out = to_client(&p).endpoints(ep(f.app, 80), ep(f.client, cport));
+    (p, out)
+}
+
+// ---------------------------------------------------------------- table
+
+fn family_cases(f: Fam) -> Vec<Case> {
+    let n = f.name;
+    let mut cases = Vec::new();
+
+    // Full-NAT TCP: SYN, SYN-ACK, established data.
+    let (syn, syn_out) = fullnat_syn(f, 40000);
+    let (sa, sa_out) = fullnat_synack(f, 40000);
+    let data = from_client(Pkt::tcp(ep(f.client, 40000), ep(f.web, 80), "AP"))
+        .seq_ack(1001, 5001)
+        .payload(b"GET / HTTP/1.1\r\n\r\n");
+    let data_out = to_backend(&data).endpoints(ep(f.snat, SNAT_PORT), ep(f.web_be, 8080));
+    cases.push(Case::new(
+        format!("{n} full-NAT TCP SYN: SNAT address and port as source, backend as destination"),
+        vec![fwd(&syn, &syn_out)],
+    ));
+    cases.push(Case::new(
+        format!("{n} full-NAT TCP SYN-ACK: VIP as source, client as destination"),
+        vec![fwd(&syn, &syn_out), back(&sa, &sa_out)],
+    ));
+    cases.push(Case::new(
+        format!("{n} full-NAT TCP established data keeps its payload and translation"),
+        vec![fwd(&syn, &syn_out), back(&sa, &sa_out), fwd(&data, &data_out)],
+    ));
+
+    // DNAT TCP: the backend sees the client's address.
+    let (dsyn, dsyn_out) = dnat_tcp(f, 41000, "S");
+    let (dsa, dsa_out) = dnat_tcp_reply(f, 41000, "SA");
+    cases.push(Case::new(
+        format!("{n} DNAT TCP SYN: client address kept, backend as destination"),
+        vec![fwd(&dsyn, &dsyn_out)],
+    ));
+    cases.push(Case::new(
+        format!("{n} DNAT TCP SYN-ACK: VIP as source"),
+        vec![fwd(&dsyn, &dsyn_out), back(&dsa, &dsa_out)],
+    ));
+    let (ack, ack_out) = dnat_tcp(f, 41001, "A");
+    cases.push(Case::new(
+        format!("{n} DNAT TCP without SYN and without entry is accepted (Maglev picks as before)"),
+        vec![fwd(&ack, &ack_out)],
+    ));
+
+    // DNAT UDP.
+    let q = from_client(Pkt::udp(ep(f.client, 5300), ep(f.dns, 53), b"query"));
+    let q_out = to_backend(&q).endpoints(ep(f.client, 5300), ep(f.dns_be, 5353));
+    let a = from_backend(Pkt::udp(ep(f.dns_be, 5353), ep(f.client, 5300), b"answer!"));
+    let a_out = to_client(&a).endpoints(ep(f.dns, 53), ep(f.client, 5300));
+    cases.push(Case::new(
+        format!("{n} DNAT UDP forward: client address kept"),
+        vec![fwd(&q, &q_out)],
+    ));
+    cases.push(Case::new(
+        format!("{n} DNAT UDP reply: VIP as source"),
+        vec![fwd(&q, &q_out), back(&a, &a_out)],
+    ));
+
+    // Full-NAT UDP.
+    let l = from_client(Pkt::udp(ep(f.client, 6000), ep(f.syslog, 514), b"<13>log line"));
+    let l_out = to_backend(&l).endpoints(ep(f.snat, SNAT_PORT), ep(f.syslog_be, 5514));
+    let lr = from_backend(Pkt::udp(ep(f.syslog_be, 5514), ep(f.snat, SNAT_PORT), b"ok"));
+    let lr_out = to_client(&lr).endpoints(ep(f.syslog, 514), ep(f.client, 6000));
+    cases.push(Case::new(
+        format!("{n} full-NAT UDP forward and reply"),
+        vec![fwd(&l, &l_out), back(&lr, &lr_out)],
+    ));
+
+    // 802.1Q: the tag stays, on both directions.
+    let tsyn = syn.clone().vlan(100);
+    let tsyn_out = syn_out.clone().vlan(100);
+    let tsa = sa.clone().vlan(200);
+    let tsa_out = sa_out.clone().vlan(200);
+    cases.push(Case::new(
+        format!("{n} 802.1Q-tagged full-NAT SYN and SYN-ACK keep their tags"),
+        vec![fwd(&tsyn, &tsyn_out), back(&tsa, &tsa_out)],
+    ));
+    let tq = q.clone().vlan(7);
+    let tq_out = q_out.clone().vlan(7);
+    cases.push(Case::new(
+        format!("{n} 802.1Q-tagged DNAT UDP keeps its tag"),
+        vec![fwd(&tq, &tq_out)],
+    ));
+
+    // TTL / hop limit 1.
+    cases.push(Case::new(
+        format!("{n} TTL/hop limit 1 is ttl_exceeded, before any state"),
+        vec![
+            drop(0, &syn.clone().ttl(1), DropReason::TtlExceeded),
+            fwd(&syn, &syn_out),
+        ],
+    ));
+
+    // No frontend, no backend, source range.
+    let p81 = from_client(Pkt::tcp(ep(f.client, 40000), ep(f.web, 81), "S"));
+    cases.push(Case::new(
+        format!("{n} VIP port without a frontend is no_frontend"),
+        vec![drop(0, &p81, DropReason::NoFrontend)],
+    ));
+    let udp80 = from_client(Pkt::udp(ep(f.client, 40000), ep(f.web, 80), b"x"));
+    cases.push(Case::new(
+        format!("{n} VIP port of another protocol is no_frontend"),
+        vec![drop(0, &udp80, DropReason::NoFrontend)],
+    ));
+    let dr = from_client(Pkt::tcp(ep(f.client, 40000), ep(f.drain, 80), "S"));
+    cases.push(Case::new(
+        format!("{n} service whose backends all terminate is no_backend"),
+        vec![drop(0, &dr, DropReason::NoBackend)],
+    ));
+    let rs = from_client(Pkt::tcp(ep(f.client, 40000), ep(f.restricted, 80), "S"));
+    cases.push(Case::new(
+        format!("{n} client outside the source ranges is source_range_denied"),
+        vec![drop(0, &rs, DropReason::SourceRangeDenied)],
+    ));
+
+    // TCP without SYN for full-NAT.
+    let nosyn = from_client(Pkt::tcp(ep(f.client, 40000), ep(f.web, 80), "A"));
+    cases.push(Case::new(
+        format!("{n} full-NAT TCP without SYN and without entry is tcp_not_syn"),
+        vec![drop(0, &nosyn, DropReason::TcpNotSyn)],
+    ));
+
+    // Replies without entries.
+    cases.push(Case::new(
+        format!("{n} full-NAT reply to an unused SNAT port is no_conntrack_reply"),
+        vec![drop(1, &sa, DropReason::NoConntrackReply)],
+    ));
+    cases.push(Case::new(
+        format!("{n} DNAT reply without entry is no_conntrack_reply"),
+        vec![drop(1, &dsa, DropReason::NoConntrackReply)],
+    ));
+
+    // Echo to a VIP.
+    let ping = from_client(Pkt::echo(f.client, f.web, false, 7, 1, b"ping payload"));
+    let pong = Pkt::echo(f.web, f.client, true, 7, 1, b"ping payload").macs(MAC0, CLIENT_MAC);
+    cases.push(Case::new(
+        format!("{n} echo request to a VIP is answered"),
+        vec![tx(0, &ping, &pong)],
+    ));
+
+    // ICMP errors quoting a tracked full-NAT flow: the router on the
+    // backend side reports to the SNAT address; the client gets it from
+    // the same router, quoting what it sent itself (the quoted TTL is the
+    // one the balancer sent, 63).
+    let quoted = syn_out.ip_bytes();
+    let client_view = syn.clone().ttl(63).ip_bytes();
+    let (err, err_out) = if f.client == C4 {
+        let ty = Icmpv4Type::DestinationUnreachable(DestUnreachableHeader::FragmentationNeeded {
+            next_hop_mtu: 1400,
+        });
+        let err = Pkt::icmp4(f.router, f.snat, ty.clone(), quoted.clone()).macs(ROUTER_MAC, MAC1);
+        let out = Pkt::icmp4(f.router, f.client, ty, client_view.clone())
+            .macs(MAC0, CLIENT_MAC)
+            .ttl(63);
+        (err, out)
+    } else {
+        let ty = Icmpv6Type::PacketTooBig { mtu: 1280 };
+        let err = Pkt::icmp6(f.router, f.snat, ty, quoted.clone()).macs(ROUTER_MAC, MAC1);
+        let out = Pkt::icmp6(f.router, f.client, ty, client_view.clone())
+            .macs(MAC0, CLIENT_MAC)
+            .ttl(63);
+        (err, out)
+    };
+    let what = if f.client == C4 {
+        "ICMP fragmentation needed"
+    } else {
+        "ICMPv6 packet too big"
+    };
+    cases.push(Case::new(
+        format!("{n} {what} quoting a tracked full-NAT flow reaches the client, outer and quote translated"),
+        vec![fwd(&syn, &syn_out), back(&err, &err_out)],
+    ));
+    // An error about a flow never seen.
+    cases.push(Case::new(
+        format!("{n} {what} quoting an untracked flow is icmp_error_untracked"),
+        vec![drop(1, &err, DropReason::IcmpErrorUntracked)],
+    ));
+
+    // Hand-over (n_workers = 2): a full-NAT reply to an odd SNAT port
+    // belongs to worker 1 (port & 1).
+    let odd = from_backend(Pkt::tcp(ep(f.web_be, 8080), ep(f.snat, SNAT_PORT + 1), "SA"));
+    cases.push(
+        Case::new(
+            format!("{n} full-NAT reply to worker 1's SNAT port, on worker 0, is handed over"),
+            vec![Step {
+                port: 1,
+                input: odd.frame(),
+                expect: Expect::HandOver(1),
+            }],
+        )
+        .setup(Setup {
+            n_workers: 2,
+            ..Setup::default()
+        }),
+    );
+    let cport = (30000..)
+        .find(|&p| owner_of_client(ip(f.client), p, 2) == WorkerId(1))
+        .unwrap();
+    let (other, _) = fullnat_syn(f, cport);
+    cases.push(
+        Case::new(
+            format!("{n} SYN of a client endpoint owned by worker 1, on worker 0, is handed over"),
+            vec![Step {
+                port: 0,
+                input: other.frame(),
+                expect: Expect::HandOver(1),
+            }],
+        )
+        .setup(Setup {
+            n_workers: 2,
+            ..Setup::default()
+        }),
+    );
+
+    // SNAT exhausted: a one-port range.
+    let (syn2, _) = fullnat_syn(f, 40001);
+    cases.push(
+        Case::new(
+            format!("{n} second full-NAT flow with a one-port SNAT range is snat_exhausted"),
+            vec![fwd(&syn, &syn_out), drop(0, &syn2, DropReason::SnatExhausted)],
+        )
+        .setup(Setup {
+            snat_ports: SNAT_PORT..=SNAT_PORT,
+            ..Setup::default()
+        }),
+    );
+
+    // Conntrack full of established connections: full-NAT drops, DNAT goes
+    // stateless (and its reply then has no entry).
+    let mut steps = Vec::new();
+    for cport in [42000, 42001] {
+        let (s, s_out) = dnat_tcp(f, cport, "S");
+        let (r, r_out) = dnat_tcp_reply(f, cport, "SA");
+        let (a, a_out) = dnat_tcp(f, cport, "A");
+        steps.extend([fwd(&s, &s_out), back(&r, &r_out), fwd(&a, &a_out)]);
+    }
+    let (s3, s3_out) = dnat_tcp(f, 42002, "S");
+    let (r3, _) = dnat_tcp_reply(f, 42002, "SA");
+    steps.extend([
+        drop(0, &syn, DropReason::ConntrackFull),
+        fwd(&s3, &s3_out),
+        drop(1, &r3, DropReason::NoConntrackReply),
+    ]);
+    let small = if f.client == C4 {
+        Setup {
+            conntrack_v4: 2,
+            ..Setup::default()
+        }
+    } else {
+        Setup {
+            conntrack_v6: 2,
+            ..Setup::default()
+        }
+    };
+    cases.push(
+        Case::new(
+            format!(
+                "{n} conntrack full of established flows: full-NAT conntrack_full, DNAT stateless_forwards"
+            ),
+            steps,
+        )
+        .setup(small)
+        .check(|w| {
+            let c = w.counters();
+            let got = (
+                c.stateless_forwards.get(),
+                c.drops_of(DropReason::ConntrackFull),
+                w.conntrack().len(),
+                w.snat_ports().available(ip(SNAT4), Proto::Tcp)
+                    + w.snat_ports().available(ip(SNAT6), Proto::Tcp),
+            );
+            if got == (1, 1, 2, 2000) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "(stateless_forwards, conntrack_full drops, entries, free SNAT ports) = {got:?}, \
+                     expected (1, 1, 2, 2000): the refused full-NAT flow must return its port"
+                ))
+            }
+        }),
+    );
+    cases
+}
+
+fn v4_only_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    let (syn, syn_out) = fullnat_syn(V4, 40000);
+
+    // UDP checksum 0 stays 0, DNAT (both ways) and full-NAT.
+    let q = from_client(Pkt::udp(ep(C4, 5300), ep("10.0.0.102", 53), b"query")).zero_udp_checksum();
+    let q_out = to_backend(&q).endpoints(ep(C4, 5300), ep("10.1.0.13", 5353));
+    let a = from_backend(Pkt::udp(ep("10.1.0.13", 5353), ep(C4, 5300), b"answer")).zero_udp_checksum();
+    let a_out = to_client(&a).endpoints(ep("10.0.0.102", 53), ep(C4, 5300));
+    cases.push(Case::new(
+        "IPv4 DNAT UDP with checksum 0 keeps checksum 0, both ways",
+        vec![fwd(&q, &q_out), back(&a, &a_out)],
+    ));
+    let l = from_client(Pkt::udp(ep(C4, 6000), ep("10.0.0.103", 514), b"log")).zero_udp_checksum();
+    let l_out = to_backend(&l).endpoints(ep(SNAT4, SNAT_PORT), ep("10.1.0.11", 5514));
+    cases.push(Case::new(
+        "IPv4 full-NAT UDP with checksum 0 keeps checksum 0",
+        vec![fwd(&l, &l_out)],
+    ));
+
+    // IPv4 options (router alert + NOPs) are kept and covered by the checksum.
+    let opts = [0x94, 0x04, 0x00, 0x00, 0x01, 0x01, 0x01, 0x00];
+    let osyn = syn.clone().v4_options(&opts);
+    let osyn_out = syn_out.clone().v4_options(&opts);
+    let (sa, sa_out) = fullnat_synack(V4, 40000);
+    cases.push(Case::new(
+        "IPv4 with options: full-NAT SYN translated, options kept; reply with options too",
+        vec![
+            fwd(&osyn, &osyn_out),
+            back(&sa.clone().v4_options(&opts), &sa_out.clone().v4_options(&opts)),
+        ],
+    ));
+
+    // Ethernet padding: a 60-byte frame; padding is not part of the packet.
+    cases.push(Case::new(
+        "IPv4 SYN in a padded 60-byte frame: translated, padding kept as is",
+        vec![fwd(&syn.clone().pad(6), &syn_out.clone().pad(6))],
+    ));
+
+    // Fragments of a tracked DNAT UDP flow.
+    let whole = from_client(Pkt::udp(ep(C4, 5400), ep("10.0.0.102", 53), b"first datagram"));
+    let whole_out = to_backend(&whole).endpoints(ep(C4, 5400), ep("10.1.0.13", 5353));
+    let big = from_client(Pkt::udp(ep(C4, 5400), ep("10.0.0.102", 53), &[0x5a; 100])).ident(0x1234);
+    let first = big.clone().frag(Frag::First { len: 64 });
+    let first_out = to_backend(&first).endpoints(ep(C4, 5400), ep("10.1.0.13", 5353));
+    let last = big.clone().frag(Frag::Last { offset: 64 });
+    cases.push(Case::new(
+        "IPv4 first fragment of a tracked flow translated; a later fragment is fragment",
+        vec![
+            fwd(&whole, &whole_out),
+            fwd(&first, &first_out),
+            drop(0, &last, DropReason::Fragment),
+        ],
+    ));
+
+    // ICMP frag-needed with only the RFC 792 minimum quoted (IP + 8 bytes:
+    // the TCP checksum is not in the quote).
+    let ty =
+        Icmpv4Type::DestinationUnreachable(DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 });
+    let quoted = syn_out.ip_bytes()[..28].to_vec();
+    let client_view = syn.clone().ttl(63).ip_bytes()[..28].to_vec();
+    let err = Pkt::icmp4(ROUTER4, SNAT4, ty.clone(), quoted).macs(ROUTER_MAC, MAC1);
+    let err_out = Pkt::icmp4(ROUTER4, C4, ty.clone(), client_view)
+        .macs(MAC0, CLIENT_MAC)
+        .ttl(63);
+    cases.push(Case::new(
+        "IPv4 ICMP fragmentation needed quoting IP + 8 bytes of a tracked full-NAT flow",
+        vec![fwd(&syn, &syn_out), back(&err, &err_out)],
+    ));
+    // DNAT: the router on the backend side reports straight to the client.
+    let (dsyn, dsyn_out) = dnat_tcp(V4, 41000, "S");
+    let err = Pkt::icmp4(ROUTER4, C4, ty.clone(), dsyn_out.ip_bytes()).macs(ROUTER_MAC, MAC1);
+    let err_out = Pkt::icmp4(ROUTER4, C4, ty, dsyn.clone().ttl(63).ip_bytes())
+        .macs(MAC0, CLIENT_MAC)
+        .ttl(63);
+    cases.push(Case::new(
+        "IPv4 ICMP fragmentation needed quoting a tracked DNAT flow: quote shows the VIP again",
+        vec![fwd(&dsyn, &dsyn_out), back(&err, &err_out)],
+    ));
+
+    // ARP.
+    let req = Arp {
+        src_mac: CLIENT_MAC,
+        dst_mac: BROADCAST,
+        vlan: None,
+        reply: false,
+        sender: (CLIENT_MAC, C4),
+        target: ([0; 6], "10.0.0.100"),
+        pad: 18,
+    };
+    let rep = Arp {
+        src_mac: MAC0,
+        dst_mac: CLIENT_MAC,
+        vlan: None,
+        reply: true,
+        sender: (MAC0, "10.0.0.100"),
+        target: (CLIENT_MAC, C4),
+        pad: 18,
+    };
+    cases.push(Case::new(
+        "ARP request for a VIP is answered from the port's MAC",
+        vec![Step {
+            port: 0,
+            input: req.frame(),
+            expect: Expect::Transmit {
+                port: 0,
+                frame: rep.frame(),
+            },
+        }],
+    ));
+    let tagged = Arp {
+        vlan: Some(30),
+        ..req.clone()
+    };
+    // The reply is cut to the 60-byte minimum frame: 4 of the request's
+    // 18 padding bytes do not come back.
+    let tagged_rep = Arp {
+        vlan: Some(30),
+        pad: 14,
+        ..rep.clone()
+    };
+    cases.push(Case::new(
+        "802.1Q-tagged ARP request for a VIP is answered with the tag",
+        vec![Step {
+            port: 0,
+            input: tagged.frame(),
+            expect: Expect::Transmit {
+                port: 0,
+                frame: tagged_rep.frame(),
+            },
+        }],
+    ));
+    let unknown = Arp {
+        target: ([0; 6], "10.0.0.50"),
+        ..req
+    };
+    cases.push(Case::new(
+        "ARP request for an unknown address is arp_not_for_us",
+        vec![Step {
+            port: 0,
+            input: unknown.frame(),
+            expect: Expect::Drop(DropReason::ArpNotForUs),
+        }],
+    ));
+
+    // The interface address: TCP not for a frontend goes to the host.
+    let bgp = from_client(Pkt::tcp(ep(C4, 50000), ep("10.0.0.1", 179), "S"));
+    cases.push(Case::new(
+        "TCP to an interface address (no frontend) goes to the host",
+        vec![Step {
+            port: 0,
+            input: bgp.frame(),
+            expect: Expect::ToHost,
+        }],
+    ));
+
+    // Maglev: the pool service's pick for this 5-tuple is pinned.
+    let psyn = from_client(Pkt::tcp(ep(C4, 40000), ep("10.0.0.106", 80), "S"));
+    let psyn_out = to_backend(&psyn).endpoints(ep(SNAT4, SNAT_PORT), ep(POOL_PICK, 9000));
+    cases.push(Case::new(
+        "IPv4 full-NAT to a three-backend service picks the pinned Maglev backend",
+        vec![fwd(&psyn, &psyn_out)],
+    ));
+    cases
+}
+
+/// The Maglev pick of `pool` for 10.0.0.2:40000 → 10.0.0.106:80/TCP
+/// (golden: a change here reshuffles flows across a fleet).
+const POOL_PICK: &str = "10.1.0.12";
+
+fn v6_only_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    let (syn, syn_out) = fullnat_syn(V6, 40000);
+    let (sa, sa_out) = fullnat_synack(V6, 40000);
+
+    // Destination options header: kept, not part of the pseudo-header.
+    let dopt = [0x01, 0x04, 0, 0, 0, 0]; // PadN
+    cases.push(Case::new(
+        "IPv6 with a destination-options header: full-NAT SYN and SYN-ACK translated, header kept",
+        vec![
+            fwd(
+                &syn.clone().v6_dest_opts(&dopt),
+                &syn_out.clone().v6_dest_opts(&dopt),
+            ),
+            back(
+                &sa.clone().v6_dest_opts(&dopt),
+                &sa_out.clone().v6_dest_opts(&dopt),
+            ),
+        ],
+    ));
+
+    // Fragments.
+    let whole = from_client(Pkt::udp(ep(C6, 5400), ep("fd00::102", 53), b"first datagram"));
+    let whole_out = to_backend(&whole).endpoints(ep(C6, 5400), ep("fd01::13", 5353));
+    let big = from_client(Pkt::udp(ep(C6, 5400), ep("fd00::102", 53), &[0x5a; 100])).ident(0x1234);
+    let first = big.clone().frag(Frag::First { len: 64 });
+    let first_out = to_backend(&first).endpoints(ep(C6, 5400), ep("fd01::13", 5353));
+    let last = big.frag(Frag::Last { offset: 64 });
+    cases.push(Case::new(
+        "IPv6 first fragment of a tracked flow translated; a later fragment is fragment",
+        vec![
+            fwd(&whole, &whole_out),
+            fwd(&first, &first_out),
+            drop(0, &last, DropReason::Fragment),
+        ],
+    ));
+
+    // Neighbor solicitation for a VIP.
+    let target = ip("fd00::100");
+    let IpAddr::V6(t) = target else { unreachable!() };
+    let mut ns_body = t.octets().to_vec();
+    ns_body.extend_from_slice(&[1, 1]);
+    ns_body.extend_from_slice(&CLIENT_MAC);
+    let ns = Pkt::icmp6(C6, "ff02::1:ff00:100", Icmpv6Type::NeighborSolicitation, ns_body)
+        .macs(CLIENT_MAC, [0x33, 0x33, 0xff, 0x00, 0x01, 0x00])
+        .ttl(255);
+    let mut na_body = t.octets().to_vec();
+    na_body.extend_from_slice(&[2, 1]);
+    na_body.extend_from_slice(&MAC0);
+    let na_ty = Icmpv6Type::NeighborAdvertisement(NeighborAdvertisementHeader {
+        router: false,
+        solicited: true,
+        r#override: true,
+    });
+    let na = Pkt::icmp6("fd00::100", C6, na_ty, na_body)
+        .macs(MAC0, CLIENT_MAC)
+        .ttl(255);
+    cases.push(Case::new(
+        "IPv6 neighbor solicitation for a VIP is answered (S+O, target link-layer option)",
+        vec![tx(0, &ns, &na)],
+    ));
+    cases
+}
+
+fn all_cases() -> Vec<Case> {
+    let mut cases = family_cases(V4);
+    cases.extend(family_cases(V6));
+    cases.extend(v4_only_cases());
+    cases.extend(v6_only_cases());
+    cases
+}
+
+#[test]
+fn golden_packets() {
+    let cases = all_cases();
+    let mut failures = Vec::new();
+    for case in &cases {
+        if let Err(e) = case.run() {
+            failures.push(format!("FAILED: {}\n  {e}", case.description));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} golden cases failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+}
+
+/// The builder agrees with itself: inputs carry valid checksums, so a
+/// failure above is the pipeline's, not the fixture's.
+#[test]
+fn golden_inputs_and_expectations_are_well_formed() {
+    for case in all_cases() {
+        for (i, s) in case.steps.iter().enumerate() {
+            let frames = match &s.expect {
+                Expect::Transmit { frame, .. } => vec![&s.input, frame],
+                _ => vec![&s.input],
+            };
+            for f in frames {
+                if let Err(e) = pkt::verify_checksums(f) {
+                    panic!("{} step {i}: {e}", case.description);
+                }
+            }
+        }
+    }
+}
