@@ -1,0 +1,634 @@
+//! The desired state: services, frontends and backends, and the rules they
+//! must satisfy.
+//!
+//! Identities: a [`Service`] by its name (`namespace/name`), a [`Frontend`]
+//! by [`FrontendKey`] (address, port, protocol), a [`Backend`] by
+//! [`BackendKey`] (service, address, port). Every object records its
+//! [`Source`], so that a resync of one source leaves the others alone.
+//!
+//! [`ValidationError`] names the object and the field and carries the gRPC
+//! code it maps to; every check that does not need the rest of the state
+//! lives here (`Service::validate` and friends), the cross-object checks
+//! (references, ownership of a frontend) in the store.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+/// The largest backend weight (as the dataplane's `MAX_WEIGHT`).
+pub const MAX_WEIGHT: u32 = 65_535;
+/// Source ranges per service.
+pub const MAX_SOURCE_RANGES: usize = 256;
+/// Backends per service (the Maglev ring holds at most 65,535).
+pub const MAX_BACKENDS_PER_SERVICE: usize = 65_535;
+/// Changes in one Apply.
+pub const MAX_CHANGES: usize = 1_000_000;
+/// The longest client-IP affinity timeout, as Kubernetes allows (1 day).
+pub const MAX_AFFINITY_SECONDS: u32 = 86_400;
+/// Longest node or zone name.
+pub const MAX_LABEL_LEN: usize = 253;
+
+/// Who wrote an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Source {
+    /// The Kubernetes sync sidecar.
+    K8s,
+    /// An operator or controller over the API (`lbctl`).
+    #[default]
+    Api,
+    /// lbd's `--config` services file.
+    Config,
+}
+
+impl Source {
+    /// The name used in files, tables and messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::K8s => "k8s",
+            Source::Api => "api",
+            Source::Config => "config",
+        }
+    }
+}
+
+/// How a service's traffic is translated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Destination NAT only: backends see the client and route replies via lbd.
+    Dnat,
+    /// Destination and source NAT: backends see an SNAT address.
+    #[default]
+    #[serde(rename = "fullnat")]
+    FullNat,
+}
+
+/// Which backends a service uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum TrafficPolicy {
+    /// Every active backend.
+    #[default]
+    Cluster,
+    /// Only backends on this node.
+    Local,
+}
+
+/// L4 protocol of a frontend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Protocol {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+}
+
+impl Protocol {
+    /// `tcp` or `udp`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+        }
+    }
+}
+
+/// Where a frontend address comes from (Kubernetes service types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum FrontendType {
+    /// A cluster IP.
+    ClusterIp,
+    /// A node port on a node address.
+    NodePort,
+    /// A load-balancer ingress address.
+    #[default]
+    LoadBalancer,
+    /// An external IP.
+    ExternalIp,
+}
+
+/// Lifecycle state of a backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackendState {
+    /// Takes new connections.
+    #[default]
+    Active,
+    /// Draining: keeps established connections, gets no new ones.
+    Terminating,
+    /// Failed health checks: no new connections.
+    Quarantined,
+    /// Taken out by an operator: no new connections.
+    Maintenance,
+}
+
+impl BackendState {
+    /// The name used in files, tables and messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendState::Active => "active",
+            BackendState::Terminating => "terminating",
+            BackendState::Quarantined => "quarantined",
+            BackendState::Maintenance => "maintenance",
+        }
+    }
+}
+
+/// An IP prefix such as `10.0.0.0/8`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Cidr {
+    /// The address.
+    pub addr: IpAddr,
+    /// Prefix length.
+    pub prefix: u8,
+}
+
+impl TryFrom<String> for Cidr {
+    type Error = String;
+    fn try_from(s: String) -> Result<Cidr, String> {
+        s.parse()
+    }
+}
+
+impl From<Cidr> for String {
+    fn from(c: Cidr) -> String {
+        c.to_string()
+    }
+}
+
+impl std::str::FromStr for Cidr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Cidr, String> {
+        let (a, p) = s
+            .split_once('/')
+            .ok_or_else(|| format!("{s:?} is not a CIDR (write e.g. 10.0.0.0/8)"))?;
+        let addr: IpAddr = a.parse().map_err(|_| format!("{a:?} is not an IP address"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = p
+            .parse::<u8>()
+            .ok()
+            .filter(|&n| n <= max)
+            .ok_or_else(|| format!("prefix length {p:?} is not a number from 0 to {max}"))?;
+        Ok(Cidr { addr, prefix })
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+/// A service.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Service {
+    /// `namespace/name`.
+    pub name: String,
+    /// Translation.
+    pub mode: Mode,
+    /// Which backends are used.
+    pub traffic_policy: TrafficPolicy,
+    /// Client-IP session affinity timeout in seconds; `None`: no affinity.
+    pub affinity_timeout_seconds: Option<u32>,
+    /// Allowed client prefixes; empty: all.
+    pub source_ranges: Vec<Cidr>,
+    /// Who wrote it.
+    pub source: Source,
+}
+
+/// The identity of a frontend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct FrontendKey {
+    /// The VIP.
+    pub addr: IpAddr,
+    /// The port.
+    pub port: u16,
+    /// The protocol.
+    pub protocol: Protocol,
+}
+
+impl fmt::Display for FrontendKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", endpoint(self.addr, self.port), self.protocol.name())
+    }
+}
+
+/// `1.2.3.4:80` or `[::1]:80`.
+pub fn endpoint(addr: IpAddr, port: u16) -> String {
+    match addr {
+        IpAddr::V4(a) => format!("{a}:{port}"),
+        IpAddr::V6(a) => format!("[{a}]:{port}"),
+    }
+}
+
+/// A service address.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Frontend {
+    /// The owning service.
+    pub service: String,
+    /// Address, port, protocol.
+    pub key: FrontendKey,
+    /// Service type it comes from.
+    pub kind: FrontendType,
+    /// Who wrote it.
+    pub source: Source,
+}
+
+/// The identity of a backend.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct BackendKey {
+    /// The service it serves.
+    pub service: String,
+    /// Its address.
+    pub addr: IpAddr,
+    /// Its port.
+    pub port: u16,
+}
+
+impl fmt::Display for BackendKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} of {}", endpoint(self.addr, self.port), self.service)
+    }
+}
+
+/// A backend of a service.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Backend {
+    /// Service, address, port.
+    pub key: BackendKey,
+    /// Relative share of new connections, 0..=MAX_WEIGHT.
+    pub weight: u32,
+    /// Lifecycle state.
+    pub state: BackendState,
+    /// Node name (for the local traffic policy).
+    pub node: Option<String>,
+    /// Topology zone.
+    pub zone: Option<String>,
+    /// Who wrote it.
+    pub source: Source,
+}
+
+/// One change of a transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Change {
+    /// Create or replace a service.
+    UpsertService(Service),
+    /// Create or replace a frontend.
+    UpsertFrontend(Frontend),
+    /// Create or replace a backend.
+    UpsertBackend(Backend),
+    /// Delete a service with its frontends and backends.
+    DeleteService(String),
+    /// Delete a frontend.
+    DeleteFrontend(FrontendKey),
+    /// Delete a backend.
+    DeleteBackend(BackendKey),
+}
+
+/// The whole desired state at one revision. Ordered maps keep listings,
+/// persisted files and compiled snapshots deterministic. Serialised as three
+/// lists (JSON object keys must be strings).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(into = "StateLists", from = "StateLists")]
+pub struct DesiredState {
+    /// Services by name.
+    pub services: BTreeMap<String, Service>,
+    /// Frontends by key.
+    pub frontends: BTreeMap<FrontendKey, Frontend>,
+    /// Backends by key (grouped by service, since the key starts with it).
+    pub backends: BTreeMap<BackendKey, Backend>,
+}
+
+/// The serialised form of [`DesiredState`].
+#[derive(Serialize, Deserialize)]
+struct StateLists {
+    services: Vec<Service>,
+    frontends: Vec<Frontend>,
+    backends: Vec<Backend>,
+}
+
+impl From<DesiredState> for StateLists {
+    fn from(s: DesiredState) -> StateLists {
+        StateLists {
+            services: s.services.into_values().collect(),
+            frontends: s.frontends.into_values().collect(),
+            backends: s.backends.into_values().collect(),
+        }
+    }
+}
+
+impl From<StateLists> for DesiredState {
+    fn from(l: StateLists) -> DesiredState {
+        DesiredState {
+            services: l.services.into_iter().map(|s| (s.name.clone(), s)).collect(),
+            frontends: l.frontends.into_iter().map(|f| (f.key, f)).collect(),
+            backends: l.backends.into_iter().map(|b| (b.key.clone(), b)).collect(),
+        }
+    }
+}
+
+/// The gRPC status class of a validation failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// A malformed value (INVALID_ARGUMENT).
+    Invalid,
+    /// A reference to something that does not exist (NOT_FOUND).
+    NotFound,
+    /// An identity already taken by another object (ALREADY_EXISTS).
+    AlreadyExists,
+    /// Valid on its own but not in the current state (FAILED_PRECONDITION).
+    Precondition,
+}
+
+/// A rejected request: which object, which field, what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{object}: {field}: {message}")]
+pub struct ValidationError {
+    /// The status class.
+    pub kind: ErrorKind,
+    /// The object, e.g. `changes[3] frontend 10.0.0.1:80/tcp`.
+    pub object: String,
+    /// The field, e.g. `port`.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ValidationError {
+    /// An INVALID_ARGUMENT error.
+    pub fn invalid(object: impl Into<String>, field: impl Into<String>, message: impl Into<String>) -> Self {
+        ValidationError {
+            kind: ErrorKind::Invalid,
+            object: object.into(),
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The same error with `prefix` (e.g. `changes[3]`) before the object.
+    pub fn within(mut self, prefix: &str) -> Self {
+        self.object = if self.object.is_empty() {
+            prefix.to_string()
+        } else {
+            format!("{prefix} {}", self.object)
+        };
+        self
+    }
+}
+
+/// Checks a Kubernetes-style `namespace/name`: two DNS-1123 labels.
+pub fn check_service_name(name: &str) -> Result<(), String> {
+    let Some((ns, n)) = name.split_once('/') else {
+        return Err(format!("{name:?} is not of the form namespace/name"));
+    };
+    for (what, part) in [("namespace", ns), ("name", n)] {
+        let ok = !part.is_empty()
+            && part.len() <= 63
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !part.starts_with('-')
+            && !part.ends_with('-');
+        if !ok {
+            return Err(format!(
+                "{what} {part:?} in {name:?} must be 1-63 lowercase letters, digits or '-', not starting or ending with '-'"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_unicast(addr: IpAddr) -> Result<(), String> {
+    let bad = match addr {
+        IpAddr::V4(a) => a.is_unspecified() || a.is_multicast() || a.is_broadcast(),
+        IpAddr::V6(a) => a.is_unspecified() || a.is_multicast(),
+    };
+    if bad {
+        Err(format!("{addr} is not a unicast address"))
+    } else {
+        Ok(())
+    }
+}
+
+impl Service {
+    /// Checks the service on its own.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        let obj = format!("service {:?}", self.name);
+        check_service_name(&self.name).map_err(|m| ValidationError::invalid(&obj, "name", m))?;
+        if let Some(t) = self.affinity_timeout_seconds {
+            if t == 0 || t > MAX_AFFINITY_SECONDS {
+                return Err(ValidationError::invalid(
+                    &obj,
+                    "session_affinity_timeout",
+                    format!("{t} s is not within 1..={MAX_AFFINITY_SECONDS} s"),
+                ));
+            }
+        }
+        if self.source_ranges.len() > MAX_SOURCE_RANGES {
+            return Err(ValidationError::invalid(
+                &obj,
+                "source_ranges",
+                format!("{} ranges, at most {MAX_SOURCE_RANGES}", self.source_ranges.len()),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Frontend {
+    /// Checks the frontend on its own.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        let obj = format!("frontend {}", self.key);
+        check_service_name(&self.service).map_err(|m| ValidationError::invalid(&obj, "service", m))?;
+        check_unicast(self.key.addr).map_err(|m| ValidationError::invalid(&obj, "address", m))?;
+        if self.key.port == 0 {
+            return Err(ValidationError::invalid(&obj, "port", "must be 1-65535"));
+        }
+        Ok(())
+    }
+}
+
+impl Backend {
+    /// Checks the backend on its own.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        let obj = format!("backend {}", self.key);
+        check_service_name(&self.key.service).map_err(|m| ValidationError::invalid(&obj, "service", m))?;
+        check_unicast(self.key.addr).map_err(|m| ValidationError::invalid(&obj, "address", m))?;
+        if self.key.port == 0 {
+            return Err(ValidationError::invalid(&obj, "port", "must be 1-65535"));
+        }
+        if self.weight > MAX_WEIGHT {
+            return Err(ValidationError::invalid(
+                &obj,
+                "weight",
+                format!("{} is above {MAX_WEIGHT}", self.weight),
+            ));
+        }
+        for (field, v) in [("node", &self.node), ("zone", &self.zone)] {
+            if v.as_ref()
+                .is_some_and(|s| s.is_empty() || s.len() > MAX_LABEL_LEN)
+            {
+                return Err(ValidationError::invalid(
+                    &obj,
+                    field,
+                    format!("must be 1-{MAX_LABEL_LEN} characters"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Change {
+    /// Checks what can be checked without the state.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        match self {
+            Change::UpsertService(s) => s.validate(),
+            Change::UpsertFrontend(f) => f.validate(),
+            Change::UpsertBackend(b) => b.validate(),
+            Change::DeleteService(n) => check_service_name(n)
+                .map_err(|m| ValidationError::invalid(format!("service {n:?}"), "name", m)),
+            Change::DeleteFrontend(k) => {
+                if k.port == 0 {
+                    Err(ValidationError::invalid(
+                        format!("frontend {k}"),
+                        "port",
+                        "must be 1-65535",
+                    ))
+                } else {
+                    Ok(())
+                }
+            }
+            Change::DeleteBackend(k) => check_service_name(&k.service)
+                .map_err(|m| ValidationError::invalid(format!("backend {k}"), "service", m)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    pub(crate) fn service(name: &str) -> Service {
+        Service {
+            name: name.into(),
+            mode: Mode::FullNat,
+            traffic_policy: TrafficPolicy::Cluster,
+            affinity_timeout_seconds: None,
+            source_ranges: vec![],
+            source: Source::Api,
+        }
+    }
+
+    #[test]
+    fn service_names() {
+        assert!(check_service_name("default/web").is_ok());
+        assert!(check_service_name("kube-system/dns-1").is_ok());
+        for bad in [
+            "web",
+            "/web",
+            "default/",
+            "Default/web",
+            "a/b/c",
+            "default/-web",
+            &format!("a/{}", "x".repeat(64)),
+        ] {
+            assert!(check_service_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn errors_name_object_and_field() {
+        let mut s = service("default/web");
+        s.affinity_timeout_seconds = Some(0);
+        let e = s.validate().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "service \"default/web\": session_affinity_timeout: 0 s is not within 1..=86400 s"
+        );
+        let f = Frontend {
+            service: "default/web".into(),
+            key: FrontendKey {
+                addr: ip("10.0.0.1"),
+                port: 0,
+                protocol: Protocol::Tcp,
+            },
+            kind: FrontendType::LoadBalancer,
+            source: Source::Api,
+        };
+        let e = f.validate().unwrap_err().within("changes[2]");
+        assert_eq!(
+            e.to_string(),
+            "changes[2] frontend 10.0.0.1:0/tcp: port: must be 1-65535"
+        );
+        assert_eq!(e.kind, ErrorKind::Invalid);
+        let b = Backend {
+            key: BackendKey {
+                service: "default/web".into(),
+                addr: ip("224.0.0.1"),
+                port: 80,
+            },
+            weight: 1,
+            state: BackendState::Active,
+            node: None,
+            zone: None,
+            source: Source::Api,
+        };
+        assert!(b
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("address: 224.0.0.1 is not a unicast address"));
+        let b = Backend {
+            weight: 70_000,
+            key: BackendKey {
+                addr: ip("10.1.0.1"),
+                ..b.key
+            },
+            ..b
+        };
+        assert_eq!(b.validate().unwrap_err().field, "weight");
+    }
+
+    #[test]
+    fn cidrs_parse_and_print() {
+        let c: Cidr = "10.0.0.0/8".parse().unwrap();
+        assert_eq!(c.to_string(), "10.0.0.0/8");
+        assert!("10.0.0.0".parse::<Cidr>().is_err());
+        assert!("fd00::/129".parse::<Cidr>().is_err());
+        assert_eq!(serde_json::to_string(&c).unwrap(), "\"10.0.0.0/8\"");
+    }
+
+    #[test]
+    fn state_round_trips_through_json() {
+        let mut st = DesiredState::default();
+        st.services.insert("default/web".into(), service("default/web"));
+        let k = FrontendKey {
+            addr: ip("10.0.0.100"),
+            port: 80,
+            protocol: Protocol::Tcp,
+        };
+        st.frontends.insert(
+            k,
+            Frontend {
+                service: "default/web".into(),
+                key: k,
+                kind: FrontendType::LoadBalancer,
+                source: Source::K8s,
+            },
+        );
+        let text = serde_json::to_string(&st).unwrap();
+        let back: DesiredState = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, st);
+    }
+}
