@@ -1,0 +1,431 @@
+//! The whole packet pipeline per packet: `Worker::handle_packet` in a loop
+//! over a 32-frame burst, and `Worker::handle_burst` on the same burst.
+//!
+//! `cargo bench -p lb-dataplane --bench pipeline`. Every reported time is
+//! **per packet** (the time of one 32-frame burst divided by 32).
+//!
+//! Method:
+//! - One worker (`n_workers = 1`), a full-NAT TCP service 10.0.0.100:80 with
+//!   16 backends, 32 SNAT addresses, the default conntrack size (1M IPv4
+//!   connections: what lbd runs with). Clients are 100.64.0.0/10 addresses
+//!   behind the default gateway, so both directions take the neighbor hash
+//!   and the default-route fallback. Frames are 60-byte TCP ACKs; IPv4
+//!   header checksums are verified in software (no rx offload).
+//! - Established: the table is filled with n = 1k or 1M connections (a SYN
+//!   and the backend's SYN-ACK each, through `handle_packet`). The timed
+//!   bursts walk all n flows in a random order unrelated to insertion, so
+//!   at 1M every packet pays the index and entry misses a real worker pays.
+//! - Frame reuse: a rewrite changes the frame, so pristine copies are kept
+//!   and copied into the 32 working buffers before each burst, **outside**
+//!   the timed region (each burst is timed with its own `Instant` pair;
+//!   `timer_overhead` measures an empty timed region, ~1 ns per packet, and
+//!   is not subtracted). The copy leaves the frames in L1, as DDIO leaves
+//!   received frames in the LLC.
+//! - New flow: SYNs of distinct flows from a pool of 256k, cycled; `now`
+//!   advances 20 ms per burst, so a SYN_SENT entry (60 s timeout) expires
+//!   3,000 bursts after its SYN and `handle_tick(now, 256)` after every
+//!   burst sweeps it out before its flow comes round again (8,192 bursts),
+//!   returning its SNAT port. In steady state ~100k-230k connections are
+//!   live. `new_flow/*` times the packets and the tick (the expiry is part of
+//!   what a new flow costs); `new_flow_no_tick/*` the packets only.
+//! - Each variant is checked once before timing: every verdict must be a
+//!   `Transmit` (and every SYN a new connection).
+//!
+//! The bytes per connection are printed first.
+
+use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use lb_dataplane::conntrack::{self, Conntrack};
+use lb_dataplane::flow::{FlowKey, Proto, WorkerId};
+use lb_dataplane::snapshot::{BackendSpec, Cidr, ForwardMode, FrontendKind, FrontendSpec, ServiceSpec};
+use lb_dataplane::worker::{PacketMeta, Verdict, Worker, WorkerConfig};
+use lb_dataplane::{Snapshot, SnapshotBuilder, Tick};
+
+const BURST: usize = 32;
+const FRAME: usize = 60;
+type Frame = [u8; FRAME];
+
+const MAC0: [u8; 6] = [2, 0, 0, 0, 0, 0x10];
+const MAC1: [u8; 6] = [2, 0, 0, 0, 0, 0x11];
+const PEER: [u8; 6] = [2, 0, 0, 0, 0, 0xee];
+const VIP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 100);
+const BACKENDS: u32 = 16;
+const SNAT_ADDRS: u32 = 32;
+
+fn snat_addr(i: u32) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::from(0x0a01_0100 + i))
+}
+
+fn backend_addr(i: u32) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::from(0x0a01_000b + i))
+}
+
+fn snapshot() -> Snapshot {
+    let mut b = SnapshotBuilder::new(1);
+    let gw = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 254));
+    let net = |s: &str, len| Cidr::new(s.parse().unwrap(), len).unwrap();
+    b.interface(0, MAC0, net("10.0.0.1", 24), Some(gw));
+    b.interface(1, MAC1, net("10.1.0.1", 16), None);
+    b.neighbor(gw, PEER);
+    for i in 0..SNAT_ADDRS {
+        b.snat_address(snat_addr(i));
+    }
+    let mut web = ServiceSpec::new("default/web");
+    web.mode = ForwardMode::FullNat;
+    let web = b.service(web).unwrap();
+    let fe = FrontendSpec::new(IpAddr::V4(VIP), 80, Proto::Tcp, FrontendKind::LoadBalancer);
+    b.frontend(web, fe).unwrap();
+    for i in 0..BACKENDS {
+        b.neighbor(backend_addr(i), PEER);
+        b.backend(web, BackendSpec::new(backend_addr(i), 8080)).unwrap();
+    }
+    b.build().unwrap()
+}
+
+fn worker(capacity_v4: u32) -> Worker {
+    let mut cfg = WorkerConfig::new(WorkerId(0), 1);
+    cfg.conntrack = conntrack::Config::new(capacity_v4, 1024);
+    cfg.snat_addresses = (0..SNAT_ADDRS).map(snat_addr).collect();
+    cfg.frontend_slots = 64;
+    cfg.backend_slots = 64;
+    Worker::new(cfg).unwrap()
+}
+
+/// A 60-byte Ethernet/IPv4/TCP frame (54 bytes of headers, zero padding).
+fn tcp(src: (IpAddr, u16), dst: (IpAddr, u16), syn: bool, ack: bool) -> Frame {
+    let (IpAddr::V4(s), IpAddr::V4(d)) = (src.0, dst.0) else {
+        unreachable!("IPv4 only")
+    };
+    let mut b = etherparse::PacketBuilder::ethernet2(PEER, MAC0)
+        .ipv4(s.octets(), d.octets(), 64)
+        .tcp(src.1, dst.1, 1000, 64000);
+    if syn {
+        b = b.syn();
+    }
+    if ack {
+        b = b.ack(1);
+    }
+    let mut v = Vec::with_capacity(FRAME);
+    b.write(&mut v, &[]).unwrap();
+    v.resize(FRAME, 0);
+    v.try_into().unwrap()
+}
+
+/// Client `i` of at most 4M: distinct address and port.
+fn client(i: usize) -> (IpAddr, u16) {
+    (
+        IpAddr::V4(Ipv4Addr::from(0x6440_0000 + i as u32)),
+        1024 + (i % 60_000) as u16,
+    )
+}
+
+fn meta(port: u16) -> PacketMeta {
+    PacketMeta {
+        port,
+        offload: Default::default(),
+    }
+}
+
+fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
+fn shuffle<T>(v: &mut [T], seed: u64) {
+    let mut r = seed | 1;
+    for i in (1..v.len()).rev() {
+        v.swap(i, (xorshift(&mut r) % (i as u64 + 1)) as usize);
+    }
+}
+
+/// A worker holding `n` connections, and a forward and a reply ACK of each
+/// (both in the same random order).
+struct Established {
+    snap: Snapshot,
+    worker: Worker,
+    fwd: Vec<Frame>,
+    rev: Vec<Frame>,
+    now: u64,
+}
+
+fn established(n: usize) -> Established {
+    let snap = snapshot();
+    let mut worker = worker(1 << 20);
+    let vip = (IpAddr::V4(VIP), 80);
+    let mut order: Vec<usize> = (0..n).collect();
+    shuffle(&mut order, 0x5eed);
+    let (mut fwd, mut rev) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for i in 0..n {
+        let mut syn = tcp(client(i), vip, true, false);
+        let v = worker.handle_packet(Tick(0), &snap, &mut syn, &meta(0));
+        assert!(matches!(v, Verdict::Transmit { port: 1, .. }), "{v:?}");
+    }
+    for &i in &order {
+        let key = FlowKey::new(client(i), vip, Proto::Tcp).unwrap();
+        let (id, _) = worker.conntrack().lookup(&key).unwrap();
+        let reply = worker.conntrack().get(id).unwrap().reply();
+        let mut synack = tcp(reply.src(), reply.dst(), true, true);
+        let v = worker.handle_packet(Tick(1), &snap, &mut synack, &meta(1));
+        assert!(matches!(v, Verdict::Transmit { port: 0, .. }), "{v:?}");
+        fwd.push(tcp(client(i), vip, false, true));
+        rev.push(tcp(reply.src(), reply.dst(), false, true));
+    }
+    Established {
+        snap,
+        worker,
+        fwd,
+        rev,
+        now: 2,
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    /// `handle_packet` on each frame.
+    Packet,
+    /// `handle_burst` on the 32 frames.
+    Burst,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Packet => "handle_packet",
+            Mode::Burst => "handle_burst",
+        }
+    }
+}
+
+#[inline(always)]
+fn process(
+    mode: Mode,
+    w: &mut Worker,
+    now: Tick,
+    snap: &Snapshot,
+    work: &mut [Frame; BURST],
+    metas: &[PacketMeta; BURST],
+    verdicts: &mut [Verdict; BURST],
+) {
+    match mode {
+        Mode::Packet => {
+            for ((f, m), v) in work.iter_mut().zip(metas).zip(verdicts.iter_mut()) {
+                *v = w.handle_packet(now, snap, f, m);
+            }
+        }
+        Mode::Burst => w.handle_burst(now, snap, work, metas, verdicts),
+    }
+}
+
+/// Copies the next 32 pristine frames (wrapping) into `work`.
+#[inline(always)]
+fn load(work: &mut [Frame; BURST], frames: &[Frame], cursor: &mut usize) {
+    for w in work.iter_mut() {
+        *w = frames[*cursor];
+        *cursor = if *cursor + 1 == frames.len() {
+            0
+        } else {
+            *cursor + 1
+        };
+    }
+}
+
+/// Times `iters` bursts; returns the time per packet.
+fn timed_bursts(iters: u64, mode: Mode, e: &mut Established, reply: bool, cursor: &mut usize) -> Duration {
+    let metas = [meta(if reply { 1 } else { 0 }); BURST];
+    let mut work = [[0u8; FRAME]; BURST];
+    let mut verdicts = [Verdict::ToHost; BURST];
+    let mut total = Duration::ZERO;
+    let frames = if reply { &e.rev } else { &e.fwd };
+    for _ in 0..iters {
+        load(&mut work, frames, cursor);
+        e.now += 1;
+        let t = Instant::now();
+        process(
+            mode,
+            &mut e.worker,
+            Tick(e.now),
+            &e.snap,
+            &mut work,
+            &metas,
+            &mut verdicts,
+        );
+        total += t.elapsed();
+        black_box(&verdicts);
+    }
+    total / BURST as u32
+}
+
+fn check_all_transmit(mode: Mode, e: &mut Established, reply: bool) {
+    let metas = [meta(if reply { 1 } else { 0 }); BURST];
+    let mut work = [[0u8; FRAME]; BURST];
+    let mut verdicts = [Verdict::ToHost; BURST];
+    let mut cursor = 0;
+    let frames = if reply { &e.rev } else { &e.fwd };
+    for _ in 0..frames.len().div_ceil(BURST) {
+        load(&mut work, frames, &mut cursor);
+        process(
+            mode,
+            &mut e.worker,
+            Tick(e.now),
+            &e.snap,
+            &mut work,
+            &metas,
+            &mut verdicts,
+        );
+        for v in &verdicts {
+            assert!(
+                matches!(v, Verdict::Transmit { .. }),
+                "{mode:?} reply={reply}: {v:?}"
+            );
+        }
+    }
+}
+
+fn print_bytes_per_connection() {
+    println!(
+        "conntrack bytes per connection: IPv4 {} B, IPv6 {} B",
+        Conntrack::BYTES_PER_CONN_V4,
+        Conntrack::BYTES_PER_CONN_V6
+    );
+}
+
+fn bench_established(c: &mut Criterion) {
+    print_bytes_per_connection();
+    let mut g = c.benchmark_group("pipeline_established_fullnat");
+    for n in [1_000usize, 1_000_000] {
+        let mut e = established(n);
+        let label = if n == 1_000 { "1k" } else { "1M" };
+        for reply in [false, true] {
+            let dir = if reply { "reply" } else { "forward" };
+            for mode in [Mode::Packet, Mode::Burst] {
+                check_all_transmit(mode, &mut e, reply);
+                let mut cursor = 0;
+                g.bench_function(BenchmarkId::new(format!("{dir}/{}", mode.name()), label), |b| {
+                    b.iter_custom(|iters| timed_bursts(iters, mode, &mut e, reply, &mut cursor))
+                });
+            }
+        }
+    }
+    g.finish();
+}
+
+/// A fresh worker and a pool of SYNs of distinct flows.
+struct NewFlows {
+    snap: Snapshot,
+    worker: Worker,
+    syns: Vec<Frame>,
+    cursor: usize,
+    now: u64,
+}
+
+const SYN_POOL: usize = 1 << 18;
+const NEW_FLOW_TICK_MS: u64 = 20;
+const SWEEP_BUDGET: usize = 256;
+
+impl NewFlows {
+    fn new() -> NewFlows {
+        let vip = (IpAddr::V4(VIP), 80);
+        let mut syns: Vec<Frame> = (0..SYN_POOL).map(|i| tcp(client(i), vip, true, false)).collect();
+        shuffle(&mut syns, 77);
+        NewFlows {
+            snap: snapshot(),
+            worker: worker(1 << 20),
+            syns,
+            cursor: 0,
+            now: 0,
+        }
+    }
+
+    /// One burst of new flows; returns the timed part.
+    #[inline(always)]
+    fn burst(&mut self, mode: Mode, with_tick: bool, verdicts: &mut [Verdict; BURST]) -> Duration {
+        let metas = [meta(0); BURST];
+        let mut work = [[0u8; FRAME]; BURST];
+        load(&mut work, &self.syns, &mut self.cursor);
+        self.now += NEW_FLOW_TICK_MS;
+        let now = Tick(self.now);
+        let t = Instant::now();
+        process(
+            mode,
+            &mut self.worker,
+            now,
+            &self.snap,
+            &mut work,
+            &metas,
+            verdicts,
+        );
+        let mut d = t.elapsed();
+        let tick = |w: &mut Worker| black_box(w.handle_tick(now, SWEEP_BUDGET));
+        if with_tick {
+            let t = Instant::now();
+            tick(&mut self.worker);
+            d += t.elapsed();
+        } else {
+            tick(&mut self.worker);
+        }
+        d
+    }
+}
+
+fn bench_new_flow(c: &mut Criterion) {
+    let mut g = c.benchmark_group("pipeline_new_flow_fullnat");
+    let mut nf = NewFlows::new();
+    // Reach the steady state (and check it): two pool cycles, every SYN a
+    // new connection.
+    let mut verdicts = [Verdict::ToHost; BURST];
+    for _ in 0..2 * SYN_POOL / BURST {
+        let before = nf.worker.counters().new_connections.get();
+        nf.burst(Mode::Packet, true, &mut verdicts);
+        assert!(verdicts
+            .iter()
+            .all(|v| matches!(v, Verdict::Transmit { port: 1, .. })));
+        assert_eq!(nf.worker.counters().new_connections.get(), before + BURST as u64);
+    }
+    println!(
+        "new flow steady state: {} live connections (capacity {})",
+        nf.worker.conntrack().len(),
+        nf.worker.conntrack().capacity().0
+    );
+    for (with_tick, group) in [(true, "new_flow"), (false, "new_flow_no_tick")] {
+        for mode in [Mode::Packet, Mode::Burst] {
+            g.bench_function(BenchmarkId::new(group, mode.name()), |b| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    let mut verdicts = [Verdict::ToHost; BURST];
+                    for _ in 0..iters {
+                        total += nf.burst(mode, with_tick, &mut verdicts);
+                        black_box(&verdicts);
+                    }
+                    total / BURST as u32
+                })
+            });
+        }
+    }
+    // The benches above must not have degraded into hits or drops.
+    let c = nf.worker.counters();
+    assert_eq!(c.total_drops(), 0);
+    assert_eq!(c.conntrack_evictions.get(), 0);
+    g.finish();
+}
+
+fn bench_timer(c: &mut Criterion) {
+    c.bench_function("pipeline_timer_overhead_per_packet", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let t = Instant::now();
+                black_box(());
+                total += t.elapsed();
+            }
+            total / BURST as u32
+        })
+    });
+}
+
+criterion_group!(benches, bench_timer, bench_established, bench_new_flow);
+criterion_main!(benches);
