@@ -8,6 +8,9 @@
 //! one atomic swap.
 //!
 //! - [`model`]: the desired-state types, their identities and validation.
+//! - [`plane`]: the [`plane::ControlPlane`]: transactions, revisions,
+//!   persistence, compilation, publication, watchers, stats.
 #![forbid(unsafe_code)]
 
 pub mod model;
+pub mod plane;

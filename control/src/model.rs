@@ -344,6 +344,11 @@ pub enum ErrorKind {
     AlreadyExists,
     /// Valid on its own but not in the current state (FAILED_PRECONDITION).
     Precondition,
+    /// The commit could not be made durable; retrying may succeed
+    /// (UNAVAILABLE).
+    Unavailable,
+    /// lbd's own state is broken, e.g. an unreadable state file (INTERNAL).
+    Internal,
 }
 
 /// A rejected request: which object, which field, what is wrong.
