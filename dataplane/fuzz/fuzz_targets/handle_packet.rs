@@ -1,0 +1,16 @@
+//! Arbitrary bytes as an Ethernet frame through `Worker::handle_packet`
+//! (and `handle_tick`) with the golden tests' two-port snapshot; see
+//! `src/harness.rs` for what is run and checked.
+#![no_main]
+
+#[path = "../../core/tests/golden/fixture.rs"]
+mod fixture;
+#[path = "../src/harness.rs"]
+mod harness;
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let snap = fixture::Fixture::TwoPort.snapshot();
+    assert!(harness::run(snap, data) > 0);
+});
