@@ -428,4 +428,58 @@ fn bench_timer(c: &mut Criterion) {
 }
 
 criterion_group!(benches, bench_timer, bench_established, bench_new_flow);
-criterion_main!(benches);
+
+/// Instruction counting under callgrind, instead of criterion:
+/// `PIPELINE_COUNT=forward|reply|new [PIPELINE_MODE=burst] [PIPELINE_N=1000]
+/// valgrind --tool=callgrind --toggle-collect='*counted_bursts*' <bench binary>`
+/// runs 1,000 warm-up bursts, then 1,000 bursts inside `counted_bursts`;
+/// divide its instructions by 32,000.
+fn count_instructions(what: &str) {
+    let mode = match std::env::var("PIPELINE_MODE").as_deref() {
+        Ok("burst") => Mode::Burst,
+        _ => Mode::Packet,
+    };
+    let n: usize = std::env::var("PIPELINE_N")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000);
+    if what == "new" {
+        let mut nf = NewFlows::new();
+        let mut verdicts = [Verdict::ToHost; BURST];
+        for _ in 0..SYN_POOL / BURST {
+            nf.burst(mode, true, &mut verdicts);
+        }
+        counted_new(&mut nf, mode, 1000);
+        println!("new flows: {} live", nf.worker.conntrack().len());
+        return;
+    }
+    let reply = what == "reply";
+    let mut e = established(n);
+    check_all_transmit(mode, &mut e, reply);
+    let mut cursor = 0;
+    timed_bursts(1000, mode, &mut e, reply, &mut cursor);
+    counted_bursts(&mut e, mode, reply, &mut cursor, 1000);
+    println!("{what} {mode:?} n={n}: 1000 bursts of 32 counted");
+}
+
+#[inline(never)]
+fn counted_bursts(e: &mut Established, mode: Mode, reply: bool, cursor: &mut usize, bursts: u64) {
+    timed_bursts(bursts, mode, e, reply, cursor);
+}
+
+#[inline(never)]
+fn counted_new(nf: &mut NewFlows, mode: Mode, bursts: u64) {
+    let mut verdicts = [Verdict::ToHost; BURST];
+    for _ in 0..bursts {
+        nf.burst(mode, true, &mut verdicts);
+    }
+}
+
+fn main() {
+    if let Ok(what) = std::env::var("PIPELINE_COUNT") {
+        count_instructions(&what);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
