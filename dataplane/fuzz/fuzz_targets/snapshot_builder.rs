@@ -12,8 +12,8 @@ use std::time::Duration;
 use arbitrary::Arbitrary;
 use lb_dataplane::flow::Proto;
 use lb_dataplane::snapshot::{
-    BackendSpec, BackendState, Cidr, ForwardMode, FrontendKind, FrontendSpec, ServiceId, ServiceSpec,
-    SessionAffinity, TrafficPolicy,
+    BackendSpec, BackendState, Cidr, Family, ForwardMode, FrontendKind, FrontendSpec, ServiceId,
+    ServiceSpec, SessionAffinity, TrafficPolicy,
 };
 use lb_dataplane::{Snapshot, SnapshotBuilder};
 use libfuzzer_sys::fuzz_target;
@@ -223,7 +223,7 @@ fn probe(snap: &Snapshot, probes: &[(Addr, u16, bool, u64)]) -> Vec<String> {
         assert_eq!(snap.service(fe.service).name(), svc.name());
         assert!(snap.is_owned(fe.addr), "a VIP is an owned address");
         for h in [0, 1, u64::MAX] {
-            if let Some(be) = svc.pick(svc.pick_hash(fe.addr, h)) {
+            if let Some(be) = svc.pick(svc.pick_hash(fe.addr, h), Family::of(fe.addr)) {
                 assert!(
                     svc.backends().contains(be),
                     "picked backend belongs to its service"
@@ -237,7 +237,7 @@ fn probe(snap: &Snapshot, probes: &[(Addr, u16, bool, u64)]) -> Vec<String> {
         let p = if tcp { Proto::Tcp } else { Proto::Udp };
         if let Some((_, svc)) = snap.lookup(ip, port, p) {
             let _ = svc.allows_source(ip);
-            if let Some(be) = svc.pick(svc.pick_hash(ip, h)) {
+            if let Some(be) = svc.pick(svc.pick_hash(ip, h), Family::of(ip)) {
                 out.push(format!("{ip} {port} {h} -> {}:{}", be.addr, be.port));
             }
         }

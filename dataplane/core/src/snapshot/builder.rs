@@ -15,7 +15,13 @@
 //! instead of building one. The eligible backends are ordered by (address,
 //! port) before the ring is built, so ring indices mean the same backends
 //! whatever order or other (non-eligible) backends the caller lists. One
-//! backend change among 10,000 services rebuilds one ring.
+//! backend change among 10,000 services rebuilds one ring. Each address
+//! family has its own ring, shared on its own.
+//!
+//! A caller that knows which services did not change at all can go further
+//! with [`keep_service`](SnapshotBuilder::keep_service): the previous
+//! snapshot's `Arc<Service>` (backends, slots, rings) is taken as is, so a
+//! rebuild of 10,000 services where one changed re-specifies one service.
 //!
 //! # Counter slots
 //!
@@ -45,7 +51,7 @@ use hashbrown::HashMap;
 use super::net::{check_ports, check_snat, Routes};
 use super::slots::{assign_backend_slots, assign_frontend_slots};
 use super::{
-    v4_key, v6_key, Backend, BackendSpec, BackendState, BuildError, Cidr, ForwardMode, Frontend,
+    v4_key, v6_key, Backend, BackendSpec, BackendState, BuildError, Cidr, FamilyRing, ForwardMode, Frontend,
     FrontendSpec, OwnerKind, PortConfig, Service, ServiceId, ServiceSpec, SessionAffinity, Snapshot,
     TrafficPolicy, V6Key,
 };
@@ -79,6 +85,70 @@ struct ServiceDraft {
     backends: Vec<Backend>,
 }
 
+impl ServiceDraft {
+    /// A draft with `s`'s fields and backends (their slots kept).
+    fn from_service(s: &Service) -> ServiceDraft {
+        ServiceDraft {
+            name: s.name.clone(),
+            mode: s.mode,
+            traffic_policy: s.traffic_policy,
+            affinity: s.affinity,
+            source_ranges: s.source_ranges.clone(),
+            backends: s.backends.to_vec(),
+        }
+    }
+}
+
+/// A service being built: specified anew, or kept from a previous snapshot.
+#[derive(Debug)]
+enum Pending {
+    Draft(ServiceDraft),
+    Kept(Arc<Service>),
+}
+
+impl Pending {
+    fn name(&self) -> &str {
+        match self {
+            Pending::Draft(d) => &d.name,
+            Pending::Kept(s) => &s.name,
+        }
+    }
+
+    fn source_ranges(&self) -> &[Cidr] {
+        match self {
+            Pending::Draft(d) => &d.source_ranges,
+            Pending::Kept(s) => &s.source_ranges,
+        }
+    }
+
+    /// The draft, made from the kept service if needed.
+    fn draft(&mut self) -> &mut ServiceDraft {
+        if let Pending::Kept(s) = self {
+            *self = Pending::Draft(ServiceDraft::from_service(s));
+        }
+        match self {
+            Pending::Draft(d) => d,
+            Pending::Kept(_) => unreachable!("converted above"),
+        }
+    }
+}
+
+/// A service after `build_service`, before slots are assigned.
+#[derive(Debug)]
+pub(super) enum Built {
+    New(Service),
+    Kept(Arc<Service>),
+}
+
+impl Built {
+    pub(super) fn service(&self) -> &Service {
+        match self {
+            Built::New(s) => s,
+            Built::Kept(s) => s,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 pub(super) struct InterfaceSpec {
     pub(super) port: u16,
@@ -100,7 +170,7 @@ pub struct SnapshotBuilder<'p> {
     interfaces: Vec<InterfaceSpec>,
     snat: Vec<IpAddr>,
     neighbors: Vec<(IpAddr, [u8; 6])>,
-    services: Vec<ServiceDraft>,
+    services: Vec<Pending>,
     names: HashMap<Box<str>, ServiceId>,
     /// `stats_slot == UNASSIGNED` until `build`.
     frontends_v4: HashMap<u64, Frontend>,
@@ -182,26 +252,46 @@ impl<'p> SnapshotBuilder<'p> {
                 reason,
             });
         }
-        if self.names.contains_key(spec.name.as_str()) {
-            return Err(BuildError::DuplicateService { name: spec.name });
-        }
-        let id = ServiceId(
-            u32::try_from(self.services.len()).map_err(|_| BuildError::ServiceName {
-                name: spec.name.clone(),
-                reason: "too many services",
-            })?,
-        );
+        let id = self.next_id(&spec.name)?;
         let name = spec.name.into_boxed_str();
         self.names.insert(name.clone(), id);
-        self.services.push(ServiceDraft {
+        self.services.push(Pending::Draft(ServiceDraft {
             name,
             mode: spec.mode,
             traffic_policy: spec.traffic_policy,
             affinity: spec.affinity,
             source_ranges: spec.source_ranges.into_boxed_slice(),
             backends: Vec::new(),
-        });
+        }));
         Ok(id)
+    }
+
+    /// Adds `service`, unchanged, from a previous snapshot (normally the
+    /// [`reuse_from`](Self::reuse_from) one): its fields, backends with their
+    /// counter slots, and rings are shared, not rebuilt. Add its frontends
+    /// with [`frontend`](Self::frontend) as usual; adding a backend turns it
+    /// into an ordinary specified service. If this builder's local node or
+    /// maximum ring size differ from the `reuse_from` snapshot's, kept
+    /// services are rebuilt from their contents at `build` (rings still
+    /// shared where equal). The caller must give its backends' slots to no
+    /// other object.
+    pub fn keep_service(&mut self, service: &Arc<Service>) -> Result<ServiceId, BuildError> {
+        let id = self.next_id(&service.name)?;
+        self.names.insert(service.name.clone(), id);
+        self.services.push(Pending::Kept(Arc::clone(service)));
+        Ok(id)
+    }
+
+    fn next_id(&self, name: &str) -> Result<ServiceId, BuildError> {
+        if self.names.contains_key(name) {
+            return Err(BuildError::DuplicateService { name: name.into() });
+        }
+        Ok(ServiceId(u32::try_from(self.services.len()).map_err(|_| {
+            BuildError::ServiceName {
+                name: name.into(),
+                reason: "too many services",
+            }
+        })?))
     }
 
     /// Adds a frontend to service `service`.
@@ -217,7 +307,7 @@ impl<'p> SnapshotBuilder<'p> {
             kind,
             stats_slot,
         } = spec;
-        let svc = || draft.name.to_string();
+        let svc = || draft.name().to_string();
         if !matches!(proto, Proto::Tcp | Proto::Udp) {
             return Err(BuildError::UnsupportedProtocol {
                 service: svc(),
@@ -237,8 +327,8 @@ impl<'p> SnapshotBuilder<'p> {
                 frontend: frontend_name(addr, port, proto),
             });
         }
-        if !draft.source_ranges.is_empty() && !draft.source_ranges.iter().any(|c| c.is_v4() == addr.is_ipv4())
-        {
+        let ranges = draft.source_ranges();
+        if !ranges.is_empty() && !ranges.iter().any(|c| c.is_v4() == addr.is_ipv4()) {
             return Err(BuildError::SourceRangeFamily {
                 service: svc(),
                 frontend: frontend_name(addr, port, proto),
@@ -250,7 +340,7 @@ impl<'p> SnapshotBuilder<'p> {
                 return Err(BuildError::StatsSlotTooLarge {
                     object: format!(
                         "service {} frontend {}",
-                        draft.name,
+                        draft.name(),
                         frontend_name(addr, port, proto)
                     ),
                     slot: s,
@@ -285,7 +375,7 @@ impl<'p> SnapshotBuilder<'p> {
             },
         };
         if let Some(first) = existing {
-            let first = self.services.get(first.index()).map_or("?", |d| &d.name);
+            let first = self.services.get(first.index()).map_or("?", Pending::name);
             return Err(BuildError::DuplicateFrontend {
                 frontend: frontend_name(addr, port, proto),
                 first: first.to_string(),
@@ -302,7 +392,8 @@ impl<'p> SnapshotBuilder<'p> {
         let draft = self
             .services
             .get_mut(service.index())
-            .ok_or(BuildError::UnknownService { id: service.0 })?;
+            .ok_or(BuildError::UnknownService { id: service.0 })?
+            .draft();
         let svc = || draft.name.to_string();
         let BackendSpec {
             addr,
@@ -383,25 +474,46 @@ impl<'p> SnapshotBuilder<'p> {
 
         let mut services = Vec::with_capacity(drafts.len());
         let mut rings = RingCache::default();
-        // Per backend (service-major, then as listed): its slot in `prev`.
+        // Per backend of a new service (service-major, then as listed): its
+        // slot in `prev`.
         let mut carry: Vec<u32> = Vec::new();
-        for d in drafts {
+        // Kept services were built for `prev`'s node and ring size.
+        let keep_ok = prev.map_or(true, |p| {
+            p.local_node == local_node && p.max_ring_size == max_ring_size
+        });
+        for entry in drafts {
+            let d = match entry {
+                Pending::Kept(s) if keep_ok => {
+                    services.push(Built::Kept(s));
+                    continue;
+                }
+                Pending::Kept(s) => ServiceDraft::from_service(&s),
+                Pending::Draft(d) => d,
+            };
             // The control plane usually lists services in a stable order:
             // try the same position before hashing the name.
             let prev_svc = prev.and_then(|p| match p.services.get(services.len()) {
-                Some(same) if same.name == d.name => Some(same),
+                Some(same) if same.name == d.name => Some(&**same),
                 _ => p.get_service(p.service_by_name(&d.name)?),
             });
-            services.push(build_service(
+            services.push(Built::New(build_service(
                 d,
                 prev_svc,
                 local_node.as_deref(),
                 max_ring_size,
                 &mut rings,
                 &mut carry,
-            )?);
+            )?));
         }
 
+        let backend_slots = assign_backend_slots(&mut services, &carry);
+        let services: Vec<Arc<Service>> = services
+            .into_iter()
+            .map(|b| match b {
+                Built::New(s) => Arc::new(s),
+                Built::Kept(s) => s,
+            })
+            .collect();
         let frontend_slots = assign_frontend_slots(
             &frontend_order,
             &mut frontends_v4,
@@ -409,7 +521,6 @@ impl<'p> SnapshotBuilder<'p> {
             &services,
             prev,
         );
-        let backend_slots = assign_backend_slots(&mut services, &carry);
 
         // Owned addresses: interfaces, then VIPs, then SNAT (which must not
         // be a VIP), plus the full-NAT check that needs both.
@@ -512,6 +623,7 @@ impl<'p> SnapshotBuilder<'p> {
             default_v6: routes.default_v6,
             frontend_slots,
             backend_slots,
+            max_ring_size,
         })
     }
 }
@@ -567,6 +679,7 @@ fn build_service(
             }
         }
     }
+    let prev_backends = prev.map(|p| &*p.backends);
     let eligible = |b: &Backend| {
         b.state == BackendState::Active
             && b.weight > 0
@@ -575,42 +688,51 @@ fn build_service(
                 TrafficPolicy::Local => local_node.is_some() && b.node.as_deref() == local_node,
             }
     };
-    let ring_map: Box<[u32]> = by_addr
-        .iter()
-        .copied()
-        .filter(|&i| eligible(&d.backends[i as usize]))
-        .collect();
-    rings.members.clear();
-    rings.members.extend(ring_map.iter().map(|&i| {
-        let b = &d.backends[i as usize];
-        MaglevBackend::new(b.addr, b.port, b.weight)
-    }));
-    let size = ring_size_for(ring_map.len(), max_ring_size);
-    let same_as_prev = |p: &Service| {
-        p.ring.size() == size
-            && p.ring_map.len() == rings.members.len()
-            && p.ring_map.iter().zip(&rings.members).all(|(&i, m)| {
-                p.backends
-                    .get(i as usize)
-                    .is_some_and(|b| (b.addr, b.port, b.weight) == (m.addr, m.port, m.weight))
+    let mut family_ring = |v4: bool, prev: Option<&FamilyRing>| -> Result<FamilyRing, BuildError> {
+        let ring_map: Box<[u32]> = by_addr
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let b = &d.backends[i as usize];
+                b.addr.is_ipv4() == v4 && eligible(b)
             })
+            .collect();
+        rings.members.clear();
+        rings.members.extend(ring_map.iter().map(|&i| {
+            let b = &d.backends[i as usize];
+            MaglevBackend::new(b.addr, b.port, b.weight)
+        }));
+        let size = ring_size_for(ring_map.len(), max_ring_size);
+        let prev_backends = prev_backends.unwrap_or(&[]);
+        let same_as_prev = |p: &FamilyRing| {
+            p.ring.size() == size
+                && p.ring_map.len() == rings.members.len()
+                && p.ring_map.iter().zip(&rings.members).all(|(&i, m)| {
+                    prev_backends
+                        .get(i as usize)
+                        .is_some_and(|b| (b.addr, b.port, b.weight) == (m.addr, m.port, m.weight))
+                })
+        };
+        let maglev_err = |source| BuildError::Maglev {
+            service: d.name.to_string(),
+            source,
+        };
+        let ring = match prev {
+            Some(p) if same_as_prev(p) => Arc::clone(&p.ring),
+            _ if rings.members.is_empty() => match &rings.empty {
+                Some(r) if r.size() == size => Arc::clone(r),
+                _ => {
+                    let r = Arc::new(MaglevRing::empty(size).map_err(maglev_err)?);
+                    rings.empty = Some(Arc::clone(&r));
+                    r
+                }
+            },
+            _ => Arc::new(MaglevRing::build(&rings.members, size).map_err(maglev_err)?),
+        };
+        Ok(FamilyRing { ring_map, ring })
     };
-    let maglev_err = |source| BuildError::Maglev {
-        service: d.name.to_string(),
-        source,
-    };
-    let ring = match prev {
-        Some(p) if same_as_prev(p) => Arc::clone(&p.ring),
-        _ if rings.members.is_empty() => match &rings.empty {
-            Some(r) if r.size() == size => Arc::clone(r),
-            _ => {
-                let r = Arc::new(MaglevRing::empty(size).map_err(maglev_err)?);
-                rings.empty = Some(Arc::clone(&r));
-                r
-            }
-        },
-        _ => Arc::new(MaglevRing::build(&rings.members, size).map_err(maglev_err)?),
-    };
+    let v4 = family_ring(true, prev.map(|p| &p.v4))?;
+    let v6 = family_ring(false, prev.map(|p| &p.v6))?;
     Ok(Service {
         name: d.name,
         mode: d.mode,
@@ -619,8 +741,8 @@ fn build_service(
         source_ranges: d.source_ranges,
         backends: d.backends.into_boxed_slice(),
         by_addr: by_addr.into_boxed_slice(),
-        ring_map,
-        ring,
+        v4,
+        v6,
     })
 }
 

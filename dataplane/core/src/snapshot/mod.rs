@@ -4,7 +4,8 @@
 //! publishes it through one `ArcSwap<Snapshot>`; a worker loads it once per
 //! burst and calls only `&self` lookups that are O(1) (or a scan of a few
 //! interface prefixes), never allocate and never panic:
-//! [`Snapshot::frontend`], [`Snapshot::lookup`], [`Service::pick`],
+//! [`Snapshot::frontend`], [`Snapshot::lookup`], [`Service::pick`] (with
+//! the flow's [`Family`]),
 //! [`Service::allows_source`], [`Snapshot::is_owned`],
 //! [`Snapshot::next_hop`].
 //!
@@ -16,8 +17,10 @@
 //!
 //! - Every [`Frontend::service`] indexes [`Snapshot::services`]; frontend
 //!   keys are unique; frontend protocols are TCP or UDP.
-//! - A service's ring holds exactly its *eligible* backends: `Active`,
-//!   weight > 0 and, under [`TrafficPolicy::Local`], on the local node.
+//! - A service has one ring per address family; the ring of a family holds
+//!   exactly the *eligible* backends of that family: `Active`, weight > 0
+//!   and, under [`TrafficPolicy::Local`], on the local node. So an IPv4 flow
+//!   of a dual-stack service only ever picks an IPv4 backend.
 //!   Every backend, whatever its state, stays listed in
 //!   [`Service::backends`] so that established connections and counters can
 //!   still be attributed to it.
@@ -30,8 +33,8 @@
 //!
 //! # Dropping
 //!
-//! A snapshot owns `Arc`s (rings shared with older and newer snapshots) and
-//! large tables. The control thread drops old snapshots: `arc-swap` keeps a
+//! A snapshot owns `Arc`s (services and rings shared with older and newer
+//! snapshots) and large tables. The control thread drops old snapshots: `arc-swap` keeps a
 //! replaced snapshot alive while workers still hold a guard, and the control
 //! thread must hold the last reference (e.g. keep the previous `Arc` until
 //! it is unique) so that a worker never frees a ring on the fast path.
@@ -48,6 +51,8 @@ mod tests;
 mod tests_errors;
 #[cfg(test)]
 mod tests_scale;
+#[cfg(test)]
+mod tests_share;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
@@ -63,6 +68,37 @@ pub use spec::{BackendSpec, FrontendSpec, ServiceSpec};
 use crate::flow::Proto;
 use crate::local::LocalAddrs;
 use crate::maglev::{client_hash, MaglevRing};
+
+/// An address family: which of a service's two rings a flow uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// IPv4.
+    V4,
+    /// IPv6.
+    V6,
+}
+
+impl Family {
+    /// The family of `ip`.
+    #[inline]
+    pub fn of(ip: IpAddr) -> Family {
+        match ip {
+            IpAddr::V4(_) => Family::V4,
+            IpAddr::V6(_) => Family::V6,
+        }
+    }
+}
+
+/// One family's ring of a service.
+#[derive(Debug, Clone)]
+pub(crate) struct FamilyRing {
+    /// Ring index → index into `Service::backends`. The ring is built from
+    /// the family's eligible backends in (addr, port) order, so the same
+    /// eligible set gives the same ring indices whatever else changed —
+    /// which is what lets a later snapshot share the ring.
+    pub(crate) ring_map: Box<[u32]>,
+    pub(crate) ring: Arc<MaglevRing>,
+}
 
 /// A service's index in [`Snapshot::services`]. Valid only for the
 /// snapshot that issued it (ids are dense and may change between snapshots;
@@ -196,12 +232,8 @@ pub struct Service {
     backends: Box<[Backend]>,
     /// Indices into `backends` sorted by (addr, port): lookups by address.
     by_addr: Box<[u32]>,
-    /// Ring index → index into `backends`. The ring is built from the
-    /// eligible backends in (addr, port) order, so the same eligible set
-    /// gives the same ring indices whatever else changed — which is what
-    /// lets a later snapshot share the ring.
-    ring_map: Box<[u32]>,
-    ring: Arc<MaglevRing>,
+    v4: FamilyRing,
+    v6: FamilyRing,
 }
 
 impl Service {
@@ -254,24 +286,40 @@ impl Service {
         self.backends.get(self.by_addr[i] as usize)
     }
 
-    /// The shared Maglev ring (eligible backends only).
-    pub fn ring(&self) -> &Arc<MaglevRing> {
-        &self.ring
-    }
-
-    /// How many backends are in the ring.
-    pub fn eligible_count(&self) -> usize {
-        self.ring_map.len()
-    }
-
-    /// The backend for a new flow: Maglev lookup of `hash`, `None` when no
-    /// backend is eligible (the pipeline drops with `NoBackend`). Pass the
-    /// flow hash, or for [`SessionAffinity::ClientIp`] the client hash; see
-    /// [`pick_hash`](Self::pick_hash). O(1), no allocation.
     #[inline]
-    pub fn pick(&self, hash: u64) -> Option<&Backend> {
-        let i = self.ring.lookup(hash)?;
-        let b = *self.ring_map.get(i)?;
+    fn family(&self, family: Family) -> &FamilyRing {
+        match family {
+            Family::V4 => &self.v4,
+            Family::V6 => &self.v6,
+        }
+    }
+
+    /// The shared Maglev ring of `family` (its eligible backends only).
+    pub fn ring(&self, family: Family) -> &Arc<MaglevRing> {
+        &self.family(family).ring
+    }
+
+    /// How many backends are in the rings (both families).
+    pub fn eligible_count(&self) -> usize {
+        self.v4.ring_map.len() + self.v6.ring_map.len()
+    }
+
+    /// How many backends are in the ring of `family`.
+    pub fn eligible_in(&self, family: Family) -> usize {
+        self.family(family).ring_map.len()
+    }
+
+    /// The backend for a new flow of `family` (the destination's, which is
+    /// the backend's: the balancer never translates across families):
+    /// Maglev lookup of `hash` in that family's ring, `None` when no backend
+    /// of the family is eligible (the pipeline drops with `NoBackend`). Pass
+    /// the flow hash, or for [`SessionAffinity::ClientIp`] the client hash;
+    /// see [`pick_hash`](Self::pick_hash). O(1), no allocation.
+    #[inline]
+    pub fn pick(&self, hash: u64, family: Family) -> Option<&Backend> {
+        let f = self.family(family);
+        let i = f.ring.lookup(hash)?;
+        let b = *f.ring_map.get(i)?;
         self.backends.get(b as usize)
     }
 
@@ -394,7 +442,7 @@ type ConnectedV6 = (u128, u128, u16);
 pub struct Snapshot {
     revision: u64,
     local_node: Option<Box<str>>,
-    services: Box<[Service]>,
+    services: Box<[Arc<Service>]>,
     service_names: HashMap<Box<str>, ServiceId>,
     frontends_v4: HashMap<u64, Frontend>,
     frontends_v6: HashMap<V6Key, Frontend>,
@@ -412,6 +460,8 @@ pub struct Snapshot {
     default_v6: Option<NextHop>,
     frontend_slots: u32,
     backend_slots: u32,
+    /// The builder's `max_ring_size` (0 for [`Snapshot::empty`]).
+    max_ring_size: u32,
 }
 
 impl Snapshot {
@@ -446,7 +496,7 @@ impl Snapshot {
     #[inline]
     pub fn lookup(&self, addr: IpAddr, port: u16, proto: Proto) -> Option<(&Frontend, &Service)> {
         let f = self.frontend(addr, port, proto)?;
-        Some((f, self.services.get(f.service.index())?))
+        Some((f, self.services.get(f.service.index())?.as_ref()))
     }
 
     /// The service `id`.
@@ -463,6 +513,12 @@ impl Snapshot {
     /// The service `id`, `None` if out of range.
     #[inline]
     pub fn get_service(&self, id: ServiceId) -> Option<&Service> {
+        self.services.get(id.index()).map(Arc::as_ref)
+    }
+
+    /// The shared service `id`, to hand to
+    /// [`SnapshotBuilder::keep_service`] or compare with `Arc::ptr_eq`.
+    pub fn service_arc(&self, id: ServiceId) -> Option<&Arc<Service>> {
         self.services.get(id.index())
     }
 
@@ -472,7 +528,7 @@ impl Snapshot {
     }
 
     /// All services; `ServiceId(i)` is index `i`.
-    pub fn services(&self) -> &[Service] {
+    pub fn services(&self) -> &[Arc<Service>] {
         &self.services
     }
 

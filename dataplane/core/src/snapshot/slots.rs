@@ -8,7 +8,9 @@ use std::net::IpAddr;
 
 use hashbrown::HashMap;
 
-use super::builder::{MAX_STATS_SLOT, UNASSIGNED};
+use std::sync::Arc;
+
+use super::builder::{Built, MAX_STATS_SLOT, UNASSIGNED};
 use super::{v4_key, v6_key, Frontend, Service, Snapshot, V6Key};
 use crate::flow::Proto;
 
@@ -66,7 +68,7 @@ pub(super) fn assign_frontend_slots(
     order: &[(IpAddr, u16, Proto)],
     v4: &mut HashMap<u64, Frontend>,
     v6: &mut HashMap<V6Key, Frontend>,
-    services: &[Service],
+    services: &[Arc<Service>],
     prev: Option<&Snapshot>,
 ) -> u32 {
     let mut set = SlotSet::default();
@@ -112,10 +114,11 @@ pub(super) fn assign_frontend_slots(
 
 /// Same three passes as [`assign_frontend_slots`], for backends; `carry`
 /// holds each backend's slot in the previous snapshot (or `UNASSIGNED`),
-/// service-major and in listed order.
-pub(super) fn assign_backend_slots(services: &mut [Service], carry: &[u32]) -> u32 {
+/// service-major and in listed order, for the new services only (kept
+/// services' slots count as explicit).
+pub(super) fn assign_backend_slots(services: &mut [Built], carry: &[u32]) -> u32 {
     let mut set = SlotSet::default();
-    for b in services.iter().flat_map(|s| s.backends.iter()) {
+    for b in services.iter().flat_map(|s| s.service().backends.iter()) {
         if b.stats_slot != UNASSIGNED {
             set.mark(b.stats_slot);
         }
@@ -123,6 +126,7 @@ pub(super) fn assign_backend_slots(services: &mut [Service], carry: &[u32]) -> u
     let mut pending = Vec::new();
     let mut k = 0;
     for (si, s) in services.iter_mut().enumerate() {
+        let Built::New(s) = s else { continue };
         for (bi, b) in s.backends.iter_mut().enumerate() {
             let carried = carry
                 .get(k)
@@ -142,7 +146,8 @@ pub(super) fn assign_backend_slots(services: &mut [Service], carry: &[u32]) -> u
         }
     }
     for (si, bi) in pending {
-        if let Some(b) = services.get_mut(si).and_then(|s| s.backends.get_mut(bi)) {
+        if let Some(Built::New(s)) = services.get_mut(si) {
+            let Some(b) = s.backends.get_mut(bi) else { continue };
             b.stats_slot = set.take(None);
         }
     }

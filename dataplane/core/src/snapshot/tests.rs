@@ -83,11 +83,11 @@ fn valid_build_and_lookups() {
     let svc = s.service(web);
     assert_eq!(svc.backends().len(), 3);
     assert_eq!(svc.eligible_count(), 3);
-    assert_eq!(svc.ring().size(), ring_size_for(3, DEFAULT_RING_SIZE));
+    assert_eq!(svc.ring(Family::V4).size(), ring_size_for(3, DEFAULT_RING_SIZE));
     for h in [0u64, 1, u64::MAX / 3, u64::MAX] {
-        let picked = svc.pick(h).unwrap();
+        let picked = svc.pick(h, Family::V4).unwrap();
         assert!(svc.backends().contains(picked));
-        assert_eq!(svc.pick(h), Some(picked), "deterministic");
+        assert_eq!(svc.pick(h, Family::V4), Some(picked), "deterministic");
     }
     assert_eq!(
         svc.find_backend(ip("10.1.0.2"), 8080).unwrap().addr,
@@ -166,7 +166,11 @@ fn only_active_weighted_backends_get_slots() {
     assert_eq!(svc.eligible_count(), 2);
     let mut seen = std::collections::BTreeSet::new();
     for k in 0..2000u64 {
-        seen.insert(svc.pick(k.wrapping_mul(0x9e37_79b9_7f4a_7c15)).unwrap().addr);
+        seen.insert(
+            svc.pick(k.wrapping_mul(0x9e37_79b9_7f4a_7c15), Family::V4)
+                .unwrap()
+                .addr,
+        );
     }
     assert_eq!(
         seen.into_iter().collect::<Vec<_>>(),
@@ -174,7 +178,7 @@ fn only_active_weighted_backends_get_slots() {
     );
     let svc = s.service(drain);
     assert_eq!(svc.eligible_count(), 0);
-    assert!((0..100u64).all(|k| svc.pick(k << 58).is_none()));
+    assert!((0..100u64).all(|k| svc.pick(k << 58, Family::V4).is_none()));
     // Terminating backends can still be found for attribution.
     assert_eq!(
         svc.find_backend(ip("10.2.0.2"), 80).unwrap().state,
@@ -215,13 +219,15 @@ fn local_traffic_policy_uses_only_local_backends() {
     assert_eq!(svc.traffic_policy(), TrafficPolicy::Local);
     assert_eq!(svc.eligible_count(), 2);
     for k in 0..500u64 {
-        let b = svc.pick(k.wrapping_mul(0x9e37_79b9_7f4a_7c15)).unwrap();
+        let b = svc
+            .pick(k.wrapping_mul(0x9e37_79b9_7f4a_7c15), Family::V4)
+            .unwrap();
         assert_eq!(b.node.as_deref(), Some("node-a"));
     }
     let s = local_policy_snapshot(Some("node-c"));
-    assert!(s.services()[0].pick(42).is_none());
+    assert!(s.services()[0].pick(42, Family::V4).is_none());
     let s = local_policy_snapshot(None);
-    assert!(s.services()[0].pick(42).is_none());
+    assert!(s.services()[0].pick(42, Family::V4).is_none());
 }
 
 #[test]
@@ -379,7 +385,7 @@ fn two_services(prev: Option<&Snapshot>, a_backends: &[&str], b_weight: u32) -> 
 }
 
 fn ring_of<'s>(s: &'s Snapshot, name: &str) -> &'s Arc<MaglevRing> {
-    s.service(s.service_by_name(name).unwrap()).ring()
+    s.service(s.service_by_name(name).unwrap()).ring(Family::V4)
 }
 
 #[test]
@@ -392,8 +398,8 @@ fn reuse_from_shares_unchanged_rings() {
     for k in 0..200u64 {
         let h = k.wrapping_mul(0x9e37_79b9_7f4a_7c15);
         assert_eq!(
-            s1.services()[0].pick(h).unwrap().addr,
-            s2.services()[0].pick(h).unwrap().addr
+            s1.services()[0].pick(h, Family::V4).unwrap().addr,
+            s2.services()[0].pick(h, Family::V4).unwrap().addr
         );
     }
     // A backend added to a: a rebuilt, b shared.
@@ -424,8 +430,8 @@ fn reuse_from_shares_unchanged_rings() {
     for k in 0..200u64 {
         let h = k.wrapping_mul(0x9e37_79b9_7f4a_7c15);
         assert_eq!(
-            s4.services()[0].pick(h).unwrap().addr,
-            s5.services()[0].pick(h).unwrap().addr
+            s4.services()[0].pick(h, Family::V4).unwrap().addr,
+            s5.services()[0].pick(h, Family::V4).unwrap().addr
         );
     }
     // A different max ring size: rebuilt.
@@ -433,7 +439,7 @@ fn reuse_from_shares_unchanged_rings() {
     b.reuse_from(&s5).max_ring_size(251);
     add_service(&mut b, "default/a", "192.0.2.1", 3);
     let s6 = b.build().unwrap();
-    assert_eq!(s6.services()[0].ring().size(), 251);
+    assert_eq!(s6.services()[0].ring(Family::V4).size(), 251);
 }
 
 #[test]

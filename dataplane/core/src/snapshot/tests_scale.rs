@@ -60,12 +60,12 @@ fn ten_thousand_services_rebuild_one_ring() {
     );
 
     assert_eq!(s1.services().len(), SERVICES as usize);
-    assert_eq!(s1.services()[0].ring().size(), 1021);
+    assert_eq!(s1.services()[0].ring(Family::V4).size(), 1021);
     let rebuilt: Vec<&str> = s1
         .services()
         .iter()
         .zip(s2.services())
-        .filter(|(a, b)| !Arc::ptr_eq(a.ring(), b.ring()))
+        .filter(|(a, b)| !Arc::ptr_eq(a.ring(Family::V4), b.ring(Family::V4)))
         .map(|(_, b)| b.name())
         .collect();
     assert_eq!(rebuilt, vec!["ns-34/svc-1234"]);
@@ -257,7 +257,7 @@ proptest! {
                 prop_assert!(b.stats_slot < s.backend_slots());
             }
             for k in 0..64u64 {
-                if let Some(b) = svc.pick(k.wrapping_mul(0x9e37_79b9_7f4a_7c15)) {
+                if let Some(b) = svc.pick(k.wrapping_mul(0x9e37_79b9_7f4a_7c15), Family::V4) {
                     prop_assert!(b.state == BackendState::Active && b.weight > 0);
                     prop_assert!(svc.traffic_policy() == TrafficPolicy::Cluster
                         || b.node.as_deref() == Some("node-0"));
@@ -272,7 +272,7 @@ proptest! {
         // The same input again, reusing: every ring shared, every slot kept.
         let s2 = apply(&ops, Some(&s)).expect("same input builds again");
         for (a, b) in s.services().iter().zip(s2.services()) {
-            prop_assert!(Arc::ptr_eq(a.ring(), b.ring()) || a.eligible_count() == 0);
+            prop_assert!(Arc::ptr_eq(a.ring(Family::V4), b.ring(Family::V4)) || a.eligible_count() == 0);
             let slots = |s: &Service| s.backends().iter().map(|b| b.stats_slot).collect::<Vec<_>>();
             prop_assert_eq!(slots(a), slots(b));
         }

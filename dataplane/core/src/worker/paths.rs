@@ -7,7 +7,7 @@ use crate::conntrack::{Direction, EntryId, InsertError, Nat, Rewrite, Tags};
 use crate::flow::{owner_of_client, owner_of_snat_port, FlowKey, Proto, WorkerId};
 use crate::maglev::{flow_hash_v4, flow_hash_v6};
 use crate::nat;
-use crate::snapshot::{ForwardMode, OwnerKind, Service, Snapshot};
+use crate::snapshot::{Family, ForwardMode, OwnerKind, Service, Snapshot};
 use crate::wire::{Parsed, TcpFlags};
 use crate::{DropReason, Tick};
 
@@ -161,12 +161,10 @@ impl Worker {
             return Err(DropReason::TcpNotSyn);
         }
         let hash = svc.pick_hash(p.src, flow_hash(p));
-        let backend = svc.pick(hash).ok_or(DropReason::NoBackend)?;
-        if backend.addr.is_ipv4() != p.dst.is_ipv4() {
-            // A service whose ring mixes families (the snapshot should keep
-            // one ring per family): never translate across families.
-            return Err(DropReason::NoBackend);
-        }
+        // The destination's family ring: never translate across families.
+        let backend = svc
+            .pick(hash, Family::of(p.dst))
+            .ok_or(DropReason::NoBackend)?;
         let be = (backend.addr, backend.port);
         let be_slot = backend.stats_slot;
         let nat = if full_nat {
