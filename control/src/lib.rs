@@ -10,7 +10,18 @@
 //! - [`model`]: the desired-state types, their identities and validation.
 //! - [`plane`]: the [`plane::ControlPlane`]: transactions, revisions,
 //!   persistence, compilation, publication, watchers, stats.
+//! - [`convert`]: `lb.v1` messages to and from the model, every field checked.
+//! - [`grpc`]: the `lb.v1.LoadBalancer` service, health and reflection.
+//! - [`listen`]: the control socket (unix by default, TCP with TLS).
+//! - [`cli`]: what `lbctl` uses: server addresses, connecting, output.
+//! - [`services_file`]: the TOML services file of `lbd --config` and
+//!   `lbctl apply -f`.
 #![forbid(unsafe_code)]
 
 pub mod model;
 pub mod plane;
+pub mod cli;
+pub mod convert;
+pub mod grpc;
+pub mod listen;
+pub mod services_file;

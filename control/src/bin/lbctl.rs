@@ -1,0 +1,359 @@
+//! `lbctl`: the command line for lbd's control API.
+//!
+//! Exit status: 0 on success; 1 when lbd refused the request (stderr:
+//! `lbctl: <CODE>: <message>`); 2 for a usage error or a bad services
+//! file; 3 when lbd cannot be reached. Every error is one line on stderr.
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use lb_control::cli::output::{self, Format, Rates};
+use lb_control::cli::{self, ClientTls, ConnectError, ServerAddr};
+use lb_control::convert;
+use lb_control::model::{BackendKey, BackendState, Change, Source};
+use lb_control::services_file::ServicesFile;
+use lb_proto::v1 as pb;
+use lb_proto::v1::load_balancer_client::LoadBalancerClient;
+use tonic::transport::Channel;
+
+#[derive(Debug, Parser)]
+#[command(name = "lbctl", version, about = "Control lbd, the DPDK L4 load balancer")]
+struct Cli {
+    /// lbd's control address: a socket path, unix:PATH, http://HOST:PORT,
+    /// https://HOST:PORT or HOST:PORT.
+    #[arg(long, global = true, env = "LBCTL_SERVER", default_value = lb_control::listen::DEFAULT_SOCKET)]
+    server: ServerAddr,
+    /// CA certificate (PEM) for an https:// server.
+    #[arg(long, global = true)]
+    ca: Option<PathBuf>,
+    /// Client certificate (PEM) for an https:// server that asks for one.
+    #[arg(long, global = true)]
+    cert: Option<PathBuf>,
+    /// Client key (PEM).
+    #[arg(long, global = true)]
+    key: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create or replace the services, frontends and backends of a services
+    /// file (source api), in one transaction; prints the new revision.
+    Apply {
+        /// The services file (TOML, as for lbd --config).
+        #[arg(short = 'f', long = "filename")]
+        file: PathBuf,
+    },
+    /// Delete a service (with its frontends and backends), a frontend or a
+    /// backend.
+    Delete {
+        #[command(subcommand)]
+        what: Delete,
+    },
+    /// List services, frontends or backends.
+    Get {
+        /// What to list.
+        what: Kind,
+        /// Output format.
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputArg::Table)]
+        output: OutputArg,
+        /// Only this service's objects.
+        #[arg(long)]
+        service: Option<String>,
+        /// Only objects written by this source (k8s, api, config).
+        #[arg(long, value_parser = output::parse_source)]
+        source: Option<Source>,
+        /// Only frontends or backends at this IP address.
+        #[arg(long)]
+        address: Option<String>,
+    },
+    /// Change the state of backends by address, in every service or one.
+    Backend {
+        /// drain (terminating), enable (active) or maintenance.
+        action: BackendAction,
+        /// ADDR or ADDR:PORT ([IPv6]:PORT).
+        target: String,
+        /// Only in this service.
+        #[arg(long)]
+        service: Option<String>,
+    },
+    /// Traffic counters per worker, frontend and backend, and drops.
+    Stats {
+        /// Repeat every SECS seconds (default 2) with rates, until interrupted.
+        #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "2")]
+        watch: Option<u64>,
+    },
+    /// lbd's version, instance, revisions, ports and workers.
+    Info {
+        /// Output format.
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputArg::Table)]
+        output: OutputArg,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum Delete {
+    /// Delete a service with its frontends and backends.
+    Service {
+        /// namespace/name
+        name: String,
+    },
+    /// Delete a frontend.
+    Frontend {
+        /// ADDR:PORT/PROTO, e.g. 10.0.0.100:80/tcp
+        #[arg(value_parser = cli::parse_frontend_key)]
+        key: lb_control::model::FrontendKey,
+    },
+    /// Delete a backend of a service.
+    Backend {
+        /// namespace/name
+        service: String,
+        /// ADDR:PORT
+        #[arg(value_parser = cli::parse_endpoint)]
+        address: (std::net::IpAddr, u16),
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Kind {
+    Services,
+    Frontends,
+    Backends,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum OutputArg {
+    Table,
+    Json,
+    Yaml,
+}
+
+impl From<OutputArg> for Format {
+    fn from(o: OutputArg) -> Format {
+        match o {
+            OutputArg::Table => Format::Table,
+            OutputArg::Json => Format::Json,
+            OutputArg::Yaml => Format::Yaml,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum BackendAction {
+    /// Terminating: established connections only.
+    Drain,
+    /// Active.
+    Enable,
+    /// Maintenance: no new connections.
+    Maintenance,
+}
+
+/// How a command failed, and so the exit status.
+enum Failure {
+    /// lbd answered with an error status.
+    Status(tonic::Status),
+    /// lbd could not be reached.
+    Unreachable(String),
+    /// Usage, a file, or local output.
+    Local(anyhow::Error),
+}
+
+impl From<tonic::Status> for Failure {
+    fn from(s: tonic::Status) -> Failure {
+        Failure::Status(s)
+    }
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(e: anyhow::Error) -> Failure {
+        Failure::Local(e)
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("lbctl: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match rt.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Status(s)) => {
+            eprintln!("lbctl: {}: {}", cli::code_name(s.code()), one_line(s.message()));
+            ExitCode::from(1)
+        }
+        Err(Failure::Unreachable(m)) => {
+            eprintln!("lbctl: {}", one_line(&m));
+            ExitCode::from(3)
+        }
+        Err(Failure::Local(e)) => {
+            eprintln!("lbctl: {}", one_line(&format!("{e:#}")));
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn client(cli: &Cli) -> Result<LoadBalancerClient<Channel>, Failure> {
+    let tls = ClientTls {
+        ca: cli.ca.clone(),
+        cert: cli.cert.clone(),
+        key: cli.key.clone(),
+    };
+    cli::connect(&cli.server, &tls).await.map_err(|e| match e {
+        ConnectError::Unreachable { .. } => Failure::Unreachable(e.to_string()),
+        ConnectError::Config(m) => Failure::Local(anyhow::anyhow!(m)),
+    })
+}
+
+async fn apply(c: &mut LoadBalancerClient<Channel>, changes: Vec<Change>) -> Result<u64, Failure> {
+    let req = pb::ApplyRequest {
+        changes: changes.iter().map(convert::change_to_proto).collect(),
+        source: convert::source_to_proto(Source::Api),
+        expected_revision: 0,
+    };
+    Ok(c.apply(req).await?.into_inner().revision)
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    // Check local input before connecting, so a bad file is reported as
+    // such even when lbd is down.
+    let file = match &cli.command {
+        Command::Apply { file } => Some(ServicesFile::load(file, Source::Api).map_err(anyhow::Error::from)?),
+        _ => None,
+    };
+    let mut c = client(&cli).await?;
+    match cli.command {
+        Command::Apply { .. } => {
+            let changes = file.map(|f| f.to_changes()).unwrap_or_default();
+            let n = changes.len();
+            let revision = apply(&mut c, changes).await?;
+            println!("revision {revision}: applied {n} changes");
+        }
+        Command::Delete { what } => {
+            let (change, text) = match what {
+                Delete::Service { name } => (Change::DeleteService(name.clone()), format!("service {name}")),
+                Delete::Frontend { key } => (Change::DeleteFrontend(key), format!("frontend {key}")),
+                Delete::Backend {
+                    service,
+                    address: (addr, port),
+                } => {
+                    let k = BackendKey { service, addr, port };
+                    let text = format!("backend {k}");
+                    (Change::DeleteBackend(k), text)
+                }
+            };
+            let revision = apply(&mut c, vec![change]).await?;
+            println!("revision {revision}: deleted {text}");
+        }
+        Command::Get {
+            what,
+            output,
+            service,
+            source,
+            address,
+        } => {
+            let req = pb::ListRequest {
+                service: service.unwrap_or_default(),
+                source: source.map(convert::source_to_proto).unwrap_or(0),
+                address: address.unwrap_or_default(),
+            };
+            let list = c.list(req).await?.into_inner();
+            let format = Format::from(output);
+            let text = match what {
+                Kind::Services => output::render(
+                    &output::service_rows(&list).map_err(anyhow::Error::from)?,
+                    format,
+                    output::services_table,
+                ),
+                Kind::Frontends => output::render(
+                    &output::frontend_rows(&list).map_err(anyhow::Error::from)?,
+                    format,
+                    output::frontends_table,
+                ),
+                Kind::Backends => output::render(
+                    &output::backend_rows(&list).map_err(anyhow::Error::from)?,
+                    format,
+                    output::backends_table,
+                ),
+            }
+            .map_err(anyhow::Error::from)?;
+            print!("{text}");
+        }
+        Command::Backend {
+            action,
+            target,
+            service,
+        } => {
+            let (addr, port) = cli::parse_addr_maybe_port(&target).map_err(|m| anyhow::anyhow!(m))?;
+            let state = match action {
+                BackendAction::Drain => BackendState::Terminating,
+                BackendAction::Enable => BackendState::Active,
+                BackendAction::Maintenance => BackendState::Maintenance,
+            };
+            let req = pb::SetBackendStateRequest {
+                address: addr.to_string(),
+                port: port.map(u32::from).unwrap_or(0),
+                service: service.clone().unwrap_or_default(),
+                state: convert::backend_state_to_proto(state),
+            };
+            let r = c.set_backend_state(req).await?.into_inner();
+            if r.matched == 0 {
+                let scope = service.map(|s| format!(" in service {s}")).unwrap_or_default();
+                return Err(Failure::Status(tonic::Status::not_found(format!(
+                    "no backend at {target}{scope}"
+                ))));
+            }
+            println!(
+                "revision {}: {} backend{} at {target} set to {}",
+                r.revision,
+                r.matched,
+                if r.matched == 1 { "" } else { "s" },
+                state.name()
+            );
+        }
+        Command::Stats { watch } => {
+            let mut previous: Option<(Instant, pb::GetStatsResponse)> = None;
+            loop {
+                let s = c.get_stats(pb::GetStatsRequest {}).await?.into_inner();
+                let now = Instant::now();
+                let rates = previous.take().map(|(t, p)| Rates {
+                    seconds: now.duration_since(t).as_secs_f64(),
+                    previous: p,
+                });
+                let Some(secs) = watch else {
+                    print!("{}", output::stats_text(&s, None));
+                    break;
+                };
+                println!("--- every {secs}s ---");
+                print!("{}", output::stats_text(&s, rates.as_ref()));
+                previous = Some((now, s));
+                tokio::time::sleep(Duration::from_secs(secs.max(1))).await;
+            }
+        }
+        Command::Info { output } => {
+            let i = c.get_info(pb::GetInfoRequest {}).await?.into_inner();
+            let text = match Format::from(output) {
+                Format::Table => output::info_text(&i),
+                Format::Json => {
+                    serde_json::to_string_pretty(&output::info_value(&i)).map_err(anyhow::Error::from)? + "\n"
+                }
+                Format::Yaml => {
+                    serde_yaml::to_string(&output::info_value(&i)).map_err(anyhow::Error::from)?
+                }
+            };
+            print!("{text}");
+        }
+    }
+    Ok(())
+}

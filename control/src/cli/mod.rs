@@ -1,0 +1,282 @@
+//! What `lbctl` needs besides its argument parsing: where the server is,
+//! connecting to it, argument syntax (`ADDR:PORT/PROTO`, `ADDR[:PORT]`),
+//! and [`output`] for tables, JSON and YAML.
+
+pub mod output;
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use lb_proto::v1::load_balancer_client::LoadBalancerClient;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+
+use crate::grpc::MAX_MESSAGE_BYTES;
+use crate::listen::DEFAULT_SOCKET;
+use crate::model::{FrontendKey, Protocol};
+
+/// Where `lbctl` finds lbd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerAddr {
+    /// A unix socket.
+    Unix(PathBuf),
+    /// `http://host:port`.
+    Http(String),
+    /// `https://host:port`.
+    Https(String),
+}
+
+impl Default for ServerAddr {
+    fn default() -> ServerAddr {
+        ServerAddr::Unix(PathBuf::from(DEFAULT_SOCKET))
+    }
+}
+
+impl std::str::FromStr for ServerAddr {
+    type Err = String;
+
+    /// `unix:PATH`, `PATH` (with a `/`), `http://HOST:PORT`,
+    /// `https://HOST:PORT`, or `HOST:PORT` (plain http).
+    fn from_str(s: &str) -> Result<ServerAddr, String> {
+        if let Some(p) = s.strip_prefix("unix://").or_else(|| s.strip_prefix("unix:")) {
+            if p.is_empty() {
+                return Err("unix: needs a socket path".into());
+            }
+            return Ok(ServerAddr::Unix(PathBuf::from(p)));
+        }
+        if s.starts_with("http://") {
+            return Ok(ServerAddr::Http(s.to_string()));
+        }
+        if s.starts_with("https://") {
+            return Ok(ServerAddr::Https(s.to_string()));
+        }
+        if s.contains('/') {
+            return Ok(ServerAddr::Unix(PathBuf::from(s)));
+        }
+        if s.parse::<SocketAddr>().is_ok()
+            || s.rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+        {
+            return Ok(ServerAddr::Http(format!("http://{s}")));
+        }
+        Err(format!(
+            "{s:?} is not a server address (a socket path, unix:PATH, http://HOST:PORT, https://HOST:PORT or HOST:PORT)"
+        ))
+    }
+}
+
+impl std::fmt::Display for ServerAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServerAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+            ServerAddr::Http(u) | ServerAddr::Https(u) => f.write_str(u),
+        }
+    }
+}
+
+/// Client TLS files for an `https://` server.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientTls {
+    /// CA that the server's certificate must chain to.
+    pub ca: Option<PathBuf>,
+    /// Client certificate (when the server asks for one).
+    pub cert: Option<PathBuf>,
+    /// Client key.
+    pub key: Option<PathBuf>,
+}
+
+/// Why `lbctl` could not reach lbd.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The options do not describe a usable connection.
+    #[error("{0}")]
+    Config(String),
+    /// Nothing answered.
+    #[error("cannot connect to lbd at {server}: {reason} (is lbd running, and is this its --grpc address?)")]
+    Unreachable {
+        /// The address tried.
+        server: ServerAddr,
+        /// Why, on one line.
+        reason: String,
+    },
+}
+
+/// The innermost cause of an error, which for transport errors is the one
+/// that says what happened (e.g. "No such file or directory").
+pub fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
+}
+
+fn read(path: &PathBuf) -> Result<Vec<u8>, ConnectError> {
+    std::fs::read(path).map_err(|e| ConnectError::Config(format!("cannot read {}: {e}", path.display())))
+}
+
+/// Connects to lbd (eagerly, so an absent server is reported at once).
+pub async fn connect(
+    server: &ServerAddr,
+    tls: &ClientTls,
+) -> Result<LoadBalancerClient<Channel>, ConnectError> {
+    let uri = match server {
+        ServerAddr::Unix(p) => format!("unix:{}", p.display()),
+        ServerAddr::Http(u) | ServerAddr::Https(u) => u.clone(),
+    };
+    let mut endpoint = Endpoint::from_shared(uri)
+        .map_err(|e| ConnectError::Config(format!("{server}: {}", root_cause(&e))))?
+        .connect_timeout(Duration::from_secs(5));
+    if let ServerAddr::Https(_) = server {
+        let Some(ca) = &tls.ca else {
+            return Err(ConnectError::Config(format!(
+                "{server}: https needs --ca (the CA that signed lbd's certificate)"
+            )));
+        };
+        let mut cfg = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read(ca)?));
+        match (&tls.cert, &tls.key) {
+            (Some(c), Some(k)) => cfg = cfg.identity(Identity::from_pem(read(c)?, read(k)?)),
+            (None, None) => {}
+            _ => return Err(ConnectError::Config("--cert and --key go together".into())),
+        }
+        endpoint = endpoint
+            .tls_config(cfg)
+            .map_err(|e| ConnectError::Config(format!("{server}: TLS: {}", root_cause(&e))))?;
+    } else if tls.ca.is_some() || tls.cert.is_some() || tls.key.is_some() {
+        return Err(ConnectError::Config(format!(
+            "{server}: --ca, --cert and --key need an https:// server"
+        )));
+    }
+    let channel = endpoint.connect().await.map_err(|e| ConnectError::Unreachable {
+        server: server.clone(),
+        reason: root_cause(&e),
+    })?;
+    Ok(LoadBalancerClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES))
+}
+
+/// The canonical name of a gRPC code, as in `INVALID_ARGUMENT`.
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// Parses `ADDR:PORT/PROTO` (`[fd00::1]:80/udp`).
+pub fn parse_frontend_key(s: &str) -> Result<FrontendKey, String> {
+    let (ep, proto) = s
+        .rsplit_once('/')
+        .ok_or_else(|| format!("{s:?} is not ADDR:PORT/PROTO (e.g. 10.0.0.100:80/tcp)"))?;
+    let protocol = match proto {
+        "tcp" => Protocol::Tcp,
+        "udp" => Protocol::Udp,
+        _ => return Err(format!("{proto:?} is not a protocol (tcp or udp)")),
+    };
+    let a: SocketAddr = ep
+        .parse()
+        .map_err(|_| format!("{ep:?} is not ADDR:PORT (e.g. 10.0.0.100:80 or [fd00::1]:80)"))?;
+    if a.port() == 0 {
+        return Err(format!("{ep:?}: port must be 1-65535"));
+    }
+    Ok(FrontendKey {
+        addr: a.ip(),
+        port: a.port(),
+        protocol,
+    })
+}
+
+/// Parses `ADDR:PORT` (`[fd00::1]:80`).
+pub fn parse_endpoint(s: &str) -> Result<(IpAddr, u16), String> {
+    let a: SocketAddr = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not ADDR:PORT (e.g. 10.1.0.11:8080 or [fd00::1]:8080)"))?;
+    if a.port() == 0 {
+        return Err(format!("{s:?}: port must be 1-65535"));
+    }
+    Ok((a.ip(), a.port()))
+}
+
+/// Parses `ADDR` or `ADDR:PORT` (a bare IPv6 address, or `[IPv6]:PORT`).
+pub fn parse_addr_maybe_port(s: &str) -> Result<(IpAddr, Option<u16>), String> {
+    if let Ok(a) = s.parse::<IpAddr>() {
+        return Ok((a, None));
+    }
+    if let Ok(a) = s.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
+        return Ok((a, None));
+    }
+    parse_endpoint(s).map(|(a, p)| (a, Some(p)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_addresses() {
+        let p = |s: &str| s.parse::<ServerAddr>();
+        assert_eq!(p("unix:/tmp/a.sock"), Ok(ServerAddr::Unix("/tmp/a.sock".into())));
+        assert_eq!(
+            p("unix:///tmp/a.sock"),
+            Ok(ServerAddr::Unix("/tmp/a.sock".into()))
+        );
+        assert_eq!(p("/run/lbd/lbd.sock"), Ok(ServerAddr::default()));
+        assert_eq!(
+            p("127.0.0.1:50051"),
+            Ok(ServerAddr::Http("http://127.0.0.1:50051".into()))
+        );
+        assert_eq!(
+            p("[::1]:50051"),
+            Ok(ServerAddr::Http("http://[::1]:50051".into()))
+        );
+        assert_eq!(p("lb1:50051"), Ok(ServerAddr::Http("http://lb1:50051".into())));
+        assert_eq!(
+            p("https://lb1:50051"),
+            Ok(ServerAddr::Https("https://lb1:50051".into()))
+        );
+        assert!(p("lb1").is_err());
+        assert!(p("unix:").is_err());
+    }
+
+    #[test]
+    fn argument_syntax() {
+        let k = parse_frontend_key("[fd00::1]:53/udp").unwrap();
+        assert_eq!(k.to_string(), "[fd00::1]:53/udp");
+        assert!(parse_frontend_key("10.0.0.1:80").is_err());
+        assert!(parse_frontend_key("10.0.0.1:80/sctp").is_err());
+        assert!(parse_frontend_key("10.0.0.1:0/tcp").is_err());
+        assert_eq!(
+            parse_addr_maybe_port("10.1.0.11").unwrap(),
+            ("10.1.0.11".parse().unwrap(), None)
+        );
+        assert_eq!(
+            parse_addr_maybe_port("10.1.0.11:8080").unwrap(),
+            ("10.1.0.11".parse().unwrap(), Some(8080))
+        );
+        assert_eq!(
+            parse_addr_maybe_port("fd00::1").unwrap(),
+            ("fd00::1".parse().unwrap(), None)
+        );
+        assert_eq!(
+            parse_addr_maybe_port("[fd00::1]:80").unwrap(),
+            ("fd00::1".parse().unwrap(), Some(80))
+        );
+        assert!(parse_addr_maybe_port("10.1.0.11:x").is_err());
+        assert_eq!(code_name(tonic::Code::InvalidArgument), "INVALID_ARGUMENT");
+    }
+}

@@ -1,0 +1,655 @@
+//! `lbctl`'s output: aligned tables for people, JSON and YAML for scripts.
+//!
+//! The JSON/YAML records use the services file's field names and values
+//! (`mode = "fullnat"`, `address = "10.0.0.100:80"`, `type =
+//! "load-balancer"`), plus `source`, so what `get` prints reads like what
+//! `apply -f` takes.
+
+use std::fmt::Write as _;
+
+use lb_proto::v1 as pb;
+use serde::Serialize;
+
+use crate::convert;
+use crate::model::{endpoint, BackendState, FrontendType, Mode, Protocol, Source, TrafficPolicy};
+use crate::services_file::format_duration;
+
+/// `-o` of `get`, `stats` and `info`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    /// Aligned columns.
+    #[default]
+    Table,
+    /// A JSON array (or object).
+    Json,
+    /// A YAML sequence (or mapping).
+    Yaml,
+}
+
+/// Why output could not be produced.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    /// The server sent something the model rejects.
+    #[error("the server sent an invalid object: {0}")]
+    Invalid(#[from] crate::model::ValidationError),
+    /// JSON encoding failed.
+    #[error("JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// YAML encoding failed.
+    #[error("YAML: {0}")]
+    Yaml(#[from] serde_yaml::Error),
+}
+
+/// A service as `get services` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ServiceRow {
+    /// `namespace/name`.
+    pub name: String,
+    /// `fullnat` or `dnat`.
+    pub mode: Mode,
+    /// `cluster` or `local`.
+    pub traffic_policy: TrafficPolicy,
+    /// e.g. `3h`; none without affinity.
+    pub session_affinity_timeout: Option<String>,
+    /// CIDRs.
+    pub source_ranges: Vec<String>,
+    /// Frontends of the service in the listing.
+    pub frontends: usize,
+    /// Backends of the service in the listing.
+    pub backends: usize,
+    /// Who wrote it.
+    pub source: Source,
+}
+
+/// A frontend as `get frontends` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FrontendRow {
+    /// `10.0.0.100:80`.
+    pub address: String,
+    /// `tcp` or `udp`.
+    pub protocol: Protocol,
+    /// e.g. `load-balancer`.
+    #[serde(rename = "type")]
+    pub kind: FrontendType,
+    /// The owning service.
+    pub service: String,
+    /// Who wrote it.
+    pub source: Source,
+}
+
+/// A backend as `get backends` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BackendRow {
+    /// The service.
+    pub service: String,
+    /// `10.1.0.11:8080`.
+    pub address: String,
+    /// Weight.
+    pub weight: u32,
+    /// e.g. `terminating`.
+    pub state: BackendState,
+    /// Node name.
+    pub node: Option<String>,
+    /// Zone.
+    pub zone: Option<String>,
+    /// Who wrote it.
+    pub source: Source,
+}
+
+/// The rows of a List response.
+pub fn service_rows(l: &pb::ListResponse) -> Result<Vec<ServiceRow>, OutputError> {
+    l.services
+        .iter()
+        .map(|p| {
+            let s = convert::service_from_proto(p)?;
+            Ok(ServiceRow {
+                frontends: l.frontends.iter().filter(|f| f.service == s.name).count(),
+                backends: l.backends.iter().filter(|b| b.service == s.name).count(),
+                name: s.name,
+                mode: s.mode,
+                traffic_policy: s.traffic_policy,
+                session_affinity_timeout: s.affinity_timeout_seconds.map(format_duration),
+                source_ranges: s.source_ranges.iter().map(|c| c.to_string()).collect(),
+                source: s.source,
+            })
+        })
+        .collect()
+}
+
+/// The frontend rows of a List response.
+pub fn frontend_rows(l: &pb::ListResponse) -> Result<Vec<FrontendRow>, OutputError> {
+    l.frontends
+        .iter()
+        .map(|p| {
+            let f = convert::frontend_from_proto(p)?;
+            Ok(FrontendRow {
+                address: endpoint(f.key.addr, f.key.port),
+                protocol: f.key.protocol,
+                kind: f.kind,
+                service: f.service,
+                source: f.source,
+            })
+        })
+        .collect()
+}
+
+/// The backend rows of a List response.
+pub fn backend_rows(l: &pb::ListResponse) -> Result<Vec<BackendRow>, OutputError> {
+    l.backends
+        .iter()
+        .map(|p| {
+            let b = convert::backend_from_proto(p)?;
+            Ok(BackendRow {
+                address: endpoint(b.key.addr, b.key.port),
+                service: b.key.service,
+                weight: b.weight,
+                state: b.state,
+                node: b.node,
+                zone: b.zone,
+                source: b.source,
+            })
+        })
+        .collect()
+}
+
+/// Columns padded to their widest cell, two spaces apart, no trailing
+/// blanks; the header is upper case.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = String>| {
+        let mut l = String::new();
+        for (i, c) in cells.enumerate() {
+            if i > 0 {
+                l.push_str("  ");
+            }
+            let pad = widths
+                .get(i)
+                .copied()
+                .unwrap_or(0)
+                .saturating_sub(c.chars().count());
+            l.push_str(&c);
+            l.push_str(&" ".repeat(pad));
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(&mut header.iter().map(|h| h.to_uppercase()));
+    for r in rows {
+        line(&mut r.iter().cloned());
+    }
+    out
+}
+
+fn or_dash(s: &Option<String>) -> String {
+    s.clone().unwrap_or_else(|| "-".into())
+}
+
+fn list_or_dash(v: &[String]) -> String {
+    if v.is_empty() {
+        "-".into()
+    } else {
+        v.join(",")
+    }
+}
+
+fn name<T: Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => "?".into(),
+    }
+}
+
+/// Renders rows as a table, JSON or YAML.
+pub fn render<T: Serialize>(
+    rows: &[T],
+    format: Format,
+    to_table: impl Fn(&[T]) -> String,
+) -> Result<String, OutputError> {
+    Ok(match format {
+        Format::Table => to_table(rows),
+        Format::Json => serde_json::to_string_pretty(rows)? + "\n",
+        Format::Yaml => serde_yaml::to_string(rows)?,
+    })
+}
+
+/// The `get services` table.
+pub fn services_table(rows: &[ServiceRow]) -> String {
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.name.clone(),
+                name(&r.mode),
+                name(&r.traffic_policy),
+                or_dash(&r.session_affinity_timeout),
+                list_or_dash(&r.source_ranges),
+                r.frontends.to_string(),
+                r.backends.to_string(),
+                name(&r.source),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "name",
+            "mode",
+            "policy",
+            "affinity",
+            "source-ranges",
+            "frontends",
+            "backends",
+            "source",
+        ],
+        &cells,
+    )
+}
+
+/// The `get frontends` table.
+pub fn frontends_table(rows: &[FrontendRow]) -> String {
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.address.clone(),
+                name(&r.protocol),
+                name(&r.kind),
+                r.service.clone(),
+                name(&r.source),
+            ]
+        })
+        .collect();
+    table(&["address", "protocol", "type", "service", "source"], &cells)
+}
+
+/// The `get backends` table.
+pub fn backends_table(rows: &[BackendRow]) -> String {
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.service.clone(),
+                r.address.clone(),
+                r.weight.to_string(),
+                name(&r.state),
+                or_dash(&r.node),
+                or_dash(&r.zone),
+                name(&r.source),
+            ]
+        })
+        .collect();
+    table(
+        &["service", "address", "weight", "state", "node", "zone", "source"],
+        &cells,
+    )
+}
+
+fn key_text(k: &Option<pb::FrontendKey>) -> String {
+    match k
+        .as_ref()
+        .map(|k| convert::frontend_key_from_proto(k, "frontend"))
+    {
+        Some(Ok(k)) => k.to_string(),
+        _ => "?".into(),
+    }
+}
+
+fn backend_text(k: &Option<pb::BackendKey>) -> (String, String) {
+    match k {
+        Some(k) => (
+            k.service.clone(),
+            match k.address.parse() {
+                Ok(a) => endpoint(a, u16::try_from(k.port).unwrap_or(0)),
+                Err(_) => k.address.clone(),
+            },
+        ),
+        None => ("?".into(), "?".into()),
+    }
+}
+
+/// Per-second rates between two GetStats samples, keyed like the rows.
+#[derive(Debug, Clone, Default)]
+pub struct Rates {
+    /// Seconds between the samples.
+    pub seconds: f64,
+    /// The earlier sample.
+    pub previous: pb::GetStatsResponse,
+}
+
+fn rate(now: u64, before: Option<u64>, secs: f64) -> String {
+    match before {
+        Some(b) if secs > 0.0 => format!("{:.0}", now.saturating_sub(b) as f64 / secs),
+        _ => "-".into(),
+    }
+}
+
+/// The `stats` report: workers, frontends, backends, drops. With `rates`,
+/// packets per second since the previous sample are added.
+pub fn stats_text(s: &pb::GetStatsResponse, rates: Option<&Rates>) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "revision {}, conntrack entries {}",
+        s.revision, s.conntrack_entries
+    );
+    let workers: Vec<Vec<String>> = s
+        .workers
+        .iter()
+        .map(|w| {
+            let mut v = vec![
+                w.worker.to_string(),
+                w.rx_packets.to_string(),
+                w.tx_packets.to_string(),
+            ];
+            if let Some(r) = rates {
+                let before = r.previous.workers.iter().find(|p| p.worker == w.worker);
+                v.push(rate(w.rx_packets, before.map(|p| p.rx_packets), r.seconds));
+            }
+            v.extend([
+                w.local_replies.to_string(),
+                w.handed_over.to_string(),
+                w.new_connections.to_string(),
+                w.stateless_forwards.to_string(),
+                w.conntrack_entries.to_string(),
+                w.conntrack_evictions.to_string(),
+                w.conntrack_expirations.to_string(),
+                w.drops.values().sum::<u64>().to_string(),
+            ]);
+            v
+        })
+        .collect();
+    let mut h = vec!["worker", "rx", "tx"];
+    if rates.is_some() {
+        h.push("rx/s");
+    }
+    h.extend([
+        "local",
+        "handed-over",
+        "new-conns",
+        "stateless",
+        "ct-entries",
+        "ct-evictions",
+        "ct-expirations",
+        "drops",
+    ]);
+    out.push('\n');
+    out.push_str(&table(&h, &workers));
+
+    let frontends: Vec<Vec<String>> = s
+        .frontends
+        .iter()
+        .map(|f| {
+            let st = f.stats.unwrap_or_default();
+            let mut v = vec![key_text(&f.frontend), f.service.clone(), st.packets.to_string()];
+            if let Some(r) = rates {
+                let before = r
+                    .previous
+                    .frontends
+                    .iter()
+                    .find(|p| p.frontend == f.frontend)
+                    .map(|p| p.stats.unwrap_or_default().packets);
+                v.push(rate(st.packets, before, r.seconds));
+            }
+            v.extend([st.bytes.to_string(), st.connections.to_string()]);
+            v
+        })
+        .collect();
+    let mut h = vec!["frontend", "service", "packets"];
+    if rates.is_some() {
+        h.push("packets/s");
+    }
+    h.extend(["bytes", "connections"]);
+    out.push('\n');
+    out.push_str(&table(&h, &frontends));
+
+    let backends: Vec<Vec<String>> = s
+        .backends
+        .iter()
+        .map(|b| {
+            let st = b.stats.unwrap_or_default();
+            let (svc, addr) = backend_text(&b.backend);
+            let mut v = vec![svc, addr, st.packets.to_string()];
+            if let Some(r) = rates {
+                let before = r
+                    .previous
+                    .backends
+                    .iter()
+                    .find(|p| p.backend == b.backend)
+                    .map(|p| p.stats.unwrap_or_default().packets);
+                v.push(rate(st.packets, before, r.seconds));
+            }
+            v.extend([st.bytes.to_string(), st.connections.to_string()]);
+            v
+        })
+        .collect();
+    let mut h = vec!["service", "backend", "packets"];
+    if rates.is_some() {
+        h.push("packets/s");
+    }
+    h.extend(["bytes", "connections"]);
+    out.push('\n');
+    out.push_str(&table(&h, &backends));
+
+    if !s.drops.is_empty() {
+        let mut drops: Vec<(&String, &u64)> = s.drops.iter().collect();
+        drops.sort();
+        let cells: Vec<Vec<String>> = drops
+            .into_iter()
+            .map(|(k, v)| vec![k.clone(), v.to_string()])
+            .collect();
+        out.push('\n');
+        out.push_str(&table(&["drop reason", "packets"], &cells));
+    }
+    out
+}
+
+/// The `info` report as a JSON value (for `-o json|yaml`).
+pub fn info_value(i: &pb::GetInfoResponse) -> serde_json::Value {
+    serde_json::json!({
+        "version": i.version,
+        "instance_id": i.instance_id,
+        "revision": i.revision,
+        "published_revision": i.published_revision,
+        "last_publish_micros": i.last_publish_micros,
+        "workers": i.workers,
+        "ports": i.ports.iter().map(|p| serde_json::json!({
+            "id": p.id,
+            "name": p.name,
+            "driver": p.driver,
+            "mac": p.mac,
+            "link_up": p.link_up,
+            "speed_mbps": p.speed_mbps,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The `info` report as text.
+pub fn info_text(i: &pb::GetInfoResponse) -> String {
+    let mut out = table(
+        &["", ""],
+        &[
+            vec!["version".into(), i.version.clone()],
+            vec!["instance".into(), i.instance_id.clone()],
+            vec!["revision".into(), i.revision.to_string()],
+            vec!["published revision".into(), i.published_revision.to_string()],
+            vec!["last publish".into(), format!("{} µs", i.last_publish_micros)],
+            vec!["workers".into(), i.workers.to_string()],
+        ],
+    );
+    // The key/value block has no header.
+    out = out
+        .split_once('\n')
+        .map(|(_, rest)| rest.to_string())
+        .unwrap_or(out);
+    if !i.ports.is_empty() {
+        let cells: Vec<Vec<String>> = i
+            .ports
+            .iter()
+            .map(|p| {
+                vec![
+                    p.id.to_string(),
+                    p.name.clone(),
+                    p.driver.clone(),
+                    p.mac.clone(),
+                    if p.link_up { "up" } else { "down" }.into(),
+                    if p.speed_mbps == 0 {
+                        "-".into()
+                    } else {
+                        format!("{} Mb/s", p.speed_mbps)
+                    },
+                ]
+            })
+            .collect();
+        out.push('\n');
+        out.push_str(&table(
+            &["port", "name", "driver", "mac", "link", "speed"],
+            &cells,
+        ));
+    }
+    out
+}
+
+/// The source names `--source` accepts.
+pub fn parse_source(s: &str) -> Result<Source, String> {
+    match s {
+        "k8s" => Ok(Source::K8s),
+        "api" => Ok(Source::Api),
+        "config" => Ok(Source::Config),
+        _ => Err(format!("{s:?} is not a source (k8s, api or config)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_without_trailing_blanks() {
+        let t = table(
+            &["name", "x"],
+            &[
+                vec!["default/web".into(), "1".into()],
+                vec!["a/b".into(), "".into()],
+            ],
+        );
+        assert_eq!(t, "NAME         X\ndefault/web  1\na/b\n");
+    }
+
+    fn listing() -> pb::ListResponse {
+        let s = crate::model::Service {
+            name: "default/web".into(),
+            mode: Mode::FullNat,
+            traffic_policy: TrafficPolicy::Cluster,
+            affinity_timeout_seconds: Some(10_800),
+            source_ranges: vec!["10.0.0.0/8".parse().unwrap()],
+            source: Source::Api,
+        };
+        pb::ListResponse {
+            services: vec![convert::service_to_proto(&s)],
+            frontends: vec![pb::Frontend {
+                service: "default/web".into(),
+                address: "fd00::100".into(),
+                port: 80,
+                protocol: 1,
+                r#type: 3,
+                source: 2,
+            }],
+            backends: vec![pb::Backend {
+                service: "default/web".into(),
+                address: "10.1.0.11".into(),
+                port: 8080,
+                weight: Some(2),
+                state: 2,
+                node: "node-1".into(),
+                zone: "".into(),
+                source: 3,
+            }],
+            revision: 4,
+        }
+    }
+
+    #[test]
+    fn rows_tables_json_yaml() {
+        let l = listing();
+        let s = service_rows(&l).unwrap();
+        assert_eq!(
+            services_table(&s),
+            "NAME         MODE     POLICY   AFFINITY  SOURCE-RANGES  FRONTENDS  BACKENDS  SOURCE\n\
+             default/web  fullnat  cluster  3h        10.0.0.0/8     1          1         api\n"
+        );
+        let f = frontend_rows(&l).unwrap();
+        assert_eq!(
+            frontends_table(&f),
+            "ADDRESS         PROTOCOL  TYPE           SERVICE      SOURCE\n\
+             [fd00::100]:80  tcp       load-balancer  default/web  api\n"
+        );
+        let b = backend_rows(&l).unwrap();
+        let text = render(&b, Format::Table, backends_table).unwrap();
+        assert_eq!(
+            text,
+            "SERVICE      ADDRESS         WEIGHT  STATE        NODE    ZONE  SOURCE\n\
+             default/web  10.1.0.11:8080  2       terminating  node-1  -     config\n"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&render(&b, Format::Json, backends_table).unwrap()).unwrap();
+        assert_eq!(json[0]["state"], "terminating");
+        assert_eq!(json[0]["address"], "10.1.0.11:8080");
+        assert_eq!(json[0]["zone"], serde_json::Value::Null);
+        let yaml = render(&f, Format::Yaml, frontends_table).unwrap();
+        assert!(yaml.contains("type: load-balancer"), "{yaml}");
+        let json: serde_json::Value =
+            serde_json::from_str(&render(&s, Format::Json, services_table).unwrap()).unwrap();
+        assert_eq!(json[0]["session_affinity_timeout"], "3h");
+        assert_eq!(json[0]["mode"], "fullnat");
+    }
+
+    #[test]
+    fn stats_and_info_render() {
+        let mut s = pb::GetStatsResponse {
+            revision: 3,
+            conntrack_entries: 10,
+            ..Default::default()
+        };
+        s.workers.push(pb::WorkerStats {
+            worker: 0,
+            rx_packets: 100,
+            ..Default::default()
+        });
+        s.drops.insert("no-backend".into(), 5);
+        let t = stats_text(&s, None);
+        assert!(t.starts_with("revision 3, conntrack entries 10\n"), "{t}");
+        assert!(t.contains("no-backend"), "{t}");
+        let mut later = s.clone();
+        later.workers[0].rx_packets = 300;
+        let t = stats_text(
+            &later,
+            Some(&Rates {
+                seconds: 2.0,
+                previous: s,
+            }),
+        );
+        assert!(t.contains("RX/S"), "{t}");
+        assert!(t.lines().any(|l| l.starts_with("0       300  0   100")), "{t}");
+        let i = pb::GetInfoResponse {
+            version: "0.1.0".into(),
+            revision: 7,
+            ports: vec![pb::PortInfo {
+                id: 0,
+                name: "net_null0".into(),
+                mac: crate::grpc::format_mac([2, 0, 0, 0, 0, 1]),
+                link_up: true,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let t = info_text(&i);
+        assert!(t.starts_with("version"), "{t}");
+        assert!(t.contains("02:00:00:00:00:01"), "{t}");
+        assert_eq!(info_value(&i)["revision"], 7);
+    }
+}

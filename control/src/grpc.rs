@@ -1,0 +1,525 @@
+//! The `lb.v1.LoadBalancer` gRPC service over the [`ControlPlane`], plus
+//! `grpc.health.v1` and server reflection so that `grpcurl` works.
+//!
+//! Status codes: a [`PlaneError`] or a conversion's [`ValidationError`]
+//! maps by its [`ErrorKind`]: INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS,
+//! FAILED_PRECONDITION (also a stale `expected_revision` and a resync
+//! conflict with another source), UNAVAILABLE (the commit could not be
+//! persisted; nothing changed, retrying may work), INTERNAL (lbd's own state
+//! is broken, or the plane's lock was poisoned by a panic). The message is
+//! the error's one-line text, naming the object and the field.
+//!
+//! Writes run on tokio's blocking pool, because a commit persists (fsync)
+//! and compiles a snapshot; reads lock the plane briefly on the caller's
+//! task.
+//!
+//! Watch: a watcher gets every commit after it subscribed, in order. One
+//! that falls so far behind that the plane's broadcast buffer overwrote
+//! events it had not read gets a final DATA_LOSS status saying how many it
+//! lost, and should List (which carries the revision) and Watch again;
+//! nothing is silently skipped. A watcher that Watches first and Lists
+//! second can ignore events at or below the listed revision.
+
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use lb_proto::v1 as pb;
+use pb::load_balancer_server::{LoadBalancer, LoadBalancerServer};
+use tokio::sync::{broadcast, mpsc, watch};
+use tonic::transport::server::Router;
+use tonic::transport::Server;
+use tonic::{Request, Response, Status};
+
+use crate::convert;
+use crate::model::{check_service_name, ErrorKind, Source, ValidationError, MAX_CHANGES};
+use crate::plane::{CommitEvent, ControlPlane, PlaneError, PlaneStats};
+
+/// The plane as the gRPC service shares it with lbd's control thread.
+pub type SharedPlane = Arc<Mutex<ControlPlane>>;
+
+/// The largest request the service decodes (a Resync of a big cluster).
+pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
+
+/// Events a watcher may be behind before it is cut off (the plane's
+/// broadcast buffer decides the real limit; this is the per-watcher queue
+/// between the broadcast and the HTTP/2 stream).
+const WATCH_QUEUE: usize = 64;
+
+/// One DPDK port, for GetInfo.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortInfo {
+    /// DPDK port id.
+    pub id: u16,
+    /// Device name, e.g. `0000:03:00.0` or `net_memif0`.
+    pub name: String,
+    /// PMD name.
+    pub driver: String,
+    /// MAC address.
+    pub mac: [u8; 6],
+    /// Link state when lbd started.
+    pub link_up: bool,
+    /// Link speed when lbd started.
+    pub speed_mbps: u32,
+}
+
+/// What GetInfo reports besides the plane's revisions: fixed for one run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerInfo {
+    /// lbd's version.
+    pub version: String,
+    /// A new id on every start, so a client can tell a restart.
+    pub instance_id: String,
+    /// The ports.
+    pub ports: Vec<PortInfo>,
+    /// Worker lcores.
+    pub workers: u32,
+}
+
+impl ServerInfo {
+    /// This build's version and a fresh instance id.
+    pub fn new(ports: Vec<PortInfo>, workers: u32) -> ServerInfo {
+        ServerInfo {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            instance_id: new_instance_id(),
+            ports,
+            workers,
+        }
+    }
+}
+
+/// A random UUID from the kernel; if that is unreadable (no procfs), one
+/// made of the time and the process id, which is unique enough to tell
+/// restarts apart.
+pub fn new_instance_id() -> String {
+    match std::fs::read_to_string("/proc/sys/kernel/random/uuid") {
+        Ok(s) if !s.trim().is_empty() => s.trim().to_string(),
+        _ => {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            format!("{:x}-{:x}", t.as_nanos(), std::process::id())
+        }
+    }
+}
+
+/// The gRPC code of an error class.
+pub fn code_of(kind: ErrorKind) -> tonic::Code {
+    match kind {
+        ErrorKind::Invalid => tonic::Code::InvalidArgument,
+        ErrorKind::NotFound => tonic::Code::NotFound,
+        ErrorKind::AlreadyExists => tonic::Code::AlreadyExists,
+        ErrorKind::Precondition => tonic::Code::FailedPrecondition,
+        ErrorKind::Unavailable => tonic::Code::Unavailable,
+        ErrorKind::Internal => tonic::Code::Internal,
+    }
+}
+
+/// The status of a rejected conversion.
+pub fn status_from_validation(e: &ValidationError) -> Status {
+    Status::new(code_of(e.kind), e.to_string())
+}
+
+/// The status of a failed plane operation.
+pub fn status_from_plane(e: &PlaneError) -> Status {
+    Status::new(code_of(e.kind()), e.to_string())
+}
+
+fn poisoned() -> Status {
+    Status::internal("control plane lock poisoned by an earlier panic; restart lbd")
+}
+
+/// The `lb.v1.LoadBalancer` implementation.
+#[derive(Debug, Clone)]
+pub struct LoadBalancerService {
+    plane: SharedPlane,
+    info: Arc<ServerInfo>,
+    closing: watch::Receiver<bool>,
+}
+
+impl LoadBalancerService {
+    /// A service over `plane`, and the handle that ends its Watch streams
+    /// (graceful shutdown waits for every stream to end).
+    pub fn new(plane: SharedPlane, info: ServerInfo) -> (LoadBalancerService, WatchCloser) {
+        let (tx, closing) = watch::channel(false);
+        let svc = LoadBalancerService {
+            plane,
+            info: Arc::new(info),
+            closing,
+        };
+        (svc, WatchCloser(tx))
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, ControlPlane>, Status> {
+        self.plane.lock().map_err(|_| poisoned())
+    }
+
+    /// Runs a write on the blocking pool (commits persist and compile).
+    async fn write<T, F>(&self, f: F) -> Result<T, Status>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut ControlPlane) -> Result<T, PlaneError> + Send + 'static,
+    {
+        let plane = Arc::clone(&self.plane);
+        tokio::task::spawn_blocking(move || {
+            let mut p = plane.lock().map_err(|_| poisoned())?;
+            f(&mut p).map_err(|e| status_from_plane(&e))
+        })
+        .await
+        .map_err(|e| Status::internal(format!("control plane task failed: {e}")))?
+    }
+}
+
+fn request_source(v: i32) -> Result<Source, Status> {
+    convert::source_from_proto(v, "request", "source").map_err(|e| status_from_validation(&e))
+}
+
+fn invalid(e: ValidationError) -> Status {
+    status_from_validation(&e)
+}
+
+fn stats_to_proto(s: PlaneStats) -> pb::GetStatsResponse {
+    let flow = |f: crate::plane::FlowStats| pb::FlowStats {
+        packets: f.packets,
+        bytes: f.bytes,
+        connections: f.connections,
+    };
+    let drops = |d: std::collections::BTreeMap<&'static str, u64>| {
+        d.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+    };
+    pb::GetStatsResponse {
+        frontends: s
+            .frontends
+            .into_iter()
+            .map(|f| pb::FrontendStats {
+                frontend: Some(convert::frontend_key_to_proto(&f.key)),
+                service: f.service,
+                stats: Some(flow(f.stats)),
+            })
+            .collect(),
+        backends: s
+            .backends
+            .into_iter()
+            .map(|b| pb::BackendStats {
+                backend: Some(convert::backend_key_to_proto(&b.key)),
+                stats: Some(flow(b.stats)),
+            })
+            .collect(),
+        workers: s
+            .workers
+            .into_iter()
+            .map(|w| pb::WorkerStats {
+                worker: w.worker,
+                rx_packets: w.rx_packets,
+                tx_packets: w.tx_packets,
+                local_replies: w.local_replies,
+                handed_over: w.handed_over,
+                new_connections: w.new_connections,
+                stateless_forwards: w.stateless_forwards,
+                conntrack_entries: w.conntrack_entries,
+                conntrack_evictions: w.conntrack_evictions,
+                conntrack_expirations: w.conntrack_expirations,
+                drops: drops(w.drops),
+            })
+            .collect(),
+        drops: drops(s.drops),
+        conntrack_entries: s.conntrack_entries,
+        revision: s.revision,
+    }
+}
+
+fn event_to_proto(e: &CommitEvent) -> pb::WatchEvent {
+    pb::WatchEvent {
+        revision: e.revision,
+        source: convert::source_to_proto(e.source),
+        changes: e.changes.iter().map(convert::change_to_proto).collect(),
+    }
+}
+
+/// Forwards commits to one watcher until it goes away, falls behind, the
+/// server shuts down, or the plane is dropped.
+async fn pump_watch(
+    mut rx: broadcast::Receiver<Arc<CommitEvent>>,
+    tx: mpsc::Sender<Result<pb::WatchEvent, Status>>,
+    mut closing: watch::Receiver<bool>,
+) {
+    loop {
+        let item = tokio::select! {
+            _ = tx.closed() => return,
+            _ = async { closing.wait_for(|&c| c).await.is_ok() } => {
+                let _ = tx.send(Err(Status::unavailable("lbd is shutting down; Watch again after it restarts"))).await;
+                return;
+            }
+            r = rx.recv() => r,
+        };
+        match item {
+            Ok(ev) => {
+                if tx.send(Ok(event_to_proto(&ev))).await.is_err() {
+                    return;
+                }
+            }
+            Err(broadcast::error::RecvError::Lagged(n)) => {
+                tracing::warn!(lost = n, "gRPC watcher fell behind; ending its stream");
+                let _ = tx
+                    .send(Err(Status::data_loss(format!(
+                        "watcher fell behind and {n} commit events were lost; List and Watch again"
+                    ))))
+                    .await;
+                return;
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
+type WatchStream = Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::WatchEvent, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl LoadBalancer for LoadBalancerService {
+    async fn apply(&self, request: Request<pb::ApplyRequest>) -> Result<Response<pb::ApplyResponse>, Status> {
+        let req = request.into_inner();
+        let source = request_source(req.source)?;
+        if req.changes.len() > MAX_CHANGES {
+            return Err(Status::invalid_argument(format!(
+                "request: changes: {} changes, at most {MAX_CHANGES} in one Apply",
+                req.changes.len()
+            )));
+        }
+        let changes = convert::changes_from_proto(&req.changes, source).map_err(invalid)?;
+        let expected = (req.expected_revision != 0).then_some(req.expected_revision);
+        let n = changes.len();
+        let revision = self.write(move |p| p.apply(source, changes, expected)).await?;
+        tracing::info!(revision, source = source.name(), changes = n, "apply committed");
+        Ok(Response::new(pb::ApplyResponse { revision }))
+    }
+
+    async fn resync(
+        &self,
+        request: Request<pb::ResyncRequest>,
+    ) -> Result<Response<pb::ResyncResponse>, Status> {
+        let req = request.into_inner();
+        let source = request_source(req.source)?;
+        let o = convert::resync_from_proto(&req, source).map_err(invalid)?;
+        let out = self
+            .write(move |p| p.resync(source, o.services, o.frontends, o.backends))
+            .await?;
+        tracing::info!(
+            revision = out.revision,
+            source = source.name(),
+            added = out.added,
+            updated = out.updated,
+            removed = out.removed,
+            "resync"
+        );
+        Ok(Response::new(pb::ResyncResponse {
+            revision: out.revision,
+            added: out.added,
+            updated: out.updated,
+            removed: out.removed,
+        }))
+    }
+
+    async fn set_backend_state(
+        &self,
+        request: Request<pb::SetBackendStateRequest>,
+    ) -> Result<Response<pb::SetBackendStateResponse>, Status> {
+        let req = request.into_inner();
+        let obj = "request";
+        let addr = convert::addr_from_proto(&req.address, obj, "address").map_err(invalid)?;
+        let port = match req.port {
+            0 => None,
+            p => Some(convert::port_from_proto(p, obj, "port").map_err(invalid)?),
+        };
+        let service = (!req.service.is_empty()).then_some(req.service);
+        if let Some(s) = &service {
+            check_service_name(s).map_err(|m| invalid(ValidationError::invalid(obj, "service", m)))?;
+        }
+        let state = convert::backend_state_from_proto(req.state, obj, "state").map_err(invalid)?;
+        let (revision, matched) = self
+            .write(move |p| p.set_backend_state(addr, port, service.as_deref(), state))
+            .await?;
+        tracing::info!(revision, matched, %addr, state = state.name(), "backend state set");
+        Ok(Response::new(pb::SetBackendStateResponse { revision, matched }))
+    }
+
+    async fn get_service(
+        &self,
+        request: Request<pb::GetServiceRequest>,
+    ) -> Result<Response<pb::GetServiceResponse>, Status> {
+        let name = request.into_inner().name;
+        check_service_name(&name).map_err(|m| invalid(ValidationError::invalid("request", "name", m)))?;
+        let p = self.lock()?;
+        let st = p.state();
+        let Some(svc) = st.services.get(&name) else {
+            return Err(Status::not_found(format!("service {name:?}: not found")));
+        };
+        Ok(Response::new(pb::GetServiceResponse {
+            service: Some(convert::service_to_proto(svc)),
+            frontends: st
+                .frontends
+                .values()
+                .filter(|f| f.service == name)
+                .map(convert::frontend_to_proto)
+                .collect(),
+            backends: st
+                .backends
+                .values()
+                .filter(|b| b.key.service == name)
+                .map(convert::backend_to_proto)
+                .collect(),
+            revision: p.revision(),
+        }))
+    }
+
+    async fn list(&self, request: Request<pb::ListRequest>) -> Result<Response<pb::ListResponse>, Status> {
+        let req = request.into_inner();
+        let source = match req.source {
+            0 => None,
+            v => Some(convert::source_from_proto(v, "request", "source").map_err(invalid)?),
+        };
+        let address: Option<IpAddr> = match req.address.as_str() {
+            "" => None,
+            a => Some(convert::addr_from_proto(a, "request", "address").map_err(invalid)?),
+        };
+        let service = (!req.service.is_empty()).then_some(req.service.as_str());
+        let src_ok = |s: Source| source.map_or(true, |want| want == s);
+        let svc_ok = |n: &str| service.map_or(true, |want| want == n);
+        let addr_ok = |a: IpAddr| address.map_or(true, |want| want == a);
+
+        let p = self.lock()?;
+        let st = p.state();
+        let frontends: Vec<_> = st
+            .frontends
+            .values()
+            .filter(|f| src_ok(f.source) && svc_ok(&f.service) && addr_ok(f.key.addr))
+            .collect();
+        let backends: Vec<_> = st
+            .backends
+            .values()
+            .filter(|b| src_ok(b.source) && svc_ok(&b.key.service) && addr_ok(b.key.addr))
+            .collect();
+        // With an address filter, the services are those with an object
+        // at that address.
+        let services = st.services.values().filter(|s| {
+            src_ok(s.source)
+                && svc_ok(&s.name)
+                && (address.is_none()
+                    || frontends.iter().any(|f| f.service == s.name)
+                    || backends.iter().any(|b| b.key.service == s.name))
+        });
+        Ok(Response::new(pb::ListResponse {
+            services: services.map(convert::service_to_proto).collect(),
+            frontends: frontends.into_iter().map(convert::frontend_to_proto).collect(),
+            backends: backends.into_iter().map(convert::backend_to_proto).collect(),
+            revision: p.revision(),
+        }))
+    }
+
+    type WatchStream = WatchStream;
+
+    async fn watch(
+        &self,
+        _request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let rx = self.lock()?.subscribe();
+        let (tx, out) = mpsc::channel(WATCH_QUEUE);
+        tokio::spawn(pump_watch(rx, tx, self.closing.clone()));
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(out),
+        )))
+    }
+
+    async fn get_stats(
+        &self,
+        _request: Request<pb::GetStatsRequest>,
+    ) -> Result<Response<pb::GetStatsResponse>, Status> {
+        let stats = self.lock()?.stats();
+        Ok(Response::new(stats_to_proto(stats)))
+    }
+
+    async fn get_info(
+        &self,
+        _request: Request<pb::GetInfoRequest>,
+    ) -> Result<Response<pb::GetInfoResponse>, Status> {
+        let p = self.lock()?;
+        let info = &self.info;
+        Ok(Response::new(pb::GetInfoResponse {
+            version: info.version.clone(),
+            instance_id: info.instance_id.clone(),
+            revision: p.revision(),
+            published_revision: p.published_revision(),
+            last_publish_micros: u64::try_from(p.last_publish().as_micros()).unwrap_or(u64::MAX),
+            ports: info
+                .ports
+                .iter()
+                .map(|port| pb::PortInfo {
+                    id: port.id.into(),
+                    name: port.name.clone(),
+                    driver: port.driver.clone(),
+                    mac: format_mac(port.mac),
+                    link_up: port.link_up,
+                    speed_mbps: port.speed_mbps,
+                })
+                .collect(),
+            workers: info.workers,
+        }))
+    }
+}
+
+/// `02:00:00:00:00:01`.
+pub fn format_mac(m: [u8; 6]) -> String {
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    )
+}
+
+/// Why the services could not be assembled.
+#[derive(Debug, thiserror::Error)]
+pub enum RouterError {
+    /// The reflection service rejected a descriptor set.
+    #[error("gRPC reflection: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+}
+
+fn reflection() -> tonic_reflection::server::Builder<'static> {
+    tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+}
+
+/// Ends every Watch stream with UNAVAILABLE, so that a graceful shutdown
+/// does not wait for watchers forever.
+#[derive(Debug)]
+pub struct WatchCloser(watch::Sender<bool>);
+
+impl WatchCloser {
+    /// Ends the streams of current watchers and refuses none later (a
+    /// Watch opened after this ends at once).
+    pub fn close(&self) {
+        self.0.send_replace(true);
+    }
+}
+
+/// `lb.v1.LoadBalancer`, `grpc.health.v1.Health` (serving) and server
+/// reflection (v1 and v1alpha), on `builder`.
+pub async fn router(
+    mut builder: Server,
+    plane: SharedPlane,
+    info: ServerInfo,
+) -> Result<(Router, WatchCloser), RouterError> {
+    let (health_reporter, health) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<LoadBalancerServer<LoadBalancerService>>()
+        .await;
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
+    let (svc, closer) = LoadBalancerService::new(plane, info);
+    let lb = LoadBalancerServer::new(svc).max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let router = builder
+        .add_service(health)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(lb);
+    Ok((router, closer))
+}

@@ -1,0 +1,472 @@
+//! Where the gRPC service listens (`lbd --grpc ADDR`).
+//!
+//! The default is the unix socket [`DEFAULT_SOCKET`], mode 0600, so that
+//! only root can change the balancer. The socket is bound under a temporary
+//! name, chmodded and renamed into place, so it is never reachable with a
+//! wider mode; a stale socket left by a dead lbd is removed, a live one
+//! (something accepts on it) is an error, and anything that is not a socket
+//! is never deleted. On shutdown the socket is removed if it is still ours.
+//!
+//! TCP only when an address such as `127.0.0.1:50051` or `[::1]:50051` is
+//! given; then TLS (with client certificates when a client CA is given) is
+//! available, and a plain-text listener on a non-loopback address logs a
+//! loud warning: anyone who reaches it can change the balancer.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use tokio::net::{TcpListener, UnixListener};
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+
+use crate::grpc::{self, RouterError, ServerInfo, SharedPlane};
+
+/// lbd's default control socket.
+pub const DEFAULT_SOCKET: &str = "/run/lbd/lbd.sock";
+
+/// A unix socket path or a TCP address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenAddr {
+    /// A unix socket.
+    Unix(PathBuf),
+    /// A TCP address.
+    Tcp(SocketAddr),
+}
+
+impl Default for ListenAddr {
+    fn default() -> ListenAddr {
+        ListenAddr::Unix(PathBuf::from(DEFAULT_SOCKET))
+    }
+}
+
+impl FromStr for ListenAddr {
+    type Err = String;
+
+    /// `unix:PATH`, a path containing `/`, or `IP:PORT` (`[IPv6]:PORT`).
+    fn from_str(s: &str) -> Result<ListenAddr, String> {
+        if let Some(p) = s.strip_prefix("unix:") {
+            if p.is_empty() {
+                return Err("unix: needs a socket path".into());
+            }
+            return Ok(ListenAddr::Unix(PathBuf::from(p)));
+        }
+        if let Ok(a) = s.parse::<SocketAddr>() {
+            return Ok(ListenAddr::Tcp(a));
+        }
+        if s.contains('/') {
+            return Ok(ListenAddr::Unix(PathBuf::from(s)));
+        }
+        Err(format!(
+            "{s:?} is neither a socket path (/run/lbd/lbd.sock, unix:PATH) nor an IP:PORT (127.0.0.1:50051, [::1]:50051)"
+        ))
+    }
+}
+
+impl std::fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ListenAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+            ListenAddr::Tcp(a) => write!(f, "{a}"),
+        }
+    }
+}
+
+/// PEM files for TLS on a TCP listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsPaths {
+    /// The server's certificate chain.
+    pub cert: PathBuf,
+    /// The server's private key.
+    pub key: PathBuf,
+    /// CA that client certificates must chain to; `None`: no client
+    /// certificates asked for.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// `--grpc` and its TLS options.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListenConfig {
+    /// Where to listen.
+    pub addr: ListenAddr,
+    /// TLS, TCP only.
+    pub tls: Option<TlsPaths>,
+}
+
+/// Why the listener could not be set up or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    /// TLS was asked for on a unix socket.
+    #[error("{addr}: TLS applies to TCP listeners only; the unix socket is protected by its mode 0600")]
+    TlsOnUnix {
+        /// The socket.
+        addr: ListenAddr,
+    },
+    /// The socket's directory could not be created.
+    #[error("cannot create {}: {source}", path.display())]
+    CreateDir {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Another process accepts on the socket.
+    #[error("{}: another process (another lbd?) is listening on this socket", path.display())]
+    InUse {
+        /// The socket.
+        path: PathBuf,
+    },
+    /// Something other than a socket is in the way.
+    #[error("{}: exists and is not a socket; not removing it", path.display())]
+    NotASocket {
+        /// The path.
+        path: PathBuf,
+    },
+    /// A file operation on the socket failed.
+    #[error("{}: cannot {what}: {source}", path.display())]
+    Socket {
+        /// The path.
+        path: PathBuf,
+        /// What was tried.
+        what: &'static str,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Binding the TCP address failed.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A TLS file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    ReadTls {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The TLS material was rejected.
+    #[error("TLS configuration: {0}")]
+    Tls(#[source] tonic::transport::Error),
+    /// The services could not be assembled.
+    #[error(transparent)]
+    Router(#[from] RouterError),
+    /// The server failed while serving.
+    #[error("gRPC server on {addr}: {source}")]
+    Serve {
+        /// Where it listened.
+        addr: ListenAddr,
+        /// The transport error.
+        source: tonic::transport::Error,
+    },
+}
+
+enum Socket {
+    Unix {
+        listener: UnixListener,
+        path: PathBuf,
+        /// (device, inode) of our socket file, to remove only our own.
+        id: (u64, u64),
+    },
+    Tcp(TcpListener),
+}
+
+/// A bound listener: errors in the address, socket or TLS files show up
+/// here, before lbd starts forwarding.
+pub struct Listener {
+    socket: Socket,
+    addr: ListenAddr,
+    tls: Option<ServerTlsConfig>,
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener")
+            .field("addr", &self.addr)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, ListenError> {
+    std::fs::read(path).map_err(|source| ListenError::ReadTls {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn tls_config(t: &TlsPaths) -> Result<ServerTlsConfig, ListenError> {
+    let mut cfg = ServerTlsConfig::new().identity(Identity::from_pem(read(&t.cert)?, read(&t.key)?));
+    if let Some(ca) = &t.client_ca {
+        cfg = cfg.client_ca_root(Certificate::from_pem(read(ca)?));
+    }
+    Ok(cfg)
+}
+
+/// Removes a socket a dead process left behind; refuses to touch a live
+/// one or anything that is not a socket.
+fn remove_stale(path: &Path) -> Result<(), ListenError> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(ListenError::Socket {
+                path: path.to_path_buf(),
+                what: "inspect",
+                source,
+            })
+        }
+    };
+    if !meta.file_type().is_socket() {
+        return Err(ListenError::NotASocket {
+            path: path.to_path_buf(),
+        });
+    }
+    if std::os::unix::net::UnixStream::connect(path).is_ok() {
+        return Err(ListenError::InUse {
+            path: path.to_path_buf(),
+        });
+    }
+    tracing::info!(path = %path.display(), "removing stale control socket");
+    std::fs::remove_file(path).map_err(|source| ListenError::Socket {
+        path: path.to_path_buf(),
+        what: "remove the stale socket",
+        source,
+    })
+}
+
+fn bind_unix(path: &Path) -> Result<Socket, ListenError> {
+    let sock_err = |what: &'static str| {
+        move |source| ListenError::Socket {
+            path: path.to_path_buf(),
+            what,
+            source,
+        }
+    };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&dir).map_err(|source| ListenError::CreateDir {
+        path: dir.clone(),
+        source,
+    })?;
+    remove_stale(path)?;
+    // Bind under a private name, restrict, then rename into place: the
+    // socket is never reachable at its public path with a wider mode.
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "lbd.sock".into());
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let listener = UnixListener::bind(&tmp).map_err(|source| ListenError::Socket {
+        path: tmp.clone(),
+        what: "bind",
+        source,
+    })?;
+    let finish = || -> Result<(u64, u64), ListenError> {
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
+            .map_err(sock_err("set mode 0600 on"))?;
+        std::fs::rename(&tmp, path).map_err(sock_err("move into place"))?;
+        let m = std::fs::symlink_metadata(path).map_err(sock_err("inspect"))?;
+        Ok((m.dev(), m.ino()))
+    };
+    match finish() {
+        Ok(id) => Ok(Socket::Unix {
+            listener,
+            path: path.to_path_buf(),
+            id,
+        }),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
+/// Binds the listener; must run inside a tokio runtime.
+pub async fn bind(cfg: &ListenConfig) -> Result<Listener, ListenError> {
+    match &cfg.addr {
+        ListenAddr::Unix(path) => {
+            if cfg.tls.is_some() {
+                return Err(ListenError::TlsOnUnix {
+                    addr: cfg.addr.clone(),
+                });
+            }
+            Ok(Listener {
+                socket: bind_unix(path)?,
+                addr: cfg.addr.clone(),
+                tls: None,
+            })
+        }
+        ListenAddr::Tcp(addr) => {
+            let tls = cfg.tls.as_ref().map(tls_config).transpose()?;
+            let listener = TcpListener::bind(addr)
+                .await
+                .map_err(|source| ListenError::Bind { addr: *addr, source })?;
+            let local = listener.local_addr().unwrap_or(*addr);
+            if tls.is_none() && !addr.ip().is_loopback() {
+                tracing::warn!(
+                    addr = %local,
+                    "gRPC control API on a non-loopback TCP address WITHOUT TLS: anyone who can reach it can change the load balancer; give --grpc-tls-cert/--grpc-tls-key (and a client CA) or listen on a unix socket or loopback"
+                );
+            }
+            Ok(Listener {
+                socket: Socket::Tcp(listener),
+                addr: ListenAddr::Tcp(local),
+                tls,
+            })
+        }
+    }
+}
+
+impl Listener {
+    /// Where it listens (a TCP port 0 resolved to the real port).
+    pub fn addr(&self) -> &ListenAddr {
+        &self.addr
+    }
+
+    /// Serves the API until `shutdown` completes, then ends Watch streams,
+    /// waits for in-flight calls, and removes the unix socket.
+    pub async fn serve(
+        self,
+        plane: SharedPlane,
+        info: ServerInfo,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), ListenError> {
+        let mut builder = Server::builder();
+        if let Some(tls) = self.tls {
+            builder = builder.tls_config(tls).map_err(ListenError::Tls)?;
+        }
+        let (router, closer) = grpc::router(builder, plane, info).await?;
+        let signal = async move {
+            shutdown.await;
+            closer.close();
+        };
+        let addr = self.addr;
+        tracing::info!(%addr, "gRPC control API listening");
+        let result = match self.socket {
+            Socket::Unix { listener, path, id } => {
+                let r = router
+                    .serve_with_incoming_shutdown(UnixListenerStream::new(listener), signal)
+                    .await;
+                if let Ok(m) = std::fs::symlink_metadata(&path) {
+                    if (m.dev(), m.ino()) == id {
+                        let _ = std::fs::remove_file(&path);
+                    }
+                }
+                r
+            }
+            Socket::Tcp(listener) => {
+                router
+                    .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal)
+                    .await
+            }
+        };
+        result.map_err(|source| ListenError::Serve { addr, source })
+    }
+}
+
+/// Binds `config` and serves until `shutdown` completes: what lbd runs on
+/// its control thread.
+pub async fn serve(
+    plane: SharedPlane,
+    info: ServerInfo,
+    config: ListenConfig,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ListenError> {
+    bind(&config).await?.serve(plane, info, shutdown).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_parse() {
+        assert_eq!(
+            "unix:/tmp/x.sock".parse(),
+            Ok(ListenAddr::Unix("/tmp/x.sock".into()))
+        );
+        assert_eq!(
+            "/run/lbd/lbd.sock".parse(),
+            Ok(ListenAddr::Unix(DEFAULT_SOCKET.into()))
+        );
+        assert_eq!("./lbd.sock".parse(), Ok(ListenAddr::Unix("./lbd.sock".into())));
+        assert_eq!(
+            "127.0.0.1:50051".parse(),
+            Ok(ListenAddr::Tcp("127.0.0.1:50051".parse().unwrap()))
+        );
+        assert_eq!(
+            "[::1]:50051".parse(),
+            Ok(ListenAddr::Tcp("[::1]:50051".parse().unwrap()))
+        );
+        assert!("localhost".parse::<ListenAddr>().is_err());
+        assert!("unix:".parse::<ListenAddr>().is_err());
+        assert_eq!(ListenAddr::default().to_string(), "unix:/run/lbd/lbd.sock");
+    }
+
+    #[tokio::test]
+    async fn unix_socket_mode_stale_and_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/lbd.sock");
+        let cfg = ListenConfig {
+            addr: ListenAddr::Unix(path.clone()),
+            tls: None,
+        };
+        let l = bind(&cfg).await.unwrap();
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert!(meta.file_type().is_socket());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        // Live: refused.
+        assert!(matches!(bind(&cfg).await.unwrap_err(), ListenError::InUse { .. }));
+        // Dead: replaced.
+        drop(l);
+        let l2 = bind(&cfg).await.unwrap();
+        drop(l2);
+        // Not a socket: left alone.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, "precious").unwrap();
+        assert!(matches!(
+            bind(&cfg).await.unwrap_err(),
+            ListenError::NotASocket { .. }
+        ));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "precious");
+        // No temporary names left behind.
+        let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+    }
+
+    #[tokio::test]
+    async fn tls_needs_tcp_and_readable_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let tls = TlsPaths {
+            cert: dir.path().join("missing.pem"),
+            key: dir.path().join("missing.key"),
+            client_ca: None,
+        };
+        let e = bind(&ListenConfig {
+            addr: ListenAddr::Unix(dir.path().join("s")),
+            tls: Some(tls.clone()),
+        })
+        .await
+        .unwrap_err();
+        assert!(matches!(e, ListenError::TlsOnUnix { .. }));
+        let e = bind(&ListenConfig {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            tls: Some(tls),
+        })
+        .await
+        .unwrap_err();
+        assert!(e.to_string().contains("missing.pem"), "{e}");
+    }
+}
