@@ -8,6 +8,9 @@
 //! one atomic swap.
 //!
 //! - [`model`]: the desired-state types, their identities and validation.
+//! - [`store`]: transactions on the state with an undo log, cross-object rules.
+//! - [`compile`]: desired state → `Snapshot`, incremental, stable counter slots.
+//! - [`persist`]: the atomically written state file.
 //! - [`plane`]: the [`plane::ControlPlane`]: transactions, revisions,
 //!   persistence, compilation, publication, watchers, stats.
 //! - [`convert`]: `lb.v1` messages to and from the model, every field checked.
@@ -18,8 +21,11 @@
 //!   `lbctl apply -f`.
 #![forbid(unsafe_code)]
 
+pub mod compile;
 pub mod model;
+pub mod persist;
 pub mod plane;
+pub mod store;
 pub mod cli;
 pub mod convert;
 pub mod grpc;

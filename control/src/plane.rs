@@ -2,12 +2,48 @@
 //! state and its revision, validates and commits transactions, persists
 //! every commit, compiles it into a [`Snapshot`] and publishes that through
 //! one `ArcSwap`, notifies watchers, and aggregates the workers' counters.
+//!
+//! # A commit
+//!
+//! Every write ([`apply`](ControlPlane::apply),
+//! [`resync`](ControlPlane::resync),
+//! [`set_backend_state`](ControlPlane::set_backend_state)) is one
+//! transaction: check `expected_revision`, validate every change, apply them
+//! in order (with an undo log, see [`crate::store`]), check the cross-object
+//! rules, compile the result into a snapshot (incrementally, see
+//! [`crate::compile`]). Only if all of that succeeds: the revision is bumped,
+//! the state file written ([`crate::persist`]), the snapshot published and
+//! watchers notified. Any failure restores the state, the revision, the
+//! counter-slot allocators and the file exactly. A transaction that changes
+//! nothing (identical upserts) returns the current revision without bumping
+//! it, writing or publishing.
+//!
+//! Upserts through `apply` record the request's source on the object, so
+//! an operator's write takes an object over from, e.g., the k8s sync.
+//!
+//! # Publication and the graveyard
+//!
+//! Workers `load()` the `ArcSwap` once per burst. Old snapshots must die on
+//! the control thread, never on a worker (freeing 10,000 rings would stall a
+//! packet burst). After each swap the control plane keeps the replaced
+//! `Arc<Snapshot>` in a graveyard and [`collect_garbage`](ControlPlane::collect_garbage)
+//! drops an entry only when its strong count is 1. Why that is enough:
+//! arc-swap's `Guard` is either a full reference or a "debt" (a borrowed
+//! slot with no count); when the pointer is swapped, the writer pays every
+//! debt on the old value, turning each such guard into a full reference.
+//! So after the swap every worker still using the old snapshot holds a
+//! counted reference, and the graveyard holds one more. No new reference
+//! can appear (loads return the new snapshot), so the count only falls; a
+//! worker's drop can never be the last one while the graveyard holds its
+//! own, and when the count reaches 1 the graveyard's drop, on the control
+//! thread, is the last. `collect_garbage` runs at the end of every commit;
+//! lbd's control loop also calls it periodically.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use lb_dataplane::counters::WorkerCounters;
@@ -15,10 +51,13 @@ use lb_dataplane::snapshot::Cidr;
 use lb_dataplane::Snapshot;
 use tokio::sync::broadcast;
 
+use crate::compile::{Compiler, SlotJournal};
 use crate::model::{
-    Backend, BackendKey, BackendState, Change, DesiredState, ErrorKind, Frontend, FrontendKey, Service, Source,
-    ValidationError,
+    Backend, BackendKey, BackendState, Change, DesiredState, ErrorKind, Frontend, FrontendKey, Protocol,
+    Service, Source, ValidationError, MAX_CHANGES,
 };
+use crate::persist::{self, PersistError};
+use crate::store::{backends_of, validate_state, Txn};
 
 /// One DPDK port's layer-3 configuration (one prefix; list a port once per
 /// prefix).
@@ -217,22 +256,92 @@ pub struct PlaneStats {
     pub revision: u64,
 }
 
+/// How many events a slow watcher may lag before it sees `Lagged`.
+pub const WATCH_CAPACITY: usize = 1024;
+
 /// The control plane; see the module doc.
 #[derive(Debug)]
 pub struct ControlPlane {
-    node: NodeConfig,
     state: DesiredState,
     revision: u64,
     state_file: Option<PathBuf>,
+    compiler: Compiler,
     current: Arc<ArcSwap<Snapshot>>,
+    graveyard: Vec<Arc<Snapshot>>,
+    published_revision: u64,
+    last_publish: Duration,
+    events: broadcast::Sender<Arc<CommitEvent>>,
+    workers: Vec<Arc<WorkerCounters>>,
+    /// Counter values a reused slot had when it was given to its current
+    /// object, subtracted in [`stats`](ControlPlane::stats).
+    frontend_base: HashMap<u32, FlowStats>,
+    backend_base: HashMap<u32, FlowStats>,
+}
+
+fn state_file_error(path: &Path, e: PersistError) -> PlaneError {
+    let reason = match e {
+        PersistError::Read { source, .. } => format!("cannot read: {source}"),
+        PersistError::Corrupt { reason, .. } => reason,
+        PersistError::Write { source, .. } => format!("cannot write: {source}"),
+    };
+    PlaneError::StateFile {
+        path: path.to_path_buf(),
+        reason,
+    }
 }
 
 impl ControlPlane {
-    /// Loads and validates the persisted state (a missing file is an empty
-    /// state at revision 0), compiles and publishes it.
+    /// Loads and validates the persisted state, compiles and publishes it.
+    /// A missing file (first start) is an empty state at revision 0; an
+    /// unreadable, corrupt or invalid one, or one that does not compile for
+    /// this node, is [`PlaneError::StateFile`] naming the file: it is never
+    /// replaced by an empty state. Without `state_file` nothing is
+    /// persisted.
     pub fn open(node: NodeConfig, state_file: Option<&Path>) -> Result<ControlPlane, PlaneError> {
-        let _ = (node, state_file);
-        todo!()
+        let (revision, state) = match state_file {
+            None => (0, DesiredState::default()),
+            Some(p) => match persist::load(p) {
+                Ok(Some(x)) => x,
+                Ok(None) => {
+                    tracing::info!(path = %p.display(), "no state file yet: starting with an empty state at revision 0");
+                    (0, DesiredState::default())
+                }
+                Err(e) => return Err(state_file_error(p, e)),
+            },
+        };
+        let invalid = |reason: String| PlaneError::StateFile {
+            path: state_file.map_or_else(|| PathBuf::from("(none)"), Path::to_path_buf),
+            reason,
+        };
+        validate_state(&state).map_err(|e| invalid(format!("invalid state: {e}")))?;
+        let start = Instant::now();
+        let mut compiler = Compiler::new(node);
+        let (snap, journal) = compiler
+            .compile(&state, revision, &Snapshot::empty(), None)
+            .map_err(|e| invalid(format!("state does not compile for this node: {e}")))?;
+        compiler.commit(journal);
+        let (events, _) = broadcast::channel(WATCH_CAPACITY);
+        tracing::info!(
+            revision,
+            services = state.services.len(),
+            frontends = state.frontends.len(),
+            backends = state.backends.len(),
+            "desired state loaded and published"
+        );
+        Ok(ControlPlane {
+            state,
+            revision,
+            state_file: state_file.map(Path::to_path_buf),
+            compiler,
+            current: Arc::new(ArcSwap::from_pointee(snap)),
+            graveyard: Vec::new(),
+            published_revision: revision,
+            last_publish: start.elapsed(),
+            events,
+            workers: Vec::new(),
+            frontend_base: HashMap::new(),
+            backend_base: HashMap::new(),
+        })
     }
 
     /// What workers load once per burst.
@@ -240,19 +349,32 @@ impl ControlPlane {
         Arc::clone(&self.current)
     }
 
+    /// The published snapshot.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.current.load_full()
+    }
+
+    /// The node configuration.
+    pub fn node(&self) -> &NodeConfig {
+        self.compiler.node()
+    }
+
     /// The last committed revision.
     pub fn revision(&self) -> u64 {
         self.revision
     }
 
-    /// The revision of the published snapshot.
+    /// The revision of the published snapshot. Equal to
+    /// [`revision`](Self::revision): a commit is published before it returns.
     pub fn published_revision(&self) -> u64 {
-        todo!()
+        self.published_revision
     }
 
-    /// Commit-to-publication time of the last commit.
+    /// Commit-to-publication time of the last commit: from the start of the
+    /// transaction to the snapshot swap (validation, compilation, state
+    /// file write included).
     pub fn last_publish(&self) -> Duration {
-        todo!()
+        self.last_publish
     }
 
     /// The desired state at [`revision`](Self::revision).
@@ -260,18 +382,52 @@ impl ControlPlane {
         &self.state
     }
 
-    /// Applies `changes` as one transaction.
+    /// How many replaced snapshots are still held by some worker.
+    pub fn graveyard_len(&self) -> usize {
+        self.graveyard.len()
+    }
+
+    /// Applies `changes` in order as one transaction (see the module doc).
+    /// Upserted objects record `source`. Errors name `changes[i]`.
     pub fn apply(
         &mut self,
         source: Source,
         changes: Vec<Change>,
         expected_revision: Option<u64>,
     ) -> Result<u64, PlaneError> {
-        let _ = (source, changes, expected_revision);
-        todo!()
+        if changes.len() > MAX_CHANGES {
+            return Err(ValidationError::invalid(
+                "request",
+                "changes",
+                format!("{} changes, at most {MAX_CHANGES}", changes.len()),
+            )
+            .into());
+        }
+        self.check_revision(expected_revision)?;
+        for (i, c) in changes.iter().enumerate() {
+            c.validate().map_err(|e| e.within(&format!("changes[{i}]")))?;
+        }
+        self.commit(source, |txn| {
+            for (i, c) in changes.into_iter().enumerate() {
+                let c = match c {
+                    Change::UpsertService(s) => Change::UpsertService(Service { source, ..s }),
+                    Change::UpsertFrontend(f) => Change::UpsertFrontend(Frontend { source, ..f }),
+                    Change::UpsertBackend(b) => Change::UpsertBackend(Backend { source, ..b }),
+                    other => other,
+                };
+                txn.change(c).map_err(|e| e.within(&format!("changes[{i}]")))?;
+            }
+            Ok(())
+        })
     }
 
-    /// Replaces everything `source` owns.
+    /// Replaces exactly what `source` owns by the given objects (which
+    /// record `source`): adds what is new, updates what differs, deletes
+    /// what is missing (a deleted service takes its frontends and backends
+    /// with it, whatever their source). An object of another source with
+    /// the same identity is [`PlaneError::Conflict`] and nothing changes.
+    /// A frontend moving between two services of `source` is deleted and
+    /// re-created. `removed` counts every deleted object, cascades included.
     pub fn resync(
         &mut self,
         source: Source,
@@ -279,12 +435,126 @@ impl ControlPlane {
         frontends: Vec<Frontend>,
         backends: Vec<Backend>,
     ) -> Result<ResyncOutcome, PlaneError> {
-        let _ = (source, services, frontends, backends);
-        todo!()
+        let services: Vec<Service> = services.into_iter().map(|s| Service { source, ..s }).collect();
+        let frontends: Vec<Frontend> = frontends.into_iter().map(|f| Frontend { source, ..f }).collect();
+        let backends: Vec<Backend> = backends.into_iter().map(|b| Backend { source, ..b }).collect();
+        let conflict = |object: String, owner: Source| PlaneError::Conflict {
+            object,
+            owner: owner.name(),
+            requested: source.name(),
+        };
+        let twice = |list: &str, i: usize, object: String| {
+            PlaneError::from(ValidationError::invalid(
+                format!("{list}[{i}] {object}"),
+                "key",
+                "listed twice",
+            ))
+        };
+        let mut svc_names = BTreeSet::new();
+        for (i, s) in services.iter().enumerate() {
+            s.validate().map_err(|e| e.within(&format!("services[{i}]")))?;
+            if !svc_names.insert(s.name.as_str()) {
+                return Err(twice("services", i, format!("service {:?}", s.name)));
+            }
+            if let Some(old) = self.state.services.get(&s.name).filter(|o| o.source != source) {
+                return Err(conflict(format!("service {:?}", s.name), old.source));
+            }
+        }
+        let mut fe_keys = BTreeSet::new();
+        for (i, f) in frontends.iter().enumerate() {
+            f.validate().map_err(|e| e.within(&format!("frontends[{i}]")))?;
+            if !fe_keys.insert(f.key) {
+                return Err(twice("frontends", i, format!("frontend {}", f.key)));
+            }
+            if let Some(old) = self.state.frontends.get(&f.key).filter(|o| o.source != source) {
+                return Err(conflict(format!("frontend {}", f.key), old.source));
+            }
+        }
+        let mut be_keys = BTreeSet::new();
+        for (i, b) in backends.iter().enumerate() {
+            b.validate().map_err(|e| e.within(&format!("backends[{i}]")))?;
+            if !be_keys.insert(&b.key) {
+                return Err(twice("backends", i, format!("backend {}", b.key)));
+            }
+            if let Some(old) = self.state.backends.get(&b.key).filter(|o| o.source != source) {
+                return Err(conflict(format!("backend {}", b.key), old.source));
+            }
+        }
+        let st = &self.state;
+        let mut out = ResyncOutcome::default();
+        for s in &services {
+            match st.services.get(&s.name) {
+                None => out.added += 1,
+                Some(o) if o != s => out.updated += 1,
+                Some(_) => {}
+            }
+        }
+        for f in &frontends {
+            match st.frontends.get(&f.key) {
+                None => out.added += 1,
+                Some(o) if o != f => out.updated += 1,
+                Some(_) => {}
+            }
+        }
+        for b in &backends {
+            match st.backends.get(&b.key) {
+                None => out.added += 1,
+                Some(o) if o != b => out.updated += 1,
+                Some(_) => {}
+            }
+        }
+        // Deletes first (frontends and backends, then services), so that a
+        // cascade never deletes something listed twice.
+        let mut changes: Vec<Change> = Vec::new();
+        let mut moved_frontends = 0u32;
+        for f in st.frontends.values().filter(|f| f.source == source) {
+            let moved = frontends.iter().any(|n| n.key == f.key && n.service != f.service);
+            if !fe_keys.contains(&f.key) || moved {
+                moved_frontends += u32::from(moved);
+                changes.push(Change::DeleteFrontend(f.key));
+            }
+        }
+        for b in st.backends.values().filter(|b| b.source == source) {
+            if !be_keys.contains(&b.key) {
+                changes.push(Change::DeleteBackend(b.key.clone()));
+            }
+        }
+        for s in st.services.values().filter(|s| s.source == source) {
+            if !svc_names.contains(s.name.as_str()) {
+                changes.push(Change::DeleteService(s.name.clone()));
+            }
+        }
+        changes.extend(services.into_iter().map(Change::UpsertService));
+        changes.extend(frontends.into_iter().map(Change::UpsertFrontend));
+        changes.extend(backends.into_iter().map(Change::UpsertBackend));
+        let mut removed = 0u32;
+        let revision = self.commit(source, |txn| {
+            for c in changes {
+                txn.change(c)?;
+            }
+            removed = txn
+                .committed
+                .iter()
+                .filter(|c| {
+                    matches!(
+                        c,
+                        Change::DeleteService(_) | Change::DeleteFrontend(_) | Change::DeleteBackend(_)
+                    )
+                })
+                .count() as u32;
+            Ok(())
+        })?;
+        // A moved frontend is deleted and re-created: an update, not a removal.
+        out.removed = removed.saturating_sub(moved_frontends);
+        out.revision = revision;
+        Ok(out)
     }
 
     /// Sets the state of every backend at `addr` (and `port`, and in
-    /// `service`, when given). Returns the revision and how many matched.
+    /// `service`, when given), keeping each backend's source; the commit's
+    /// source is [`Source::Api`]. Returns the revision and how many
+    /// backends matched (also those already in `state`: then nothing is
+    /// committed). No match is NOT_FOUND.
     pub fn set_backend_state(
         &mut self,
         addr: IpAddr,
@@ -292,28 +562,265 @@ impl ControlPlane {
         service: Option<&str>,
         state: BackendState,
     ) -> Result<(u64, u32), PlaneError> {
-        let _ = (addr, port, service, state);
-        todo!()
+        let matches = |b: &&Backend| b.key.addr == addr && port.map_or(true, |p| b.key.port == p);
+        let matched: Vec<Backend> = match service {
+            Some(s) => backends_of(&self.state, s).filter(matches).cloned().collect(),
+            None => self.state.backends.values().filter(matches).cloned().collect(),
+        };
+        if matched.is_empty() {
+            let mut what = match port {
+                Some(p) => crate::model::endpoint(addr, p),
+                None => addr.to_string(),
+            };
+            if let Some(s) = service {
+                what = format!("{what} of {s}");
+            }
+            return Err(ValidationError {
+                kind: ErrorKind::NotFound,
+                object: format!("backend {what}"),
+                field: "address".into(),
+                message: "no backend matches".into(),
+            }
+            .into());
+        }
+        let n = matched.len() as u32;
+        let revision = self.commit(Source::Api, |txn| {
+            for b in matched {
+                txn.upsert_backend(Backend { state, ..b })?;
+            }
+            Ok(())
+        })?;
+        Ok((revision, n))
     }
 
-    /// A receiver of every later commit.
+    /// A receiver of every later commit (none is sent for a transaction
+    /// that changed nothing). A receiver more than [`WATCH_CAPACITY`]
+    /// events behind gets `Lagged` and should resynchronise with a listing.
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<CommitEvent>> {
-        todo!()
+        self.events.subscribe()
     }
 
-    /// The workers' counters, for [`stats`](Self::stats).
+    /// The workers' counters, in worker order, for [`stats`](Self::stats).
     pub fn register_workers(&mut self, counters: Vec<Arc<WorkerCounters>>) {
-        let _ = counters;
-        todo!()
+        self.workers = counters;
+        self.frontend_base.clear();
+        self.backend_base.clear();
     }
 
-    /// Totals for GetStats.
-    pub fn stats(&self) -> PlaneStats {
-        todo!()
-    }
-
-    /// Drops old snapshots no worker holds any more.
+    /// Drops replaced snapshots that no worker holds any more (see the
+    /// module doc).
     pub fn collect_garbage(&mut self) {
-        todo!()
+        self.graveyard.retain(|s| Arc::strong_count(s) > 1);
+    }
+
+    fn check_revision(&self, expected: Option<u64>) -> Result<(), PlaneError> {
+        match expected {
+            Some(e) if e != self.revision => Err(PlaneError::StaleRevision {
+                expected: e,
+                current: self.revision,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Runs `f` as one transaction and, if it changed anything, compiles,
+    /// persists, publishes and notifies (see the module doc).
+    fn commit(
+        &mut self,
+        source: Source,
+        f: impl FnOnce(&mut Txn<'_>) -> Result<(), ValidationError>,
+    ) -> Result<u64, PlaneError> {
+        let start = Instant::now();
+        let prev = self.current.load_full();
+        let mut txn = Txn::new(&mut self.state);
+        if let Err(e) = f(&mut txn).and_then(|()| txn.check()) {
+            txn.rollback();
+            return Err(e.into());
+        }
+        if txn.is_empty() {
+            let _ = txn.commit();
+            return Ok(self.revision);
+        }
+        let revision = self.revision + 1;
+        let (snap, journal) = match self
+            .compiler
+            .compile(txn.state(), revision, &prev, Some(&txn.delta))
+        {
+            Ok(x) => x,
+            Err(e) => {
+                txn.rollback();
+                return Err(e.into());
+            }
+        };
+        if let Some(path) = &self.state_file {
+            if let Err(e) = persist::store(path, revision, txn.state()) {
+                self.compiler.rollback(journal);
+                txn.rollback();
+                let reason = match e {
+                    PersistError::Write { source, .. } | PersistError::Read { source, .. } => {
+                        source.to_string()
+                    }
+                    PersistError::Corrupt { reason, .. } => reason,
+                };
+                tracing::error!(path = %path.display(), revision, %reason, "commit rejected: state file not written");
+                return Err(PlaneError::Persist {
+                    path: path.clone(),
+                    revision,
+                    reason,
+                });
+            }
+        }
+        let (changes, _) = txn.commit();
+        self.record_baselines(&journal);
+        self.compiler.commit(journal);
+        drop(prev);
+        let old = self.current.swap(Arc::new(snap));
+        self.graveyard.push(old);
+        self.revision = revision;
+        self.published_revision = revision;
+        self.last_publish = start.elapsed();
+        tracing::debug!(
+            revision,
+            source = source.name(),
+            changes = changes.len(),
+            publish_us = self.last_publish.as_micros() as u64,
+            "committed"
+        );
+        // No receiver is not an error.
+        let _ = self.events.send(Arc::new(CommitEvent {
+            revision,
+            source,
+            changes,
+        }));
+        self.collect_garbage();
+        Ok(revision)
+    }
+
+    /// Remembers what the workers counted so far in slots just given to a
+    /// new object (a reused slot still holds its previous owner's counts).
+    fn record_baselines(&mut self, journal: &SlotJournal) {
+        if self.workers.is_empty() {
+            return;
+        }
+        let fe: Vec<u32> = journal.new_frontend_slots(&self.compiler).collect();
+        let be: Vec<u32> = journal.new_backend_slots(&self.compiler).collect();
+        if fe.is_empty() && be.is_empty() {
+            return;
+        }
+        let (fe_now, be_now) = self.slot_totals();
+        for s in fe {
+            self.frontend_base
+                .insert(s, fe_now.get(&s).copied().unwrap_or_default());
+        }
+        for s in be {
+            self.backend_base
+                .insert(s, be_now.get(&s).copied().unwrap_or_default());
+        }
+    }
+
+    /// Per slot, the sum over workers (non-zero slots only).
+    fn slot_totals(&self) -> (HashMap<u32, FlowStats>, HashMap<u32, FlowStats>) {
+        let mut fe: HashMap<u32, FlowStats> = HashMap::new();
+        let mut be: HashMap<u32, FlowStats> = HashMap::new();
+        for w in &self.workers {
+            for (slot, t) in w.frontend_totals() {
+                fe.entry(slot).or_default().add(t);
+            }
+            for (slot, t) in w.backend_totals() {
+                be.entry(slot).or_default().add(t);
+            }
+        }
+        (fe, be)
+    }
+
+    /// Totals for GetStats: per frontend and backend of the published
+    /// snapshot (slots mapped back to objects through it), per worker, drops
+    /// by reason name, conntrack entries.
+    pub fn stats(&self) -> PlaneStats {
+        let snap = self.current.load();
+        let (fe_now, be_now) = self.slot_totals();
+        let since = |now: &HashMap<u32, FlowStats>, base: &HashMap<u32, FlowStats>, slot: u32| {
+            let n = now.get(&slot).copied().unwrap_or_default();
+            match base.get(&slot) {
+                Some(b) => n.minus(b),
+                None => n,
+            }
+        };
+        let mut out = PlaneStats {
+            revision: snap.revision(),
+            ..PlaneStats::default()
+        };
+        for f in snap.frontends() {
+            let protocol = match f.proto {
+                lb_dataplane::flow::Proto::Tcp => Protocol::Tcp,
+                lb_dataplane::flow::Proto::Udp => Protocol::Udp,
+                _ => continue,
+            };
+            out.frontends.push(FrontendStats {
+                key: FrontendKey {
+                    addr: f.addr,
+                    port: f.port,
+                    protocol,
+                },
+                service: snap.service(f.service).name().to_string(),
+                stats: since(&fe_now, &self.frontend_base, f.stats_slot),
+            });
+        }
+        out.frontends.sort_by(|a, b| a.key.cmp(&b.key));
+        for s in snap.services() {
+            for b in s.backends() {
+                out.backends.push(BackendStats {
+                    key: BackendKey {
+                        service: s.name().to_string(),
+                        addr: b.addr,
+                        port: b.port,
+                    },
+                    stats: since(&be_now, &self.backend_base, b.stats_slot),
+                });
+            }
+        }
+        out.backends.sort_by(|a, b| a.key.cmp(&b.key));
+        for (i, w) in self.workers.iter().enumerate() {
+            let drops: BTreeMap<&'static str, u64> = w.nonzero_drops().map(|(r, n)| (r.name(), n)).collect();
+            for (r, n) in &drops {
+                *out.drops.entry(r).or_default() += n;
+            }
+            let entries = w.conntrack_entries.get();
+            out.conntrack_entries += entries;
+            out.workers.push(WorkerStats {
+                worker: i as u32,
+                rx_packets: w.rx_packets.get(),
+                tx_packets: w.tx_packets.get(),
+                local_replies: w.local_replies.get(),
+                handed_over: w.handed_over.get(),
+                new_connections: w.new_connections.get(),
+                stateless_forwards: w.stateless_forwards.get(),
+                conntrack_entries: entries,
+                conntrack_evictions: w.conntrack_evictions.get(),
+                conntrack_expirations: w.conntrack_expirations.get(),
+                drops,
+            });
+        }
+        out
     }
 }
+
+impl FlowStats {
+    fn add(&mut self, t: lb_dataplane::counters::FlowTotals) {
+        self.packets += t.packets;
+        self.bytes += t.bytes;
+        self.connections += t.connections;
+    }
+
+    fn minus(self, b: &FlowStats) -> FlowStats {
+        FlowStats {
+            packets: self.packets.saturating_sub(b.packets),
+            bytes: self.bytes.saturating_sub(b.bytes),
+            connections: self.connections.saturating_sub(b.connections),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "plane_tests.rs"]
+mod tests;

@@ -1,0 +1,361 @@
+//! The compiler: [`DesiredState`] + [`NodeConfig`] → [`Snapshot`], through
+//! [`SnapshotBuilder`] with `reuse_from(previous)`.
+//!
+//! Incremental: given the [`Delta`] of a transaction, only the services it
+//! touched (their own fields or their backends) are specified again; every
+//! other service is taken whole from the previous snapshot with
+//! [`SnapshotBuilder::keep_service`] (same `Arc<Service>`, same rings).
+//! Frontends are cheap and always specified. One backend change among
+//! 10,000 services re-specifies one service and builds one ring.
+//!
+//! Counter slots: the compiler owns two allocators, keyed by
+//! [`FrontendKey`] and [`BackendKey`], and passes explicit `stats_slot`s, so
+//! a live object's slot never changes and a deleted object's slot is freed
+//! (lowest free first) once the commit is final. A compile hands back a
+//! [`SlotJournal`]; the plane calls [`Compiler::commit`] after the state
+//! file is written and the snapshot published, or [`Compiler::rollback`]
+//! when anything failed, so a rejected transaction leaves the allocators
+//! as they were.
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::Hash;
+use std::time::Duration;
+
+use lb_dataplane::flow::Proto;
+use lb_dataplane::snapshot::{
+    BackendSpec, BackendState as SnapBackendState, BuildError, Cidr, ForwardMode, FrontendKind, FrontendSpec,
+    ServiceId, ServiceSpec, SessionAffinity, TrafficPolicy as SnapPolicy,
+};
+use lb_dataplane::{Snapshot, SnapshotBuilder};
+
+use crate::model::{
+    Backend, BackendKey, BackendState, DesiredState, ErrorKind, Frontend, FrontendKey, FrontendType, Mode,
+    Protocol, Service, TrafficPolicy, ValidationError,
+};
+use crate::plane::NodeConfig;
+use crate::store::{backends_of, Delta};
+
+/// A slot allocator for one key space.
+#[derive(Debug)]
+struct Slots<K> {
+    map: HashMap<K, u32>,
+    free: BTreeSet<u32>,
+    next: u32,
+}
+
+impl<K> Default for Slots<K> {
+    fn default() -> Self {
+        Slots {
+            map: HashMap::new(),
+            free: BTreeSet::new(),
+            next: 0,
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone> Slots<K> {
+    /// The key's slot, allocated (and journaled) if it has none.
+    fn get(&mut self, key: &K, journal: &mut Vec<K>) -> u32 {
+        if let Some(&s) = self.map.get(key) {
+            return s;
+        }
+        let s = match self.free.pop_first() {
+            Some(s) => s,
+            None => {
+                self.next += 1;
+                self.next - 1
+            }
+        };
+        self.map.insert(key.clone(), s);
+        journal.push(key.clone());
+        s
+    }
+
+    fn release(&mut self, key: &K) {
+        if let Some(s) = self.map.remove(key) {
+            self.free.insert(s);
+        }
+    }
+}
+
+/// Slots allocated by one compile, and keys whose slots are to be freed.
+#[derive(Debug, Default)]
+#[must_use = "commit or roll back the journal"]
+pub struct SlotJournal {
+    new_frontends: Vec<FrontendKey>,
+    new_backends: Vec<BackendKey>,
+    gone_frontends: Vec<FrontendKey>,
+    gone_backends: Vec<BackendKey>,
+}
+
+impl SlotJournal {
+    /// Frontend slots allocated by this compile.
+    pub fn new_frontend_slots<'a>(&'a self, c: &'a Compiler) -> impl Iterator<Item = u32> + 'a {
+        self.new_frontends
+            .iter()
+            .filter_map(|k| c.frontends.map.get(k).copied())
+    }
+
+    /// Backend slots allocated by this compile.
+    pub fn new_backend_slots<'a>(&'a self, c: &'a Compiler) -> impl Iterator<Item = u32> + 'a {
+        self.new_backends
+            .iter()
+            .filter_map(|k| c.backends.map.get(k).copied())
+    }
+}
+
+/// Compiles desired states for one node; see the module doc.
+#[derive(Debug)]
+pub struct Compiler {
+    node: NodeConfig,
+    frontends: Slots<FrontendKey>,
+    backends: Slots<BackendKey>,
+}
+
+impl Compiler {
+    /// A compiler with no slot allocated.
+    pub fn new(node: NodeConfig) -> Compiler {
+        Compiler {
+            node,
+            frontends: Slots::default(),
+            backends: Slots::default(),
+        }
+    }
+
+    /// The node configuration.
+    pub fn node(&self) -> &NodeConfig {
+        &self.node
+    }
+
+    /// The slot of a live frontend.
+    pub fn frontend_slot(&self, key: &FrontendKey) -> Option<u32> {
+        self.frontends.map.get(key).copied()
+    }
+
+    /// The slot of a live backend.
+    pub fn backend_slot(&self, key: &BackendKey) -> Option<u32> {
+        self.backends.map.get(key).copied()
+    }
+
+    /// Compiles `state` at `revision`. With `delta`, services it does not
+    /// name are kept from `prev`; without, everything is specified (first
+    /// compile). A [`BuildError`] becomes a FAILED_PRECONDITION
+    /// [`ValidationError`] naming the object and field; on error nothing is
+    /// allocated.
+    pub fn compile(
+        &mut self,
+        state: &DesiredState,
+        revision: u64,
+        prev: &Snapshot,
+        delta: Option<&Delta>,
+    ) -> Result<(Snapshot, SlotJournal), ValidationError> {
+        let mut journal = SlotJournal::default();
+        match self.build(state, revision, prev, delta, &mut journal) {
+            Ok(s) => {
+                match delta {
+                    Some(d) => {
+                        journal.gone_frontends = d
+                            .deleted_frontends
+                            .iter()
+                            .filter(|k| !state.frontends.contains_key(k))
+                            .copied()
+                            .collect();
+                        journal.gone_backends = d
+                            .deleted_backends
+                            .iter()
+                            .filter(|k| !state.backends.contains_key(k))
+                            .cloned()
+                            .collect();
+                    }
+                    None => {
+                        journal.gone_frontends = (self.frontends.map.keys())
+                            .filter(|k| !state.frontends.contains_key(k))
+                            .copied()
+                            .collect();
+                        journal.gone_backends = (self.backends.map.keys())
+                            .filter(|k| !state.backends.contains_key(k))
+                            .cloned()
+                            .collect();
+                    }
+                }
+                Ok((s, journal))
+            }
+            Err(e) => {
+                self.rollback(journal);
+                Err(build_error(e))
+            }
+        }
+    }
+
+    /// Makes a compile final: frees the slots of deleted objects.
+    pub fn commit(&mut self, journal: SlotJournal) {
+        for k in &journal.gone_frontends {
+            self.frontends.release(k);
+        }
+        for k in &journal.gone_backends {
+            self.backends.release(k);
+        }
+    }
+
+    /// Undoes a compile's allocations.
+    pub fn rollback(&mut self, journal: SlotJournal) {
+        for k in journal.new_frontends.iter().rev() {
+            self.frontends.release(k);
+        }
+        for k in journal.new_backends.iter().rev() {
+            self.backends.release(k);
+        }
+    }
+
+    fn build(
+        &mut self,
+        state: &DesiredState,
+        revision: u64,
+        prev: &Snapshot,
+        delta: Option<&Delta>,
+        journal: &mut SlotJournal,
+    ) -> Result<Snapshot, BuildError> {
+        let mut b = SnapshotBuilder::new(revision);
+        b.reuse_from(prev).max_ring_size(self.node.max_ring_size);
+        if let Some(n) = &self.node.node_name {
+            b.local_node(n.clone());
+        }
+        for i in &self.node.interfaces {
+            b.interface(i.port, i.mac, i.cidr, i.gateway);
+        }
+        for &a in &self.node.snat_addresses {
+            b.snat_address(a);
+        }
+        let mut ids: HashMap<&str, ServiceId> = HashMap::with_capacity(state.services.len());
+        for (name, svc) in &state.services {
+            let kept = match delta {
+                Some(d) if !d.services.contains(name) => {
+                    prev.service_by_name(name).and_then(|id| prev.service_arc(id))
+                }
+                _ => None,
+            };
+            let id = match kept {
+                Some(s) => b.keep_service(s)?,
+                None => {
+                    let id = b.service(service_spec(svc)?)?;
+                    for be in backends_of(state, name) {
+                        let slot = self.backends.get(&be.key, &mut journal.new_backends);
+                        b.backend(id, backend_spec(be, slot))?;
+                    }
+                    id
+                }
+            };
+            ids.insert(name, id);
+        }
+        for f in state.frontends.values() {
+            let Some(&id) = ids.get(f.service.as_str()) else {
+                // The store guarantees the service exists.
+                continue;
+            };
+            let slot = self.frontends.get(&f.key, &mut journal.new_frontends);
+            b.frontend(id, frontend_spec(f, slot))?;
+        }
+        b.build()
+    }
+}
+
+fn service_spec(s: &Service) -> Result<ServiceSpec, BuildError> {
+    let mut spec = ServiceSpec::new(s.name.clone());
+    spec.mode = match s.mode {
+        Mode::Dnat => ForwardMode::Dnat,
+        Mode::FullNat => ForwardMode::FullNat,
+    };
+    spec.traffic_policy = match s.traffic_policy {
+        TrafficPolicy::Cluster => SnapPolicy::Cluster,
+        TrafficPolicy::Local => SnapPolicy::Local,
+    };
+    spec.affinity = match s.affinity_timeout_seconds {
+        None => SessionAffinity::None,
+        Some(t) => SessionAffinity::ClientIp {
+            timeout: Duration::from_secs(u64::from(t)),
+        },
+    };
+    spec.source_ranges = s
+        .source_ranges
+        .iter()
+        .map(|c| {
+            // The model's prefix is checked when parsed; this cannot fail
+            // for a validated state.
+            Cidr::new(c.addr, c.prefix).map_err(|_| BuildError::ServiceName {
+                name: s.name.clone(),
+                reason: "source range with an invalid prefix length",
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(spec)
+}
+
+fn frontend_spec(f: &Frontend, slot: u32) -> FrontendSpec {
+    let proto = match f.key.protocol {
+        Protocol::Tcp => Proto::Tcp,
+        Protocol::Udp => Proto::Udp,
+    };
+    let kind = match f.kind {
+        FrontendType::ClusterIp => FrontendKind::ClusterIp,
+        FrontendType::NodePort => FrontendKind::NodePort,
+        FrontendType::LoadBalancer => FrontendKind::LoadBalancer,
+        FrontendType::ExternalIp => FrontendKind::ExternalIp,
+    };
+    let mut spec = FrontendSpec::new(f.key.addr, f.key.port, proto, kind);
+    spec.stats_slot = Some(slot);
+    spec
+}
+
+fn backend_spec(b: &Backend, slot: u32) -> BackendSpec {
+    BackendSpec {
+        addr: b.key.addr,
+        port: b.key.port,
+        weight: b.weight,
+        state: match b.state {
+            BackendState::Active => SnapBackendState::Active,
+            BackendState::Terminating => SnapBackendState::Terminating,
+            BackendState::Quarantined => SnapBackendState::Quarantined,
+            BackendState::Maintenance => SnapBackendState::Maintenance,
+        },
+        node: b.node.clone(),
+        zone: b.zone.clone(),
+        stats_slot: Some(slot),
+    }
+}
+
+/// A build error as a FAILED_PRECONDITION naming object and field: the
+/// builder's messages read `<object>: field <field>: <what>`.
+pub fn build_error(e: BuildError) -> ValidationError {
+    let kind = match e {
+        BuildError::DuplicateFrontend { .. } | BuildError::DuplicateService { .. } => {
+            ErrorKind::AlreadyExists
+        }
+        _ => ErrorKind::Precondition,
+    };
+    let text = e.to_string();
+    let (object, field, message) = match text.split_once(": field ") {
+        Some((object, rest)) => match rest.split_once(": ") {
+            Some((field, message)) => (object.to_string(), field.to_string(), message.to_string()),
+            None => (object.to_string(), rest.to_string(), String::new()),
+        },
+        // Messages without a field: `snat address A: also a frontend
+        // address`, `service S: Maglev ring: ...`.
+        None => match text.split_once(": ") {
+            Some((object, message)) => {
+                let field = if object.starts_with("service") {
+                    "backends"
+                } else {
+                    "address"
+                };
+                (object.to_string(), field.to_string(), message.to_string())
+            }
+            None => ("snapshot".to_string(), "-".to_string(), text.clone()),
+        },
+    };
+    ValidationError {
+        kind,
+        object,
+        field,
+        message,
+    }
+}
