@@ -40,6 +40,7 @@
 //! - Non-first fragments are dropped (`fragment`): they carry no ports.
 
 mod burst;
+pub use burst::BURST_LOOKUP_MIN_LEN;
 mod paths;
 
 use std::net::IpAddr;
