@@ -37,7 +37,7 @@ use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::{criterion_group, BenchmarkId, Criterion};
 use lb_dataplane::conntrack::{self, Conntrack};
 use lb_dataplane::flow::{FlowKey, Proto, WorkerId};
 use lb_dataplane::snapshot::{BackendSpec, Cidr, ForwardMode, FrontendKind, FrontendSpec, ServiceSpec};
