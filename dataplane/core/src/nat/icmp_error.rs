@@ -46,10 +46,10 @@
 //! changed words a dozen. The quoted checksums are always software-updated;
 //! the L4 offload flags do not apply to ICMP.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
-use super::{be16_at, check_no_pending_route, put16, PortChange, L4};
-use crate::checksum::{ChecksumDelta, ChecksumOffload};
+use super::{be128_at, be16_at, be32_at, check_no_pending_route, put16, PortChange, Wide, L4};
+use crate::checksum::ChecksumOffload;
 use crate::conntrack::Rewrite;
 use crate::wire::{icmpv4, icmpv6, ip_proto, ipv4, ipv6, Parsed, L3};
 use crate::DropReason;
@@ -148,7 +148,7 @@ pub fn rewrite_icmp_error(
 
     // Outer IP header.
     let ip = &mut frame[l3..l4_at];
-    let outer_addrs = swap_addrs(ip, src_at, dst_at, outer, ChecksumDelta::new());
+    let outer_addrs = swap_addrs(ip, src_at, dst_at, outer, Wide::default());
     ip[ttl_at] = ttl - 1;
     if !v6 {
         let c = if offload.tx_ipv4 {
@@ -167,14 +167,12 @@ pub fn rewrite_icmp_error(
 
     // `icmp` collects every change the ICMP checksum covers: for ICMPv6 the
     // pseudo-header, then every word changed in the quote.
-    let mut icmp = if v6 { outer_addrs } else { ChecksumDelta::new() };
+    let mut icmp = if v6 { outer_addrs } else { Wide::default() };
 
     // Quoted IP header.
     let qip = &mut frame[qip_at..ql4_at];
-    // The same address change goes into `icmp` and, alone, into the quoted
-    // checksums; deltas cannot be added to each other, so it is read twice.
-    icmp = add_addrs(icmp, qip, src_at, dst_at, inner);
-    let inner_addrs = swap_addrs(qip, src_at, dst_at, inner, ChecksumDelta::new());
+    let inner_addrs = swap_addrs(qip, src_at, dst_at, inner, Wide::default());
+    icmp = icmp.plus(inner_addrs);
     if !v6 {
         let at = ipv4::field::CHECKSUM.start;
         let old = be16_at(qip, at);
@@ -191,7 +189,7 @@ pub fn rewrite_icmp_error(
     if quoted_l4_checksum {
         // ICMPv4 echo has no pseudo-header.
         let base = if !v6 && matches!(kind, L4::Echo { .. }) {
-            ChecksumDelta::new()
+            Wide::default()
         } else {
             inner_addrs
         };
@@ -217,13 +215,7 @@ pub fn rewrite_icmp_error(
 /// Write `rw`'s addresses into the IP header `ip` at `src_at`/`dst_at` and
 /// return `base` plus the change. Families were checked by the caller.
 #[inline]
-fn swap_addrs(
-    ip: &mut [u8],
-    src_at: usize,
-    dst_at: usize,
-    rw: &Rewrite,
-    base: ChecksumDelta,
-) -> ChecksumDelta {
+fn swap_addrs(ip: &mut [u8], src_at: usize, dst_at: usize, rw: &Rewrite, base: Wide) -> Wide {
     let d = add_addrs(base, ip, src_at, dst_at, rw);
     put_ip(ip, src_at, rw.src.0);
     put_ip(ip, dst_at, rw.dst.0);
@@ -232,22 +224,15 @@ fn swap_addrs(
 
 /// `base` plus the change from the addresses in `ip` to `rw`'s.
 #[inline]
-fn add_addrs(base: ChecksumDelta, ip: &[u8], src_at: usize, dst_at: usize, rw: &Rewrite) -> ChecksumDelta {
+fn add_addrs(base: Wide, ip: &[u8], src_at: usize, dst_at: usize, rw: &Rewrite) -> Wide {
     add_ip(add_ip(base, ip, src_at, rw.src.0), ip, dst_at, rw.dst.0)
 }
 
 #[inline]
-fn add_ip(d: ChecksumDelta, ip: &[u8], at: usize, new: IpAddr) -> ChecksumDelta {
+fn add_ip(d: Wide, ip: &[u8], at: usize, new: IpAddr) -> Wide {
     match new {
-        IpAddr::V4(new) => {
-            let old = Ipv4Addr::new(ip[at], ip[at + 1], ip[at + 2], ip[at + 3]);
-            d.add_ipv4(old, new)
-        }
-        IpAddr::V6(new) => {
-            let mut old = [0u8; 16];
-            old.copy_from_slice(&ip[at..at + 16]);
-            d.add_ipv6(&Ipv6Addr::from(old), &new)
-        }
+        IpAddr::V4(new) => d.add32(be32_at(ip, at), u32::from(new)),
+        IpAddr::V6(new) => d.add128(be128_at(ip, at), u128::from(new)),
     }
 }
 

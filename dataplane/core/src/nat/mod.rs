@@ -20,7 +20,7 @@
 //!
 //! # Checksums
 //!
-//! Checksums are updated incrementally (RFC 1624, [`ChecksumDelta`]): the
+//! Checksums are updated incrementally (RFC 1624 eqn. 3, as [`ChecksumDelta`](crate::checksum::ChecksumDelta)): the
 //! address change goes into the IPv4 header checksum and, through the
 //! pseudo-header, into the TCP/UDP/ICMPv6 checksum; the port / identifier
 //! change only into the L4 checksum; the TTL change only into the IPv4 header
@@ -29,7 +29,7 @@
 //! to catch, and cost the same for a 64-byte and a 9000-byte frame.
 //!
 //! UDP over IPv4 with a zero checksum ("none") keeps a zero checksum; a
-//! computed zero is written as `0xFFFF` ([`ChecksumDelta::apply_udp`]).
+//! computed zero is written as `0xFFFF` ([`crate::checksum::ChecksumDelta::apply_udp`]).
 //!
 //! A first fragment ([`Fragment::First`]) is rewritten like a whole packet:
 //! its L4 checksum covers the whole datagram, but the words that change (the
@@ -43,7 +43,7 @@
 //! | none                           | incremental          | incremental (full checksum in, full checksum out)       |
 //! | `tx_ipv4`                      | `0` (NIC fills it)   | (per the L4 flags)                                      |
 //! | `tx_l4`                        |                      | [`offload_pseudo_v4`]/[`offload_pseudo_v6`] of the new header, for the NIC to complete |
-//! | `rx_l4_partial`, not `tx_l4`   |                      | partial in: [`ChecksumDelta::apply_partial`] with the address change, then completed in software over the L4 bytes (O(length)), so a full checksum goes out |
+//! | `rx_l4_partial`, not `tx_l4`   |                      | partial in: [`crate::checksum::ChecksumDelta::apply_partial`] with the address change, then completed in software over the L4 bytes (O(length)), so a full checksum goes out |
 //!
 //! For a first fragment both L4 flags are ignored (plain incremental): a NIC
 //! cannot checksum a datagram it sees only part of, and no sender fragments a
@@ -71,7 +71,7 @@ mod icmp_error;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::checksum::{
-    finish, offload_pseudo_v4, offload_pseudo_v6, sum, udp_finish, ChecksumDelta, ChecksumOffload,
+    combine, finish, fold, offload_pseudo_v4, offload_pseudo_v6, sum, udp_finish, ChecksumOffload,
 };
 use crate::conntrack::Rewrite;
 use crate::wire::{icmpv4, icmpv6, ip_proto, ipv4, ipv6, Fragment, Parsed, L3};
@@ -109,13 +109,12 @@ pub fn rewrite(
     rw: &Rewrite,
     offload: &ChecksumOffload,
 ) -> Result<(), DropReason> {
-    let l4 = L4::classify(frame, p)?;
     match (p.l3, rw.src.0, rw.dst.0) {
         (L3::Ipv4, IpAddr::V4(src), IpAddr::V4(dst)) => {
-            rewrite_v4(frame, p, l4, (src, rw.src.1), (dst, rw.dst.1), offload)
+            rewrite_v4(frame, p, (src, rw.src.1), (dst, rw.dst.1), offload)
         }
         (L3::Ipv6, IpAddr::V6(src), IpAddr::V6(dst)) => {
-            rewrite_v6(frame, p, l4, (src, rw.src.1), (dst, rw.dst.1), offload)
+            rewrite_v6(frame, p, (src, rw.src.1), (dst, rw.dst.1), offload)
         }
         _ => Err(DropReason::UnsupportedProtocol),
     }
@@ -153,38 +152,31 @@ impl L4 {
         }
     }
 
-    /// What `p` carries, checked against the frame: `p.l4_offset +
-    /// min_len <= p.end <= frame.len()`, and `l4_offset` past the minimal IP
-    /// header.
-    #[inline]
-    fn classify(frame: &[u8], p: &Parsed) -> Result<L4, DropReason> {
-        let l4_at = usize::from(p.l4_offset);
-        let end = p.end as usize;
-        let ip_min = match p.l3 {
-            L3::Ipv4 => ipv4::MIN_HEADER_LEN,
-            L3::Ipv6 => ipv6::HEADER_LEN,
-            L3::Arp => return Err(DropReason::UnsupportedProtocol),
+    /// The kind of the L4 header `l4` of IP protocol `protocol`, checked
+    /// to hold the `min_len` bytes the rewrite touches.
+    #[inline(always)]
+    fn of(protocol: u8, l4: &[u8], v6: bool) -> Result<L4, DropReason> {
+        let echo = |t: Option<&u8>, req: u8, rep: u8| match t {
+            Some(&t) if t == req => Ok(L4::Echo { request: true }),
+            Some(&t) if t == rep => Ok(L4::Echo { request: false }),
+            _ => Err(DropReason::UnsupportedProtocol),
         };
-        // Ensures 8 bytes of L4 are in the frame, whatever the protocol.
-        if end > frame.len() || usize::from(p.l3_offset) + ip_min > l4_at || l4_at + 8 > end {
-            return Err(DropReason::Truncated);
-        }
-        let kind = match (p.l3, p.protocol) {
-            (_, ip_proto::TCP) => L4::Tcp,
-            (_, ip_proto::UDP) => L4::Udp,
-            (L3::Ipv4, ip_proto::ICMP) => match frame[l4_at] {
-                icmpv4::msg_type::ECHO_REQUEST => L4::Echo { request: true },
-                icmpv4::msg_type::ECHO_REPLY => L4::Echo { request: false },
-                _ => return Err(DropReason::UnsupportedProtocol),
-            },
-            (L3::Ipv6, ip_proto::ICMPV6) => match frame[l4_at] {
-                icmpv6::msg_type::ECHO_REQUEST => L4::Echo { request: true },
-                icmpv6::msg_type::ECHO_REPLY => L4::Echo { request: false },
-                _ => return Err(DropReason::UnsupportedProtocol),
-            },
+        let kind = match protocol {
+            ip_proto::TCP => L4::Tcp,
+            ip_proto::UDP => L4::Udp,
+            ip_proto::ICMP if !v6 => echo(
+                l4.first(),
+                icmpv4::msg_type::ECHO_REQUEST,
+                icmpv4::msg_type::ECHO_REPLY,
+            )?,
+            ip_proto::ICMPV6 if v6 => echo(
+                l4.first(),
+                icmpv6::msg_type::ECHO_REQUEST,
+                icmpv6::msg_type::ECHO_REPLY,
+            )?,
             _ => return Err(DropReason::UnsupportedProtocol),
         };
-        if l4_at + kind.min_len() > end {
+        if l4.len() < kind.min_len() {
             return Err(DropReason::Truncated);
         }
         Ok(kind)
@@ -193,7 +185,9 @@ impl L4 {
 
 #[inline(always)]
 fn be16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
+    let mut w = [0u8; 2];
+    w.copy_from_slice(&b[at..at + 2]);
+    u16::from_be_bytes(w)
 }
 
 #[inline(always)]
@@ -201,13 +195,97 @@ fn put16(b: &mut [u8], at: usize, v: u16) {
     b[at..at + 2].copy_from_slice(&v.to_be_bytes());
 }
 
-/// The change of the ports (or of the echo identifier, plus the unchanged
-/// sequence number so that both kinds have two words) of one L4 header.
+#[inline(always)]
+fn be32_at(b: &[u8], at: usize) -> u32 {
+    let mut w = [0u8; 4];
+    w.copy_from_slice(&b[at..at + 4]);
+    u32::from_be_bytes(w)
+}
+
+#[inline(always)]
+fn put32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_be_bytes());
+}
+
+/// An unfolded sum of RFC 1624 `~m + m'` terms. [`crate::checksum::ChecksumDelta::add16`]
+/// folds after every word, a serial chain that was most of a rewrite's
+/// cost; this sums 16- and 32-bit terms into a `u64` and folds once, as
+/// [`crate::checksum::sum`] does for data (2^16 ≡ 1 modulo 2^16 - 1, so a
+/// 32-bit `~m + m'` is its two 16-bit ones). Applying it ends with
+/// `checksum`'s own [`finish`], [`udp_finish`] and [`fold`]. Either
+/// representation of zero the sum may reach gives the same result on any
+/// checksum a real message can have.
+#[derive(Debug, Clone, Copy, Default)]
+struct Wide(u64);
+
+impl Wide {
+    #[inline(always)]
+    fn add16(self, old: u16, new: u16) -> Wide {
+        Wide(self.0 + u64::from(!old) + u64::from(new))
+    }
+
+    #[inline(always)]
+    fn add32(self, old: u32, new: u32) -> Wide {
+        Wide(self.0 + u64::from(!old) + u64::from(new))
+    }
+
+    /// The sum of two accumulations.
+    #[inline(always)]
+    fn plus(self, other: Wide) -> Wide {
+        Wide(self.0 + other.0)
+    }
+
+    #[inline(always)]
+    fn add128(self, old: u128, new: u128) -> Wide {
+        self.add32((old >> 96) as u32, (new >> 96) as u32)
+            .add32((old >> 64) as u32, (new >> 64) as u32)
+            .add32((old >> 32) as u32, (new >> 32) as u32)
+            .add32(old as u32, new as u32)
+    }
+
+    /// The accumulation plus `word`, reduced to a `u32` partial sum.
+    #[inline(always)]
+    fn sum_with(self, word: u16) -> u32 {
+        let x = self.0 + u64::from(word);
+        // 2^32 ≡ 1 as well: an end-around-carry add of the two halves.
+        combine(x as u32, (x >> 32) as u32)
+    }
+
+    /// Apply to a complemented checksum field (IPv4 header, TCP, ICMP):
+    /// RFC 1624 eqn. 3, `HC' = ~(~HC + Σ(~m + m'))`, as
+    /// [`crate::checksum::ChecksumDelta::apply`] does.
+    #[inline(always)]
+    fn apply(self, csum: u16) -> u16 {
+        finish(self.sum_with(!csum))
+    }
+
+    /// Apply to a UDP checksum field: zero ("none") stays zero, and a
+    /// computed zero goes out as `0xFFFF` ([`udp_finish`]), as
+    /// [`crate::checksum::ChecksumDelta::apply_udp`] does.
+    #[inline(always)]
+    fn apply_udp(self, csum: u16) -> u16 {
+        if csum == 0 {
+            return 0;
+        }
+        udp_finish(self.sum_with(!csum))
+    }
+
+    /// Apply to a field holding a non-complemented pseudo-header sum, as
+    /// [`crate::checksum::ChecksumDelta::apply_partial`] does.
+    #[inline(always)]
+    fn apply_partial(self, partial: u16) -> u16 {
+        fold(self.sum_with(partial))
+    }
+}
+
+/// The change of the ports (TCP/UDP, bytes 0-3) or of the echo identifier
+/// and the unchanged sequence number (bytes 4-7) of one L4 header: one
+/// 32-bit word either way.
 #[derive(Debug, Clone, Copy)]
 struct PortChange {
-    at: [usize; 2],
-    old: [u16; 2],
-    new: [u16; 2],
+    at: usize,
+    old: u32,
+    new: u32,
 }
 
 impl PortChange {
@@ -215,32 +293,34 @@ impl PortChange {
     /// echo the identifier is `src_port` for a request, else `dst_port`.
     #[inline(always)]
     fn new(l4: &[u8], kind: L4, src_port: u16, dst_port: u16) -> PortChange {
-        let (at, new) = match kind {
-            L4::Tcp | L4::Udp => ([0, 2], [src_port, dst_port]),
+        match kind {
+            L4::Tcp | L4::Udp => PortChange {
+                at: 0,
+                old: be32_at(l4, 0),
+                new: u32::from(src_port) << 16 | u32::from(dst_port),
+            },
             L4::Echo { request } => {
                 let id = if request { src_port } else { dst_port };
-                ([4, 6], [id, be16_at(l4, 6)])
+                let old = be32_at(l4, 4);
+                PortChange {
+                    at: 4,
+                    old,
+                    new: u32::from(id) << 16 | (old & 0xffff),
+                }
             }
-        };
-        PortChange {
-            at,
-            old: [be16_at(l4, at[0]), be16_at(l4, at[1])],
-            new,
         }
     }
 
     /// `base` plus this change.
     #[inline(always)]
-    fn delta(&self, base: ChecksumDelta) -> ChecksumDelta {
-        base.add16(self.old[0], self.new[0])
-            .add16(self.old[1], self.new[1])
+    fn delta(&self, base: Wide) -> Wide {
+        base.add32(self.old, self.new)
     }
 
-    /// Write the new words into `l4`.
+    /// Write the new word into `l4`.
     #[inline(always)]
     fn write(&self, l4: &mut [u8]) {
-        put16(l4, self.at[0], self.new[0]);
-        put16(l4, self.at[1], self.new[1]);
+        put32(l4, self.at, self.new);
     }
 }
 
@@ -253,8 +333,8 @@ impl PortChange {
 fn update_l4_checksum(
     l4: &mut [u8],
     kind: L4,
-    addrs: ChecksumDelta,
-    all: ChecksumDelta,
+    addrs: Wide,
+    all: Wide,
     fragment: Fragment,
     offload: &ChecksumOffload,
     pseudo: impl FnOnce() -> u16,
@@ -283,93 +363,110 @@ fn update_l4_checksum(
     put16(l4, at, new);
 }
 
+/// Split `frame` into the fixed IP header of `N` bytes at `p.l3_offset` and
+/// the L4 bytes `p.l4_offset..p.end`, checking every bound once so that the
+/// fixed-offset accesses that follow compile without checks.
+#[inline(always)]
+fn split<'a, const N: usize>(
+    frame: &'a mut [u8],
+    p: &Parsed,
+) -> Result<(&'a mut [u8; N], &'a mut [u8]), DropReason> {
+    let l3 = usize::from(p.l3_offset);
+    let l4_at = usize::from(p.l4_offset);
+    let frame = frame.get_mut(..p.end as usize).ok_or(DropReason::Truncated)?;
+    let (head, l4) = frame.split_at_mut_checked(l4_at).ok_or(DropReason::Truncated)?;
+    let ip = head
+        .get_mut(l3..l3 + N)
+        .and_then(|h| <&mut [u8; N]>::try_from(h).ok())
+        .ok_or(DropReason::Truncated)?;
+    Ok((ip, l4))
+}
+
+#[inline]
 fn rewrite_v4(
     frame: &mut [u8],
     p: &Parsed,
-    kind: L4,
     src: (Ipv4Addr, u16),
     dst: (Ipv4Addr, u16),
     offload: &ChecksumOffload,
 ) -> Result<(), DropReason> {
-    let l3 = usize::from(p.l3_offset);
-    let l4_at = usize::from(p.l4_offset);
-    let end = p.end as usize;
-    // `classify` checked l3 + 20 <= l4_at <= end <= frame.len().
-    let ip = &mut frame[l3..l4_at];
+    let (ip, l4) = split::<{ ipv4::MIN_HEADER_LEN }>(frame, p)?;
+    let kind = L4::of(ip[ipv4::field::PROTOCOL], l4, false)?;
     let ttl = ip[ipv4::field::TTL];
     if ttl <= 1 {
         return Err(DropReason::TtlExceeded);
     }
     // --- no error past this point: the frame is written from here on ---
-    let addrs = ChecksumDelta::new()
-        .add_ipv4(ipv4_at(ip, 12), src.0)
-        .add_ipv4(ipv4_at(ip, 16), dst.0);
-    ip[12..16].copy_from_slice(&src.0.octets());
-    ip[16..20].copy_from_slice(&dst.0.octets());
+    let (new_src, new_dst) = (u32::from(src.0), u32::from(dst.0));
+    let addrs = Wide::default()
+        .add32(be32_at(ip, 12), new_src)
+        .add32(be32_at(ip, 16), new_dst);
+    put32(ip, 12, new_src);
+    put32(ip, 16, new_dst);
     let proto = ip[ipv4::field::PROTOCOL];
     ip[ipv4::field::TTL] = ttl - 1;
     let ip_csum = if offload.tx_ipv4 {
         0
     } else {
-        // TTL shares a 16-bit word with the protocol.
-        addrs
-            .add16(
-                u16::from_be_bytes([ttl, proto]),
-                u16::from_be_bytes([ttl - 1, proto]),
-            )
-            .apply(be16_at(ip, 10))
+        // TTL shares a 16-bit word with the protocol: `ttl << 8 | proto`
+        // becomes one less in the high byte.
+        addrs.add16(0x100, 0).apply(be16_at(ip, 10))
     };
     put16(ip, 10, ip_csum);
 
-    let l4 = &mut frame[l4_at..end];
     // ICMPv4 has no pseudo-header: its checksum only sees the identifier.
     let base = if matches!(kind, L4::Echo { .. }) {
-        ChecksumDelta::new()
+        Wide::default()
     } else {
         addrs
     };
     let ports = PortChange::new(l4, kind, src.1, dst.1);
     ports.write(l4);
     let all = ports.delta(base);
-    let len = (end - l4_at) as u16;
+    let len = l4.len() as u16;
     update_l4_checksum(l4, kind, addrs, all, p.fragment, offload, || {
         offload_pseudo_v4(src.0, dst.0, proto, len)
     });
     Ok(())
 }
 
+#[inline]
 fn rewrite_v6(
     frame: &mut [u8],
     p: &Parsed,
-    kind: L4,
     src: (Ipv6Addr, u16),
     dst: (Ipv6Addr, u16),
     offload: &ChecksumOffload,
 ) -> Result<(), DropReason> {
-    let l3 = usize::from(p.l3_offset);
-    let l4_at = usize::from(p.l4_offset);
-    let end = p.end as usize;
-    // `classify` checked l3 + 40 <= l4_at <= end <= frame.len().
-    let ip = &mut frame[l3..l4_at];
+    let (l3, l4_at) = (usize::from(p.l3_offset), usize::from(p.l4_offset));
+    if l4_at != l3 + ipv6::HEADER_LEN {
+        // Extension headers between the fixed header and L4.
+        let ext = frame.get(l3..l4_at).ok_or(DropReason::Truncated)?;
+        if ext.len() < ipv6::HEADER_LEN {
+            return Err(DropReason::Truncated);
+        }
+        check_no_pending_route(ext)?;
+    }
+    let (ip, l4) = split::<{ ipv6::HEADER_LEN }>(frame, p)?;
+    let kind = L4::of(p.protocol, l4, true)?;
     let hop = ip[ipv6::field::HOP_LIMIT];
     if hop <= 1 {
         return Err(DropReason::TtlExceeded);
     }
-    check_no_pending_route(ip)?;
     // --- no error past this point ---
-    let addrs = ChecksumDelta::new()
-        .add_ipv6(&ipv6_at(ip, 8), &src.0)
-        .add_ipv6(&ipv6_at(ip, 24), &dst.0);
-    ip[ipv6::field::SRC].copy_from_slice(&src.0.octets());
-    ip[ipv6::field::DST].copy_from_slice(&dst.0.octets());
+    let (new_src, new_dst) = (u128::from(src.0), u128::from(dst.0));
+    let addrs = Wide::default()
+        .add128(be128_at(ip, 8), new_src)
+        .add128(be128_at(ip, 24), new_dst);
+    ip[ipv6::field::SRC].copy_from_slice(&new_src.to_be_bytes());
+    ip[ipv6::field::DST].copy_from_slice(&new_dst.to_be_bytes());
     ip[ipv6::field::HOP_LIMIT] = hop - 1;
     let proto = p.protocol;
 
-    let l4 = &mut frame[l4_at..end];
     let ports = PortChange::new(l4, kind, src.1, dst.1);
     ports.write(l4);
     let all = ports.delta(addrs);
-    let len = (end - l4_at) as u32;
+    let len = l4.len() as u32;
     update_l4_checksum(l4, kind, addrs, all, p.fragment, offload, || {
         offload_pseudo_v6(&src.0, &dst.0, proto, len)
     });
@@ -402,15 +499,10 @@ fn check_no_pending_route(ip: &[u8]) -> Result<(), DropReason> {
 }
 
 #[inline(always)]
-fn ipv4_at(b: &[u8], at: usize) -> Ipv4Addr {
-    Ipv4Addr::new(b[at], b[at + 1], b[at + 2], b[at + 3])
-}
-
-#[inline(always)]
-fn ipv6_at(b: &[u8], at: usize) -> Ipv6Addr {
+fn be128_at(b: &[u8], at: usize) -> u128 {
     let mut a = [0u8; 16];
     a.copy_from_slice(&b[at..at + 16]);
-    Ipv6Addr::from(a)
+    u128::from_be_bytes(a)
 }
 
 #[cfg(test)]
