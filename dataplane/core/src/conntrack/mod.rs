@@ -541,16 +541,22 @@ impl Conntrack {
     pub fn on_packet(&mut self, id: EntryId, dir: Direction, tcp_flags: u8, now: Tick) -> Option<ConnState> {
         let timeout_ms = &self.timeout_ms;
         with_slot!(self.get_mut(id), |s| {
-            let (st, fin_by_reply) = state::step(
-                ConnState::from_u8(s.state),
-                dir,
-                tcp_flags,
-                s.flags & FIN_BY_REPLY != 0,
-            );
-            s.state = st as u8;
-            s.flags = (s.flags & !FIN_BY_REPLY) | if fin_by_reply { FIN_BY_REPLY } else { 0 };
-            s.expires = now.0.saturating_add(timeout_ms[st as usize]);
-            st
+            advance(s, dir, tcp_flags, now, timeout_ms)
+        })
+    }
+
+    /// [`Conntrack::on_packet`] and [`Conntrack::tags`] in one visit to
+    /// the entry, for the per-packet path: advances the state, restarts the
+    /// timeout and returns the caller's tags; `None` for a stale id.
+    #[inline]
+    pub fn touch(&mut self, id: EntryId, dir: Direction, tcp_flags: u8, now: Tick) -> Option<Tags> {
+        let timeout_ms = &self.timeout_ms;
+        with_slot!(self.get_mut(id), |s| {
+            advance(s, dir, tcp_flags, now, timeout_ms);
+            Tags {
+                frontend: s.tags[0],
+                backend: s.tags[1],
+            }
         })
     }
 
@@ -680,6 +686,27 @@ fn insert_in<A: Addr>(
         on_evicted(&decode(&old));
     }
     t.insert(slot, h_orig, h_reply).ok_or(InsertError::Full)
+}
+
+/// One packet's effect on an entry: state machine and timeout.
+#[inline(always)]
+fn advance<A: Addr>(
+    s: &mut Slot<A>,
+    dir: Direction,
+    tcp_flags: u8,
+    now: Tick,
+    timeout_ms: &[u64; ConnState::COUNT],
+) -> ConnState {
+    let (st, fin_by_reply) = state::step(
+        ConnState::from_u8(s.state),
+        dir,
+        tcp_flags,
+        s.flags & FIN_BY_REPLY != 0,
+    );
+    s.state = st as u8;
+    s.flags = (s.flags & !FIN_BY_REPLY) | if fin_by_reply { FIN_BY_REPLY } else { 0 };
+    s.expires = now.0.saturating_add(timeout_ms[st as usize]);
+    st
 }
 
 /// Removes the slot at `idx` if it is in use and expired at `now`.

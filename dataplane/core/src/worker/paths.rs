@@ -254,8 +254,7 @@ impl Worker {
         }
         nat::set_l2(frame, hop.src_mac, hop.dst_mac);
         if let Some((id, dir)) = entry {
-            self.conntrack.on_packet(id, dir, p.tcp_flags.0, now);
-            if let Some(tags) = self.conntrack.tags(id) {
+            if let Some(tags) = self.conntrack.touch(id, dir, p.tcp_flags.0, now) {
                 self.count_flow(tags, frame.len());
             }
         }
