@@ -316,8 +316,9 @@ impl<A: Addr> Table<A> {
         s.client.as_ref()[0] as u32 ^ s.tags[1]
     }
 
-    /// Finds the entry holding `k` in either direction.
-    #[inline]
+    /// Finds the entry holding `k` in either direction. Always inlined:
+    /// on the per-packet path the call itself cost ~25 instructions.
+    #[inline(always)]
     pub fn find(&self, k: &RawKey<A>, hash: u32) -> Option<(u32, Direction)> {
         let mut i = self.home(hash);
         loop {
