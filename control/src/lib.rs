@@ -11,6 +11,7 @@
 //! - [`store`]: transactions on the state with an undo log, cross-object rules.
 //! - [`compile`]: desired state → `Snapshot`, incremental, stable counter slots.
 //! - [`persist`]: the atomically written state file.
+//! - [`stats`]: per-worker counters summed and mapped back to objects.
 //! - [`plane`]: the [`plane::ControlPlane`]: transactions, revisions,
 //!   persistence, compilation, publication, watchers, stats.
 //! - [`convert`]: `lb.v1` messages to and from the model, every field checked.
@@ -25,6 +26,7 @@ pub mod compile;
 pub mod model;
 pub mod persist;
 pub mod plane;
+pub mod stats;
 pub mod store;
 pub mod cli;
 pub mod convert;

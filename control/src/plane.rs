@@ -39,7 +39,7 @@
 //! thread, is the last. `collect_garbage` runs at the end of every commit;
 //! lbd's control loop also calls it periodically.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -53,10 +53,12 @@ use tokio::sync::broadcast;
 
 use crate::compile::{Compiler, SlotJournal};
 use crate::model::{
-    Backend, BackendKey, BackendState, Change, DesiredState, ErrorKind, Frontend, FrontendKey, Protocol,
-    Service, Source, ValidationError, MAX_CHANGES,
+    Backend, BackendState, Change, DesiredState, ErrorKind, Frontend, Service, Source, ValidationError,
+    MAX_CHANGES,
 };
 use crate::persist::{self, PersistError};
+use crate::stats;
+pub use crate::stats::{BackendStats, FlowStats, FrontendStats, PlaneStats, WorkerStats};
 use crate::store::{backends_of, validate_state, Txn};
 
 /// One DPDK port's layer-3 configuration (one prefix; list a port once per
@@ -179,81 +181,6 @@ impl PlaneError {
             PlaneError::StateFile { .. } => ErrorKind::Internal,
         }
     }
-}
-
-/// Packets, bytes and opened connections.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct FlowStats {
-    /// Packets (both directions).
-    pub packets: u64,
-    /// Bytes (both directions).
-    pub bytes: u64,
-    /// Connections opened.
-    pub connections: u64,
-}
-
-/// Totals of one frontend over all workers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FrontendStats {
-    /// The frontend.
-    pub key: FrontendKey,
-    /// Its service.
-    pub service: String,
-    /// Totals.
-    pub stats: FlowStats,
-}
-
-/// Totals of one backend over all workers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BackendStats {
-    /// The backend.
-    pub key: BackendKey,
-    /// Totals.
-    pub stats: FlowStats,
-}
-
-/// One worker's counters.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct WorkerStats {
-    /// Index in the order given to [`ControlPlane::register_workers`].
-    pub worker: u32,
-    /// Frames received.
-    pub rx_packets: u64,
-    /// Frames transmitted.
-    pub tx_packets: u64,
-    /// Local replies (ARP, echo, NA).
-    pub local_replies: u64,
-    /// Packets handed to the owning worker.
-    pub handed_over: u64,
-    /// Connections opened.
-    pub new_connections: u64,
-    /// DNAT packets forwarded without conntrack entry.
-    pub stateless_forwards: u64,
-    /// Live conntrack entries.
-    pub conntrack_entries: u64,
-    /// Conntrack evictions.
-    pub conntrack_evictions: u64,
-    /// Conntrack expirations.
-    pub conntrack_expirations: u64,
-    /// Non-zero drops by reason name.
-    pub drops: BTreeMap<&'static str, u64>,
-}
-
-/// Everything GetStats reports.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct PlaneStats {
-    /// Per frontend of the published snapshot, sorted by key.
-    pub frontends: Vec<FrontendStats>,
-    /// Per backend of the published snapshot, sorted by key.
-    pub backends: Vec<BackendStats>,
-    /// Per worker.
-    pub workers: Vec<WorkerStats>,
-    /// Drops by reason name, summed over workers (non-zero only).
-    pub drops: BTreeMap<&'static str, u64>,
-    /// Live conntrack entries, summed over workers.
-    pub conntrack_entries: u64,
-    /// The published revision the frontends and backends belong to.
-    pub revision: u64,
 }
 
 /// How many events a slow watcher may lag before it sees `Lagged`.
@@ -696,6 +623,18 @@ impl ControlPlane {
         Ok(revision)
     }
 
+    /// Totals for GetStats: per frontend and backend of the published
+    /// snapshot (slots mapped back to objects through it), per worker, drops
+    /// by reason name, conntrack entries.
+    pub fn stats(&self) -> PlaneStats {
+        stats::collect(
+            &self.current.load(),
+            &self.workers,
+            &self.frontend_base,
+            &self.backend_base,
+        )
+    }
+
     /// Remembers what the workers counted so far in slots just given to a
     /// new object (a reused slot still holds its previous owner's counts).
     fn record_baselines(&mut self, journal: &SlotJournal) {
@@ -707,7 +646,7 @@ impl ControlPlane {
         if fe.is_empty() && be.is_empty() {
             return;
         }
-        let (fe_now, be_now) = self.slot_totals();
+        let (fe_now, be_now) = stats::slot_totals(&self.workers);
         for s in fe {
             self.frontend_base
                 .insert(s, fe_now.get(&s).copied().unwrap_or_default());
@@ -715,108 +654,6 @@ impl ControlPlane {
         for s in be {
             self.backend_base
                 .insert(s, be_now.get(&s).copied().unwrap_or_default());
-        }
-    }
-
-    /// Per slot, the sum over workers (non-zero slots only).
-    fn slot_totals(&self) -> (HashMap<u32, FlowStats>, HashMap<u32, FlowStats>) {
-        let mut fe: HashMap<u32, FlowStats> = HashMap::new();
-        let mut be: HashMap<u32, FlowStats> = HashMap::new();
-        for w in &self.workers {
-            for (slot, t) in w.frontend_totals() {
-                fe.entry(slot).or_default().add(t);
-            }
-            for (slot, t) in w.backend_totals() {
-                be.entry(slot).or_default().add(t);
-            }
-        }
-        (fe, be)
-    }
-
-    /// Totals for GetStats: per frontend and backend of the published
-    /// snapshot (slots mapped back to objects through it), per worker, drops
-    /// by reason name, conntrack entries.
-    pub fn stats(&self) -> PlaneStats {
-        let snap = self.current.load();
-        let (fe_now, be_now) = self.slot_totals();
-        let since = |now: &HashMap<u32, FlowStats>, base: &HashMap<u32, FlowStats>, slot: u32| {
-            let n = now.get(&slot).copied().unwrap_or_default();
-            match base.get(&slot) {
-                Some(b) => n.minus(b),
-                None => n,
-            }
-        };
-        let mut out = PlaneStats {
-            revision: snap.revision(),
-            ..PlaneStats::default()
-        };
-        for f in snap.frontends() {
-            let protocol = match f.proto {
-                lb_dataplane::flow::Proto::Tcp => Protocol::Tcp,
-                lb_dataplane::flow::Proto::Udp => Protocol::Udp,
-                _ => continue,
-            };
-            out.frontends.push(FrontendStats {
-                key: FrontendKey {
-                    addr: f.addr,
-                    port: f.port,
-                    protocol,
-                },
-                service: snap.service(f.service).name().to_string(),
-                stats: since(&fe_now, &self.frontend_base, f.stats_slot),
-            });
-        }
-        out.frontends.sort_by(|a, b| a.key.cmp(&b.key));
-        for s in snap.services() {
-            for b in s.backends() {
-                out.backends.push(BackendStats {
-                    key: BackendKey {
-                        service: s.name().to_string(),
-                        addr: b.addr,
-                        port: b.port,
-                    },
-                    stats: since(&be_now, &self.backend_base, b.stats_slot),
-                });
-            }
-        }
-        out.backends.sort_by(|a, b| a.key.cmp(&b.key));
-        for (i, w) in self.workers.iter().enumerate() {
-            let drops: BTreeMap<&'static str, u64> = w.nonzero_drops().map(|(r, n)| (r.name(), n)).collect();
-            for (r, n) in &drops {
-                *out.drops.entry(r).or_default() += n;
-            }
-            let entries = w.conntrack_entries.get();
-            out.conntrack_entries += entries;
-            out.workers.push(WorkerStats {
-                worker: i as u32,
-                rx_packets: w.rx_packets.get(),
-                tx_packets: w.tx_packets.get(),
-                local_replies: w.local_replies.get(),
-                handed_over: w.handed_over.get(),
-                new_connections: w.new_connections.get(),
-                stateless_forwards: w.stateless_forwards.get(),
-                conntrack_entries: entries,
-                conntrack_evictions: w.conntrack_evictions.get(),
-                conntrack_expirations: w.conntrack_expirations.get(),
-                drops,
-            });
-        }
-        out
-    }
-}
-
-impl FlowStats {
-    fn add(&mut self, t: lb_dataplane::counters::FlowTotals) {
-        self.packets += t.packets;
-        self.bytes += t.bytes;
-        self.connections += t.connections;
-    }
-
-    fn minus(self, b: &FlowStats) -> FlowStats {
-        FlowStats {
-            packets: self.packets.saturating_sub(b.packets),
-            bytes: self.bytes.saturating_sub(b.bytes),
-            connections: self.connections.saturating_sub(b.connections),
         }
     }
 }

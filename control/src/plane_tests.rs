@@ -11,7 +11,7 @@ use lb_dataplane::snapshot::Family;
 use lb_dataplane::DropReason;
 
 use super::*;
-use crate::model::{FrontendType, Mode, TrafficPolicy};
+use crate::model::{BackendKey, FrontendKey, FrontendType, Mode, Protocol, TrafficPolicy};
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()

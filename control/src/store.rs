@@ -44,6 +44,8 @@ pub struct Delta {
     pub deleted_frontends: Vec<FrontendKey>,
     /// Backends deleted (same remark).
     pub deleted_backends: Vec<BackendKey>,
+    /// Whether any frontend was written or deleted.
+    pub frontends_changed: bool,
 }
 
 /// An open transaction on a state; see the module doc. Dropping it without
@@ -149,6 +151,7 @@ impl<'s> Txn<'s> {
         let old = self.state.frontends.insert(f.key, f.clone());
         self.undo.push(Undo::Frontend(f.key, old));
         self.touched_frontends.push(f.key);
+        self.delta.frontends_changed = true;
         self.committed.push(Change::UpsertFrontend(f));
         Ok(())
     }
@@ -199,6 +202,7 @@ impl<'s> Txn<'s> {
         };
         self.undo.push(Undo::Frontend(*key, Some(old)));
         self.delta.deleted_frontends.push(*key);
+        self.delta.frontends_changed = true;
         self.committed.push(Change::DeleteFrontend(*key));
         Ok(())
     }

@@ -804,6 +804,6 @@ fn endpoint_name(addr: IpAddr, port: u16) -> String {
     }
 }
 
-fn frontend_name(addr: IpAddr, port: u16, proto: Proto) -> String {
+pub(super) fn frontend_name(addr: IpAddr, port: u16, proto: Proto) -> String {
     format!("{}/{}", endpoint_name(addr, port), proto_name(proto))
 }

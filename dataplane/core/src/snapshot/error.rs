@@ -24,6 +24,13 @@ pub enum BuildError {
         /// The shared name.
         name: String,
     },
+    /// [`Snapshot::with_services`](super::Snapshot::with_services) was
+    /// given a service the snapshot does not have.
+    #[error("service {name}: field name: not in the previous snapshot (adding a service needs a full build)")]
+    NotInSnapshot {
+        /// The name given.
+        name: String,
+    },
     /// A `ServiceId` that this builder did not issue.
     #[error("service id {id} was not issued by this builder")]
     UnknownService {

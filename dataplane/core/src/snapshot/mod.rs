@@ -46,6 +46,9 @@ mod net;
 mod slots;
 mod spec;
 #[cfg(test)]
+mod tests_update;
+mod update;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_errors;

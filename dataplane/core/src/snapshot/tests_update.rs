@@ -1,0 +1,90 @@
+//! [`Snapshot::with_services`]: only the named services change.
+
+use std::sync::Arc;
+
+use super::tests::{add_service, base, be, fe, ip};
+use super::*;
+
+fn two() -> Snapshot {
+    let mut b = base();
+    add_service(&mut b, "default/web", "192.0.2.1", 3);
+    add_service(&mut b, "default/api", "192.0.2.2", 2);
+    b.build().unwrap()
+}
+
+#[test]
+fn replaces_only_the_named_services() {
+    let s1 = two();
+    let mut x = be("10.1.0.2", 8080);
+    x.weight = 5;
+    let s2 = s1
+        .with_services(
+            8,
+            vec![(
+                ServiceSpec::new("default/api"),
+                vec![be("10.1.0.1", 8080), x, be("10.9.0.1", 80)],
+            )],
+        )
+        .unwrap();
+    assert_eq!(s2.revision(), 8);
+    assert!(Arc::ptr_eq(&s1.services()[0], &s2.services()[0]));
+    let (old, new) = (&s1.services()[1], &s2.services()[1]);
+    assert!(!Arc::ptr_eq(old.ring(Family::V4), new.ring(Family::V4)));
+    assert_eq!(new.backends().len(), 3);
+    // Slots carried for the same backends, a fresh one above all others.
+    assert_eq!(new.backends()[0].stats_slot, old.backends()[0].stats_slot);
+    assert_eq!(new.backends()[1].stats_slot, old.backends()[1].stats_slot);
+    assert_eq!(new.backends()[2].stats_slot, s1.backend_slots());
+    assert_eq!(s2.backend_slots(), s1.backend_slots() + 1);
+    let (_, svc) = s2.lookup(ip("192.0.2.2"), 80, Proto::Tcp).unwrap();
+    assert_eq!(svc.find_backend(ip("10.1.0.2"), 8080).unwrap().weight, 5);
+    // Same eligible set: the ring is shared.
+    let s3 = s2
+        .with_services(
+            9,
+            vec![(
+                ServiceSpec::new("default/api"),
+                new.backends()
+                    .iter()
+                    .map(|b| {
+                        let mut spec = BackendSpec::new(b.addr, b.port);
+                        spec.weight = b.weight;
+                        spec
+                    })
+                    .collect(),
+            )],
+        )
+        .unwrap();
+    assert!(Arc::ptr_eq(
+        new.ring(Family::V4),
+        s3.services()[1].ring(Family::V4)
+    ));
+}
+
+#[test]
+fn rechecks_the_replaced_services_frontends() {
+    let mut b = SnapshotBuilder::new(1);
+    b.interface(0, super::tests::MAC0, "10.0.0.1/24".parse().unwrap(), None);
+    add_service(&mut b, "default/web", "192.0.2.1", 1);
+    let s1 = b.build().unwrap();
+    let mut spec = ServiceSpec::new("default/web");
+    spec.mode = ForwardMode::FullNat;
+    assert!(matches!(
+        s1.with_services(2, vec![(spec, vec![])]),
+        Err(BuildError::NoSnatAddress { .. })
+    ));
+    let mut spec = ServiceSpec::new("default/web");
+    spec.source_ranges = vec!["2001:db8::/32".parse().unwrap()];
+    assert!(matches!(
+        s1.with_services(2, vec![(spec, vec![])]),
+        Err(BuildError::SourceRangeFamily { .. })
+    ));
+    assert_eq!(
+        s1.with_services(2, vec![(ServiceSpec::new("default/nope"), vec![])])
+            .unwrap_err(),
+        BuildError::NotInSnapshot {
+            name: "default/nope".into()
+        }
+    );
+    let _ = fe("192.0.2.1", 80, Proto::Tcp);
+}
