@@ -29,7 +29,7 @@ use crate::conntrack::{Direction, EntryId, BURST};
 use crate::flow::{FlowKey, FlowKeyV4, Proto};
 use crate::snapshot::Snapshot;
 use crate::wire::{self, Parsed, L3};
-use crate::Tick;
+use crate::{DropReason, Tick};
 
 use super::{PacketMeta, Verdict, Worker};
 
@@ -110,22 +110,24 @@ impl Worker {
         verdicts: &mut [Verdict],
     ) {
         // Stage 1: parse everything, collect the 5-tuples.
-        let mut parsed: [Option<Parsed>; BURST] = [None; BURST];
+        // Results stored as returned (no move out of the `Result`: a
+        // `Parsed` move costs ~50 instructions); the filler is never read.
+        let mut parsed: [Result<Parsed, DropReason>; BURST] = [Err(DropReason::Truncated); BURST];
         let mut keys = [NO_KEY; BURST];
         // `key_of[i]`: index in `keys` of frame i's key, or BURST for none.
         let mut key_of = [BURST as u8; BURST];
         let mut nk = 0;
         for (i, (frame, meta)) in frames.iter_mut().zip(metas).enumerate() {
-            match wire::parse_with(frame.as_mut(), &meta.offload) {
+            parsed[i] = wire::parse_with(frame.as_mut(), &meta.offload);
+            match &parsed[i] {
                 Ok(p) => {
-                    if let Some(k) = own_key(&p) {
+                    if let Some(k) = own_key(p) {
                         keys[nk] = k;
                         key_of[i] = nk as u8;
                         nk += 1;
                     }
-                    parsed[i] = Some(p);
                 }
-                Err(reason) => verdicts[i] = self.drop(reason),
+                Err(reason) => verdicts[i] = self.drop(*reason),
             }
         }
         // Stage 2: the conntrack misses of the whole burst, overlapped.
@@ -135,7 +137,7 @@ impl Worker {
         let evictions = self.counters.conntrack_evictions.get();
         // Stage 3: each packet in order, with its lookup if still valid.
         for (i, (frame, meta)) in frames.iter_mut().zip(metas).enumerate() {
-            let Some(p) = &parsed[i] else { continue };
+            let Ok(p) = &parsed[i] else { continue };
             let k = usize::from(key_of[i]);
             let hint = match found.get(k) {
                 Some(_) if self.counters.conntrack_evictions.get() != evictions => None,
