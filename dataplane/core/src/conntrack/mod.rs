@@ -377,7 +377,7 @@ impl Conntrack {
 
     /// Finds the connection a packet with `key` belongs to, and which way
     /// it travels. Expired entries not yet swept still match (module docs).
-    #[inline]
+    #[inline(always)]
     pub fn lookup(&self, key: &FlowKey) -> Option<(EntryId, Direction)> {
         match key {
             FlowKey::V4(k) => {

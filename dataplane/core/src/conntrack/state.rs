@@ -227,6 +227,7 @@ impl Timeouts {
 /// - a client SYN in `TcpTimeWait` or `TcpClose` reopens the entry (port
 ///   reuse by the client), as nf_conntrack does;
 /// - a RST from either side closes, in any state.
+#[inline]
 pub(crate) fn step(state: ConnState, dir: Direction, flags: u8, fin_by_reply: bool) -> (ConnState, bool) {
     use tcp_flags::{ACK, FIN, RST, SYN};
     use ConnState::*;
