@@ -523,3 +523,76 @@ pub async fn router(
         .add_service(lb);
     Ok((router, closer))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(revision: u64) -> Arc<CommitEvent> {
+        Arc::new(CommitEvent {
+            revision,
+            source: Source::Api,
+            changes: vec![crate::model::Change::DeleteService("default/web".into())],
+        })
+    }
+
+    #[tokio::test]
+    async fn a_lagging_watcher_is_cut_off_with_data_loss() {
+        let (events, rx) = broadcast::channel(2);
+        for r in 1..=5 {
+            events.send(event(r)).unwrap();
+        }
+        let (tx, mut out) = mpsc::channel(8);
+        let (_closer, closing) = watch::channel(false);
+        pump_watch(rx, tx, closing).await;
+        let status = out.recv().await.unwrap().unwrap_err();
+        assert_eq!(status.code(), tonic::Code::DataLoss);
+        assert!(
+            status.message().contains("3 commit events were lost"),
+            "{}",
+            status.message()
+        );
+        assert!(out.recv().await.is_none(), "the stream ends after the status");
+    }
+
+    #[tokio::test]
+    async fn watchers_get_events_in_order_then_unavailable_at_shutdown() {
+        let (events, rx) = broadcast::channel(16);
+        let (tx, mut out) = mpsc::channel(8);
+        let (closer, closing) = watch::channel(false);
+        let pump = tokio::spawn(pump_watch(rx, tx, closing));
+        events.send(event(1)).unwrap();
+        events.send(event(2)).unwrap();
+        let a = out.recv().await.unwrap().unwrap();
+        let b = out.recv().await.unwrap().unwrap();
+        assert_eq!((a.revision, b.revision), (1, 2));
+        assert!(matches!(
+            &a.changes[..],
+            [pb::Change {
+                change: Some(pb::change::Change::DeleteService(n))
+            }] if n == "default/web"
+        ));
+        closer.send_replace(true);
+        let end = out.recv().await.unwrap().unwrap_err();
+        assert_eq!(end.code(), tonic::Code::Unavailable);
+        pump.await.unwrap();
+    }
+
+    #[test]
+    fn codes_by_kind() {
+        assert_eq!(code_of(ErrorKind::Invalid), tonic::Code::InvalidArgument);
+        assert_eq!(code_of(ErrorKind::NotFound), tonic::Code::NotFound);
+        assert_eq!(code_of(ErrorKind::AlreadyExists), tonic::Code::AlreadyExists);
+        assert_eq!(code_of(ErrorKind::Precondition), tonic::Code::FailedPrecondition);
+        assert_eq!(code_of(ErrorKind::Unavailable), tonic::Code::Unavailable);
+        assert_eq!(code_of(ErrorKind::Internal), tonic::Code::Internal);
+        let s = status_from_validation(&ValidationError::invalid("changes[1] frontend", "port", "bad"));
+        assert_eq!(s.message(), "changes[1] frontend: port: bad");
+    }
+
+    #[test]
+    fn instance_ids_differ() {
+        assert_ne!(new_instance_id(), new_instance_id());
+        assert_eq!(format_mac([0x02, 0, 0, 0, 0xab, 1]), "02:00:00:00:ab:01");
+    }
+}

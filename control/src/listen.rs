@@ -17,6 +17,7 @@ use std::net::SocketAddr;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::time::Duration;
 
 use tokio::net::{TcpListener, UnixListener};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
@@ -26,6 +27,9 @@ use crate::grpc::{self, RouterError, ServerInfo, SharedPlane};
 
 /// lbd's default control socket.
 pub const DEFAULT_SOCKET: &str = "/run/lbd/lbd.sock";
+
+/// How long in-flight calls may take to finish once shutdown is asked for.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// A unix socket path or a TCP address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -345,17 +349,30 @@ impl Listener {
             builder = builder.tls_config(tls).map_err(ListenError::Tls)?;
         }
         let (router, closer) = grpc::router(builder, plane, info).await?;
+        // After `shutdown`, in-flight calls get SHUTDOWN_GRACE to finish;
+        // then the server is dropped, which closes whatever connections a
+        // stuck or idle client still holds open.
+        let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
         let signal = async move {
             shutdown.await;
             closer.close();
+            stopping_tx.send_replace(true);
+        };
+        let deadline = async move {
+            let _ = stopping.wait_for(|&s| s).await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+            tracing::warn!(
+                "gRPC clients still connected after {SHUTDOWN_GRACE:?}; closing their connections"
+            );
         };
         let addr = self.addr;
         tracing::info!(%addr, "gRPC control API listening");
         let result = match self.socket {
             Socket::Unix { listener, path, id } => {
-                let r = router
-                    .serve_with_incoming_shutdown(UnixListenerStream::new(listener), signal)
-                    .await;
+                let r = tokio::select! {
+                    r = router.serve_with_incoming_shutdown(UnixListenerStream::new(listener), signal) => r,
+                    _ = deadline => Ok(()),
+                };
                 if let Ok(m) = std::fs::symlink_metadata(&path) {
                     if (m.dev(), m.ino()) == id {
                         let _ = std::fs::remove_file(&path);
@@ -363,11 +380,10 @@ impl Listener {
                 }
                 r
             }
-            Socket::Tcp(listener) => {
-                router
-                    .serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal)
-                    .await
-            }
+            Socket::Tcp(listener) => tokio::select! {
+                r = router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal) => r,
+                _ = deadline => Ok(()),
+            },
         };
         result.map_err(|source| ListenError::Serve { addr, source })
     }

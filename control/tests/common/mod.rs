@@ -1,0 +1,129 @@
+//! A real lbd control server for tests: a `ControlPlane` with a state file
+//! in a temporary directory, served on a unix socket there by a tokio
+//! runtime on its own thread. Dropping the server stops it and joins the
+//! thread; the directory goes with it.
+#![allow(dead_code)]
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use lb_control::grpc::{PortInfo, ServerInfo, SharedPlane};
+use lb_control::listen::{self, ListenAddr, ListenConfig, ListenError};
+use lb_control::plane::{ControlPlane, InterfaceConfig, NodeConfig};
+use tempfile::TempDir;
+use tokio::sync::oneshot;
+
+/// Two ports (10.0.0.1/24 and 10.1.0.1/24) and one SNAT address.
+pub fn node() -> NodeConfig {
+    let iface = |port: u16, cidr: &str| InterfaceConfig {
+        port,
+        mac: [0x02, 0, 0, 0, 0, port as u8 + 1],
+        cidr: cidr.parse().unwrap(),
+        gateway: None,
+    };
+    NodeConfig {
+        interfaces: vec![iface(0, "10.0.0.1/24"), iface(1, "10.1.0.1/24")],
+        snat_addresses: vec!["10.1.0.100".parse::<IpAddr>().unwrap()],
+        ..NodeConfig::default()
+    }
+}
+
+pub fn ports() -> Vec<PortInfo> {
+    (0..2)
+        .map(|id| PortInfo {
+            id,
+            name: format!("net_null{id}"),
+            driver: "net_null".into(),
+            mac: [0x02, 0, 0, 0, 0, id as u8 + 1],
+            link_up: true,
+            speed_mbps: 10_000,
+        })
+        .collect()
+}
+
+pub struct Server {
+    pub dir: TempDir,
+    pub socket: PathBuf,
+    pub state_file: PathBuf,
+    pub plane: SharedPlane,
+    pub instance_id: String,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<Result<(), ListenError>>>,
+}
+
+impl Server {
+    pub fn start() -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("run/lbd.sock");
+        let state_file = dir.path().join("state.json");
+        let plane = ControlPlane::open(node(), Some(&state_file)).unwrap();
+        let plane: SharedPlane = Arc::new(Mutex::new(plane));
+        let info = ServerInfo::new(ports(), 2);
+        let instance_id = info.instance_id.clone();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let cfg = ListenConfig {
+            addr: ListenAddr::Unix(socket.clone()),
+            tls: None,
+        };
+        let p = Arc::clone(&plane);
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = match listen::bind(&cfg).await {
+                    Ok(l) => l,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.to_string()));
+                        return Err(e);
+                    }
+                };
+                let _ = ready_tx.send(Ok(()));
+                listener
+                    .serve(p, info, async move {
+                        let _ = stopped.await;
+                    })
+                    .await
+            })
+        });
+        ready_rx.recv().unwrap().unwrap();
+        Server {
+            dir,
+            socket,
+            state_file,
+            plane,
+            instance_id,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops the server and returns how `serve` ended.
+    pub fn stop(&mut self) -> Result<(), ListenError> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        match self.thread.take() {
+            Some(t) => t.join().unwrap(),
+            None => Ok(()),
+        }
+    }
+
+    pub fn revision(&self) -> u64 {
+        self.plane.lock().unwrap().revision()
+    }
+
+    pub fn state(&self) -> lb_control::model::DesiredState {
+        self.plane.lock().unwrap().state().clone()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}

@@ -1,0 +1,656 @@
+//! The gRPC service end to end: a real ControlPlane with a state file,
+//! served on a temporary unix socket, called through tonic clients.
+
+mod common;
+
+use common::Server;
+use lb_proto::v1 as pb;
+use pb::change::Change as C;
+use pb::load_balancer_client::LoadBalancerClient;
+use tokio_stream::StreamExt;
+use tonic::transport::{Channel, Endpoint};
+use tonic::Code;
+
+async fn channel(s: &Server) -> Channel {
+    Endpoint::from_shared(format!("unix:{}", s.socket.display()))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+async fn client(s: &Server) -> LoadBalancerClient<Channel> {
+    LoadBalancerClient::new(channel(s).await)
+}
+
+fn service(name: &str) -> pb::Service {
+    pb::Service {
+        name: name.into(),
+        ..Default::default()
+    }
+}
+
+fn frontend(service: &str, addr: &str, port: u32) -> pb::Frontend {
+    pb::Frontend {
+        service: service.into(),
+        address: addr.into(),
+        port,
+        protocol: pb::Protocol::Tcp.into(),
+        ..Default::default()
+    }
+}
+
+fn backend(service: &str, addr: &str, port: u32) -> pb::Backend {
+    pb::Backend {
+        service: service.into(),
+        address: addr.into(),
+        port,
+        ..Default::default()
+    }
+}
+
+fn up(c: C) -> pb::Change {
+    pb::Change { change: Some(c) }
+}
+
+fn web_changes() -> Vec<pb::Change> {
+    vec![
+        up(C::UpsertService(service("default/web"))),
+        up(C::UpsertFrontend(frontend("default/web", "10.0.0.100", 80))),
+        up(C::UpsertBackend(backend("default/web", "10.1.0.11", 8080))),
+        up(C::UpsertBackend(backend("default/web", "10.1.0.12", 8080))),
+    ]
+}
+
+fn apply_req(changes: Vec<pb::Change>) -> pb::ApplyRequest {
+    pb::ApplyRequest {
+        changes,
+        source: 0,
+        expected_revision: 0,
+    }
+}
+
+/// Asserts a call failed with `code`, its message mentions every `words`,
+/// and the plane's state and revision did not move.
+async fn rejected<T: std::fmt::Debug>(
+    s: &Server,
+    code: Code,
+    words: &[&str],
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) {
+    let (rev, state) = (s.revision(), s.state());
+    let status = call.await.expect_err("call should fail");
+    assert_eq!(status.code(), code, "{status:?}");
+    for w in words {
+        assert!(status.message().contains(w), "{:?} lacks {w:?}", status.message());
+    }
+    assert_eq!(s.revision(), rev, "revision moved");
+    assert_eq!(s.state(), state, "state changed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_get_list_and_optimistic_concurrency() {
+    let s = Server::start();
+    let mut c = client(&s).await;
+    let r = c.apply(apply_req(web_changes())).await.unwrap().into_inner();
+    assert_eq!(r.revision, 1);
+    let r2 = c
+        .apply(pb::ApplyRequest {
+            changes: vec![
+                up(C::UpsertService(service("kube-system/dns"))),
+                up(C::UpsertFrontend(pb::Frontend {
+                    protocol: pb::Protocol::Udp.into(),
+                    ..frontend("kube-system/dns", "10.0.0.53", 53)
+                })),
+                up(C::UpsertBackend(backend("kube-system/dns", "10.1.0.11", 53))),
+            ],
+            source: pb::Source::K8s.into(),
+            expected_revision: 1,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r2.revision, 2);
+
+    let g = c
+        .get_service(pb::GetServiceRequest {
+            name: "default/web".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let svc = g.service.unwrap();
+    assert_eq!(svc.source, i32::from(pb::Source::Api));
+    assert_eq!(svc.mode, i32::from(pb::ForwardingMode::Fullnat));
+    assert_eq!(g.frontends.len(), 1);
+    assert_eq!(g.backends.len(), 2);
+    assert_eq!(g.backends[0].weight, Some(1));
+    assert_eq!(g.backends[0].state, i32::from(pb::BackendState::Active));
+    assert_eq!(g.revision, 2);
+
+    let list = |service: &str, source: pb::Source, address: &str| pb::ListRequest {
+        service: service.into(),
+        source: source.into(),
+        address: address.into(),
+    };
+    let all = c
+        .list(list("", pb::Source::Unspecified, ""))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (
+            all.services.len(),
+            all.frontends.len(),
+            all.backends.len(),
+            all.revision
+        ),
+        (2, 2, 3, 2)
+    );
+    let dns = c
+        .list(list("kube-system/dns", pb::Source::Unspecified, ""))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (dns.services.len(), dns.frontends.len(), dns.backends.len()),
+        (1, 1, 1)
+    );
+    assert_eq!(dns.services[0].source, i32::from(pb::Source::K8s));
+    let k8s = c.list(list("", pb::Source::K8s, "")).await.unwrap().into_inner();
+    assert_eq!(k8s.services.len(), 1);
+    assert!(k8s.backends.iter().all(|b| b.service == "kube-system/dns"));
+    let api = c.list(list("", pb::Source::Api, "")).await.unwrap().into_inner();
+    assert_eq!((api.services.len(), api.backends.len()), (1, 2));
+    let at = c
+        .list(list("", pb::Source::Unspecified, "10.1.0.11"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (at.services.len(), at.frontends.len(), at.backends.len()),
+        (2, 0, 2)
+    );
+    let vip = c
+        .list(list("", pb::Source::Unspecified, "10.0.0.100"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (vip.services.len(), vip.frontends.len(), vip.backends.len()),
+        (1, 1, 0)
+    );
+    rejected(
+        &s,
+        Code::InvalidArgument,
+        &["address"],
+        c.list(list("", pb::Source::Unspecified, "x")),
+    )
+    .await;
+    rejected(
+        &s,
+        Code::InvalidArgument,
+        &["source"],
+        c.list(pb::ListRequest {
+            source: 9,
+            ..Default::default()
+        }),
+    )
+    .await;
+
+    // A stale expected revision changes nothing.
+    rejected(
+        &s,
+        Code::FailedPrecondition,
+        &["revision"],
+        c.apply(pb::ApplyRequest {
+            changes: vec![up(C::DeleteService("default/web".into()))],
+            source: 0,
+            expected_revision: 1,
+        }),
+    )
+    .await;
+    let r = c
+        .apply(pb::ApplyRequest {
+            changes: vec![up(C::DeleteService("default/web".into()))],
+            source: 0,
+            expected_revision: 2,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.revision, 3);
+    rejected(
+        &s,
+        Code::NotFound,
+        &["default/web"],
+        c.get_service(pb::GetServiceRequest {
+            name: "default/web".into(),
+        }),
+    )
+    .await;
+    rejected(
+        &s,
+        Code::InvalidArgument,
+        &["name"],
+        c.get_service(pb::GetServiceRequest { name: "web".into() }),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_requests_name_object_and_field_and_change_nothing() {
+    let s = Server::start();
+    let mut c = client(&s).await;
+    c.apply(apply_req(web_changes())).await.unwrap();
+    assert_eq!(s.revision(), 1);
+
+    // INVALID_ARGUMENT, from the conversion: position, object and field.
+    let mut bad = web_changes();
+    bad.push(up(C::UpsertFrontend(frontend(
+        "default/web",
+        "10.0.0.101",
+        70_000,
+    ))));
+    rejected(
+        &s,
+        Code::InvalidArgument,
+        &["changes[4]", "frontend", "port", "70000"],
+        c.apply(apply_req(bad)),
+    )
+    .await;
+    let mut bad = web_changes();
+    bad[2] = up(C::UpsertBackend(pb::Backend {
+        weight: Some(1 << 20),
+        ..backend("default/web", "10.1.0.13", 8080)
+    }));
+    rejected(
+        &s,
+        Code::InvalidArgument,
+        &["changes[2]", "backend", "weight"],
+        c.apply(apply_req(bad)),
+    )
+    .await;
+    rejected(
+        &s,
+        Code::InvalidArgument,
+        &["changes[0]", "protocol"],
+        c.apply(apply_req(vec![up(C::UpsertFrontend(pb::Frontend {
+            protocol: 0,
+            ..frontend("default/web", "10.0.0.101", 80)
+        }))])),
+    )
+    .await;
+    rejected(
+        &s,
+        Code::InvalidArgument,
+        &["changes[0]", "mode"],
+        c.apply(apply_req(vec![up(C::UpsertService(pb::Service {
+            mode: 42,
+            ..service("default/web")
+        }))])),
+    )
+    .await;
+    rejected(
+        &s,
+        Code::InvalidArgument,
+        &["source"],
+        c.apply(pb::ApplyRequest {
+            source: 17,
+            ..apply_req(web_changes())
+        }),
+    )
+    .await;
+    rejected(
+        &s,
+        Code::InvalidArgument,
+        &["changes[0]", "change"],
+        c.apply(apply_req(vec![pb::Change { change: None }])),
+    )
+    .await;
+
+    // NOT_FOUND: a reference to a missing service.
+    rejected(
+        &s,
+        Code::NotFound,
+        &["default/missing"],
+        c.apply(apply_req(vec![up(C::UpsertBackend(backend(
+            "default/missing",
+            "10.1.0.11",
+            80,
+        )))])),
+    )
+    .await;
+
+    // ALREADY_EXISTS: a frontend that belongs to another service.
+    rejected(
+        &s,
+        Code::AlreadyExists,
+        &["10.0.0.100:80/tcp", "service"],
+        c.apply(apply_req(vec![
+            up(C::UpsertService(service("default/other"))),
+            up(C::UpsertFrontend(frontend("default/other", "10.0.0.100", 80))),
+        ])),
+    )
+    .await;
+
+    // FAILED_PRECONDITION: resync over another source's object.
+    rejected(
+        &s,
+        Code::FailedPrecondition,
+        &["default/web"],
+        c.resync(pb::ResyncRequest {
+            source: pb::Source::K8s.into(),
+            services: vec![service("default/web")],
+            ..Default::default()
+        }),
+    )
+    .await;
+
+    // Resync conversion errors name the list and index.
+    rejected(
+        &s,
+        Code::InvalidArgument,
+        &["backends[0]", "address"],
+        c.resync(pb::ResyncRequest {
+            source: pb::Source::K8s.into(),
+            services: vec![service("default/k")],
+            backends: vec![backend("default/k", "10.1.0", 80)],
+            ..Default::default()
+        }),
+    )
+    .await;
+    assert_eq!(s.revision(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resync_prunes_only_its_own_source() {
+    let s = Server::start();
+    let mut c = client(&s).await;
+    c.apply(apply_req(web_changes())).await.unwrap();
+    let k8s = |services: Vec<pb::Service>, frontends: Vec<pb::Frontend>, backends: Vec<pb::Backend>| {
+        pb::ResyncRequest {
+            source: pb::Source::K8s.into(),
+            services,
+            frontends,
+            backends,
+        }
+    };
+    let r = c
+        .resync(k8s(
+            vec![service("k8s/a"), service("k8s/b")],
+            vec![frontend("k8s/a", "10.0.0.10", 80)],
+            vec![
+                backend("k8s/a", "10.1.0.21", 80),
+                backend("k8s/b", "10.1.0.22", 80),
+            ],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((r.revision, r.added, r.updated, r.removed), (2, 5, 0, 0));
+    // b goes, a's backend changes weight, a new backend appears.
+    let r = c
+        .resync(k8s(
+            vec![service("k8s/a")],
+            vec![frontend("k8s/a", "10.0.0.10", 80)],
+            vec![
+                pb::Backend {
+                    weight: Some(5),
+                    ..backend("k8s/a", "10.1.0.21", 80)
+                },
+                backend("k8s/a", "10.1.0.23", 80),
+            ],
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.revision, 3);
+    assert_eq!((r.added, r.updated), (1, 1));
+    assert!(r.removed >= 1, "{r:?}");
+    let st = s.state();
+    assert!(st.services.contains_key("default/web"), "api objects stay");
+    assert_eq!(
+        st.backends
+            .values()
+            .filter(|b| b.key.service == "default/web")
+            .count(),
+        2
+    );
+    assert!(!st.services.contains_key("k8s/b"));
+    assert!(st.services.contains_key("k8s/a"));
+    // An empty resync of k8s leaves the api objects alone.
+    let r = c.resync(k8s(vec![], vec![], vec![])).await.unwrap().into_inner();
+    assert_eq!(r.revision, 4);
+    let st = s.state();
+    assert_eq!(st.services.keys().collect::<Vec<_>>(), vec!["default/web"]);
+    assert_eq!(st.frontends.len(), 1);
+    assert_eq!(st.backends.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_backend_state_by_address_port_and_service() {
+    let s = Server::start();
+    let mut c = client(&s).await;
+    let mut changes = web_changes();
+    changes.push(up(C::UpsertService(service("default/api"))));
+    changes.push(up(C::UpsertBackend(backend("default/api", "10.1.0.11", 9090))));
+    c.apply(apply_req(changes)).await.unwrap();
+    let drain = |address: &str, port: u32, service: &str| pb::SetBackendStateRequest {
+        address: address.into(),
+        port,
+        service: service.into(),
+        state: pb::BackendState::Terminating.into(),
+    };
+    let r = c
+        .set_backend_state(drain("10.1.0.11", 0, ""))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((r.revision, r.matched), (2, 2));
+    let st = s.state();
+    let terminating: Vec<String> = st
+        .backends
+        .values()
+        .filter(|b| b.state == lb_control::model::BackendState::Terminating)
+        .map(|b| b.key.to_string())
+        .collect();
+    assert_eq!(
+        terminating,
+        vec!["10.1.0.11:9090 of default/api", "10.1.0.11:8080 of default/web"]
+    );
+    let r = c
+        .set_backend_state(pb::SetBackendStateRequest {
+            state: pb::BackendState::Maintenance.into(),
+            ..drain("10.1.0.12", 8080, "default/web")
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.matched, 1);
+    let g = c
+        .get_service(pb::GetServiceRequest {
+            name: "default/web".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let states: Vec<i32> = g.backends.iter().map(|b| b.state).collect();
+    assert_eq!(
+        states,
+        vec![
+            i32::from(pb::BackendState::Terminating),
+            i32::from(pb::BackendState::Maintenance)
+        ]
+    );
+    rejected(
+        &s,
+        Code::NotFound,
+        &["10.1.0.99"],
+        c.set_backend_state(drain("10.1.0.99", 0, "")),
+    )
+    .await;
+    rejected(
+        &s,
+        Code::InvalidArgument,
+        &["port"],
+        c.set_backend_state(drain("10.1.0.11", 65_536, "")),
+    )
+    .await;
+    rejected(
+        &s,
+        Code::InvalidArgument,
+        &["address"],
+        c.set_backend_state(drain("", 0, "")),
+    )
+    .await;
+    rejected(
+        &s,
+        Code::InvalidArgument,
+        &["service"],
+        c.set_backend_state(drain("10.1.0.11", 0, "api")),
+    )
+    .await;
+    rejected(
+        &s,
+        Code::InvalidArgument,
+        &["state"],
+        c.set_backend_state(pb::SetBackendStateRequest {
+            state: 9,
+            ..drain("10.1.0.11", 0, "")
+        }),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_receives_every_commit() {
+    let s = Server::start();
+    let mut c = client(&s).await;
+    let mut events = c.watch(pb::WatchRequest {}).await.unwrap().into_inner();
+    c.apply(apply_req(web_changes())).await.unwrap();
+    c.apply(apply_req(vec![up(C::DeleteBackend(pb::BackendKey {
+        service: "default/web".into(),
+        address: "10.1.0.12".into(),
+        port: 8080,
+    }))]))
+    .await
+    .unwrap();
+    c.set_backend_state(pb::SetBackendStateRequest {
+        address: "10.1.0.11".into(),
+        state: pb::BackendState::Terminating.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+
+    let e1 = events.next().await.unwrap().unwrap();
+    assert_eq!(e1.revision, 1);
+    assert_eq!(e1.source, i32::from(pb::Source::Api));
+    assert_eq!(e1.changes.len(), 4);
+    assert!(matches!(&e1.changes[0].change, Some(C::UpsertService(s)) if s.name == "default/web"));
+    let e2 = events.next().await.unwrap().unwrap();
+    assert_eq!(e2.revision, 2);
+    assert!(
+        matches!(&e2.changes[..], [pb::Change { change: Some(C::DeleteBackend(k)) }] if k.address == "10.1.0.12")
+    );
+    let e3 = events.next().await.unwrap().unwrap();
+    assert_eq!(e3.revision, 3);
+    assert!(matches!(
+        &e3.changes[..],
+        [pb::Change { change: Some(C::UpsertBackend(b)) }] if b.state == i32::from(pb::BackendState::Terminating)
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_and_info() {
+    let s = Server::start();
+    let mut c = client(&s).await;
+    c.apply(apply_req(web_changes())).await.unwrap();
+    let st = c.get_stats(pb::GetStatsRequest {}).await.unwrap().into_inner();
+    assert_eq!(st.revision, 1);
+    assert!(st.workers.is_empty(), "no workers registered");
+    assert_eq!(st.frontends.len(), 1);
+    assert_eq!(st.frontends[0].service, "default/web");
+    assert_eq!(st.frontends[0].stats.unwrap_or_default().packets, 0);
+    assert_eq!(st.backends.len(), 2);
+
+    let i = c.get_info(pb::GetInfoRequest {}).await.unwrap().into_inner();
+    assert_eq!(i.version, env!("CARGO_PKG_VERSION"));
+    assert_eq!(i.instance_id, s.instance_id);
+    assert!(!i.instance_id.is_empty());
+    assert_eq!((i.revision, i.published_revision), (1, 1));
+    assert_eq!(i.workers, 2);
+    assert_eq!(i.ports.len(), 2);
+    assert_eq!(i.ports[1].mac, "02:00:00:00:00:02");
+    assert_eq!(i.ports[0].driver, "net_null");
+    // Another start has another instance id.
+    let other = Server::start();
+    assert_ne!(other.instance_id, s.instance_id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_reflection() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+
+    let s = Server::start();
+    let ch = channel(&s).await;
+    let mut h = HealthClient::new(ch.clone());
+    for service in ["", "lb.v1.LoadBalancer"] {
+        let r = h
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.status, i32::from(ServingStatus::Serving), "{service:?}");
+    }
+
+    let mut r = ServerReflectionClient::new(ch);
+    let req = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut resp = r
+        .server_reflection_info(tokio_stream::iter(vec![req]))
+        .await
+        .unwrap()
+        .into_inner();
+    let msg = resp.next().await.unwrap().unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = msg.message_response else {
+        panic!("{msg:?}");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    assert!(names.contains(&"lb.v1.LoadBalancer".to_string()), "{names:?}");
+    assert!(names.contains(&"grpc.health.v1.Health".to_string()), "{names:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_persists_and_shutdown_ends_watches_and_removes_the_socket() {
+    let mut s = Server::start();
+    let mut c = client(&s).await;
+    let mut events = c.watch(pb::WatchRequest {}).await.unwrap().into_inner();
+    c.apply(apply_req(web_changes())).await.unwrap();
+    assert_eq!(events.next().await.unwrap().unwrap().revision, 1);
+    let before = s.state();
+
+    // The open Watch stream does not hold the shutdown up.
+    s.stop().unwrap();
+    assert!(!s.socket.exists(), "socket removed on shutdown");
+    let end = events.next().await;
+    assert!(
+        matches!(&end, None | Some(Err(_))),
+        "watch stream ends at shutdown: {end:?}"
+    );
+
+    let reopened = lb_control::plane::ControlPlane::open(common::node(), Some(&s.state_file)).unwrap();
+    assert_eq!(reopened.revision(), 1);
+    assert_eq!(reopened.state(), &before);
+}
