@@ -162,9 +162,7 @@ impl Worker {
         }
         let hash = svc.pick_hash(p.src, flow_hash(p));
         // The destination's family ring: never translate across families.
-        let backend = svc
-            .pick(hash, Family::of(p.dst))
-            .ok_or(DropReason::NoBackend)?;
+        let backend = svc.pick(hash, Family::of(p.dst)).ok_or(DropReason::NoBackend)?;
         let be = (backend.addr, backend.port);
         let be_slot = backend.stats_slot;
         let nat = if full_nat {
