@@ -105,15 +105,15 @@ enum Delete {
     /// Delete a frontend.
     Frontend {
         /// ADDR:PORT/PROTO, e.g. 10.0.0.100:80/tcp
-        #[arg(value_parser = cli::parse_frontend_key)]
-        key: lb_control::model::FrontendKey,
+        #[arg(value_name = "ADDR:PORT/PROTO", value_parser = cli::parse_frontend_key)]
+        frontend: lb_control::model::FrontendKey,
     },
     /// Delete a backend of a service.
     Backend {
         /// namespace/name
         service: String,
         /// ADDR:PORT
-        #[arg(value_parser = cli::parse_endpoint)]
+        #[arg(value_name = "ADDR:PORT", value_parser = cli::parse_endpoint)]
         address: (std::net::IpAddr, u16),
     },
 }
@@ -243,7 +243,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Delete { what } => {
             let (change, text) = match what {
                 Delete::Service { name } => (Change::DeleteService(name.clone()), format!("service {name}")),
-                Delete::Frontend { key } => (Change::DeleteFrontend(key), format!("frontend {key}")),
+                Delete::Frontend { frontend } => {
+                    (Change::DeleteFrontend(frontend), format!("frontend {frontend}"))
+                }
                 Delete::Backend {
                     service,
                     address: (addr, port),
@@ -356,4 +358,13 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
 }

@@ -1,0 +1,291 @@
+//! The `lbctl` binary against an in-process server on a temporary socket:
+//! output formats, state changes, and exit codes with one-line errors.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use common::Server;
+use lb_control::model::BackendState;
+
+const FILE: &str = r#"
+[snat]
+addresses = ["10.1.0.100"]
+
+[[interface]]
+port = 0
+
+[[service]]
+name = "default/web"
+mode = "fullnat"
+session_affinity_timeout = "3h"
+
+[[service.frontend]]
+address = "10.0.0.100:80"
+protocol = "tcp"
+type = "load-balancer"
+
+[[service.backend]]
+address = "10.1.0.11:8080"
+node = "node-1"
+
+[[service.backend]]
+address = "10.1.0.12:8080"
+weight = 2
+
+[[service]]
+name = "kube-system/dns"
+mode = "dnat"
+
+[[service.frontend]]
+address = "10.0.0.53:53"
+protocol = "udp"
+type = "cluster-ip"
+
+[[service.backend]]
+address = "10.1.0.11:53"
+"#;
+
+fn lbctl(server: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lbctl"))
+        .arg("--server")
+        .arg(server)
+        .args(args)
+        .env_remove("LBCTL_SERVER")
+        .output()
+        .unwrap()
+}
+
+fn sock(s: &Server) -> String {
+    format!("unix:{}", s.socket.display())
+}
+
+/// Runs lbctl and expects success; returns stdout.
+fn ok(s: &Server, args: &[&str]) -> String {
+    let out = lbctl(&sock(s), args);
+    assert!(
+        out.status.success(),
+        "lbctl {args:?}: {:?}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs lbctl and expects exit status `code`; returns the one stderr line.
+fn fails(server: &str, args: &[&str], code: i32) -> String {
+    let out = lbctl(server, args);
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(code), "lbctl {args:?}: stderr: {err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err:?}");
+    assert!(err.starts_with("lbctl: "), "{err}");
+    assert!(out.stdout.is_empty(), "nothing on stdout");
+    err.trim_end().to_string()
+}
+
+fn write_file(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+#[test]
+fn apply_get_drain_and_delete() {
+    let s = Server::start();
+    let file = write_file(s.dir.path(), "services.toml", FILE);
+
+    let out = ok(&s, &["apply", "-f", &file]);
+    assert_eq!(out, "revision 1: applied 7 changes\n");
+    assert_eq!(s.revision(), 1);
+    let st = s.state();
+    assert!(st
+        .services
+        .values()
+        .all(|x| x.source == lb_control::model::Source::Api));
+
+    let table = ok(&s, &["get", "services"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 3, "{table}");
+    assert!(lines[0].starts_with("NAME "), "{table}");
+    assert!(lines[1].starts_with("default/web  "), "{table}");
+    assert!(lines[1].contains("fullnat"), "{table}");
+    assert!(lines[1].contains(" 3h "), "{table}");
+    assert!(lines[2].starts_with("kube-system/dns"), "{table}");
+    // Columns line up: every row's second column starts where MODE does.
+    let col = lines[0].find("MODE").unwrap();
+    assert!(
+        lines.iter().skip(1).all(|l| l[col..].starts_with(['f', 'd'])),
+        "{table}"
+    );
+
+    let frontends = ok(&s, &["get", "frontends"]);
+    assert!(frontends.contains("10.0.0.100:80"), "{frontends}");
+    assert!(frontends.contains("cluster-ip"), "{frontends}");
+
+    let json: serde_json::Value = serde_json::from_str(&ok(&s, &["get", "backends", "-o", "json"])).unwrap();
+    let backends = json.as_array().unwrap();
+    assert_eq!(backends.len(), 3);
+    assert_eq!(backends[0]["service"], "default/web");
+    assert_eq!(backends[0]["address"], "10.1.0.11:8080");
+    assert_eq!(backends[0]["node"], "node-1");
+    assert_eq!(backends[1]["weight"], 2);
+    assert_eq!(backends[2]["service"], "kube-system/dns");
+
+    let yaml = ok(
+        &s,
+        &["get", "frontends", "-o", "yaml", "--service", "kube-system/dns"],
+    );
+    assert!(yaml.contains("type: cluster-ip"), "{yaml}");
+    assert!(!yaml.contains("10.0.0.100"), "{yaml}");
+
+    // Drain one backend everywhere: a port-less address matches both ports.
+    let out = ok(&s, &["backend", "drain", "10.1.0.11"]);
+    assert_eq!(out, "revision 2: 2 backends at 10.1.0.11 set to terminating\n");
+    let table = ok(&s, &["get", "backends", "--service", "default/web"]);
+    let row = table.lines().find(|l| l.contains("10.1.0.11:8080")).unwrap();
+    assert!(row.contains("terminating"), "{table}");
+    let json: serde_json::Value = serde_json::from_str(&ok(
+        &s,
+        &["get", "backends", "-o", "json", "--service", "kube-system/dns"],
+    ))
+    .unwrap();
+    assert_eq!(json[0]["state"], "terminating");
+    ok(
+        &s,
+        &["backend", "enable", "10.1.0.11:8080", "--service", "default/web"],
+    );
+    ok(&s, &["backend", "maintenance", "10.1.0.12:8080"]);
+    let st = s.state();
+    let states: Vec<BackendState> = st.backends.values().map(|b| b.state).collect();
+    assert_eq!(
+        states,
+        vec![
+            BackendState::Active,
+            BackendState::Maintenance,
+            BackendState::Terminating
+        ]
+    );
+
+    let info = ok(&s, &["info"]);
+    assert!(info.contains(&s.instance_id), "{info}");
+    assert!(info.contains("net_null0"), "{info}");
+    let info: serde_json::Value = serde_json::from_str(&ok(&s, &["info", "-o", "json"])).unwrap();
+    assert_eq!(info["revision"], 4);
+    assert_eq!(info["workers"], 2);
+    let stats = ok(&s, &["stats"]);
+    assert!(stats.starts_with("revision 4,"), "{stats}");
+    assert!(stats.contains("10.0.0.100:80/tcp"), "{stats}");
+
+    assert_eq!(
+        ok(&s, &["delete", "backend", "default/web", "10.1.0.12:8080"]),
+        "revision 5: deleted backend 10.1.0.12:8080 of default/web\n"
+    );
+    ok(&s, &["delete", "frontend", "10.0.0.53:53/udp"]);
+    ok(&s, &["delete", "service", "default/web"]);
+    let st = s.state();
+    assert_eq!(st.services.keys().collect::<Vec<_>>(), vec!["kube-system/dns"]);
+    assert!(st.frontends.is_empty());
+    assert_eq!(st.backends.len(), 1);
+    assert_eq!(s.revision(), 7);
+
+    // Re-applying the same file is idempotent for what it still declares.
+    ok(&s, &["apply", "-f", &file]);
+    assert_eq!(s.state().services.len(), 2);
+}
+
+#[test]
+fn errors_exit_non_zero_with_one_line() {
+    let s = Server::start();
+    let server = sock(&s);
+
+    // A bad file: exit 2, the file, the service and the field; nothing sent.
+    let bad = write_file(
+        s.dir.path(),
+        "bad.toml",
+        "[[service]]\nname = \"default/web\"\n[[service.frontend]]\naddress = \"10.0.0.100:80\"\nprotocol = \"sctp\"\n",
+    );
+    let err = fails(&server, &["apply", "-f", &bad], 2);
+    assert!(err.contains("bad.toml"), "{err}");
+    assert!(
+        err.contains("service[0] \"default/web\": frontend[0]: protocol"),
+        "{err}"
+    );
+    let missing = fails(&server, &["apply", "-f", "/nonexistent/services.toml"], 2);
+    assert!(missing.contains("/nonexistent/services.toml"), "{missing}");
+    assert_eq!(s.revision(), 0);
+
+    // The server refuses: exit 1 with the status code and its message.
+    let err = fails(&server, &["delete", "service", "default/nope"], 1);
+    assert!(err.starts_with("lbctl: NOT_FOUND: "), "{err}");
+    assert!(err.contains("default/nope"), "{err}");
+    let err = fails(&server, &["backend", "drain", "10.9.9.9"], 1);
+    assert!(err.starts_with("lbctl: NOT_FOUND: "), "{err}");
+    let err = fails(&server, &["delete", "service", "nope"], 1);
+    assert!(err.starts_with("lbctl: INVALID_ARGUMENT: "), "{err}");
+    assert!(err.contains("name"), "{err}");
+    let orphan = write_file(
+        s.dir.path(),
+        "orphan.toml",
+        "[[service]]\nname = \"default/a\"\n[[service.frontend]]\naddress = \"10.0.0.100:80\"\n",
+    );
+    ok(&s, &["apply", "-f", &orphan]);
+    let clash = write_file(
+        s.dir.path(),
+        "clash.toml",
+        "[[service]]\nname = \"default/b\"\n[[service.frontend]]\naddress = \"10.0.0.100:80\"\n",
+    );
+    let err = fails(&server, &["apply", "-f", &clash], 1);
+    assert!(err.starts_with("lbctl: ALREADY_EXISTS: "), "{err}");
+    assert!(err.contains("10.0.0.100:80/tcp"), "{err}");
+    assert_eq!(s.revision(), 1);
+
+    // Bad arguments: usage error, exit 2.
+    let out = lbctl(&server, &["delete", "frontend", "10.0.0.100:80"]);
+    assert_eq!(out.status.code(), Some(2));
+
+    // No server: exit 3, naming the socket and suggesting lbd is down.
+    let gone = s.dir.path().join("nothing.sock");
+    let err = fails(&format!("unix:{}", gone.display()), &["info"], 3);
+    assert!(err.contains(&gone.display().to_string()), "{err}");
+    assert!(err.contains("is lbd running"), "{err}");
+    let err = fails("127.0.0.1:1", &["get", "services"], 3);
+    assert!(err.contains("127.0.0.1:1"), "{err}");
+}
+
+#[test]
+fn server_from_the_environment_and_stats_watch() {
+    let s = Server::start();
+    let out = Command::new(env!("CARGO_BIN_EXE_lbctl"))
+        .args(["get", "services", "-o", "json"])
+        .env("LBCTL_SERVER", sock(&s))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), "[]");
+
+    // --watch repeats with rates until stopped; read two samples.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lbctl"))
+        .args(["--server", &sock(&s), "stats", "--watch", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut samples = 0;
+    let mut saw_rates = false;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        if line.starts_with("--- every 1s") {
+            samples += 1;
+            if samples == 3 {
+                break;
+            }
+        }
+        saw_rates |= samples == 2 && line.contains("RX/S");
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(saw_rates, "the second sample has rates");
+}
