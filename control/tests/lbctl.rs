@@ -289,3 +289,118 @@ fn server_from_the_environment_and_stats_watch() {
     child.wait().unwrap();
     assert!(saw_rates, "the second sample has rates");
 }
+
+/// Makes a CA, a server certificate for 127.0.0.1 and a client
+/// certificate in `dir` with the openssl command.
+fn make_certs(dir: &Path) {
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+    let mut ca = vec!["req", "-x509"];
+    ca.extend(ec);
+    ca.extend([
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=lbd test CA",
+    ]);
+    run(&ca);
+    for (name, ext) in [
+        (
+            "server",
+            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+        ),
+        ("client", "extendedKeyUsage=clientAuth\n"),
+    ] {
+        std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
+        let (key, csr, pem, extf, subj) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.pem"),
+            format!("{name}.ext"),
+            format!("/CN={name}"),
+        );
+        let mut req = vec!["req"];
+        req.extend(ec);
+        req.extend(["-keyout", &key, "-out", &csr, "-subj", &subj]);
+        run(&req);
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &pem,
+            "-days",
+            "2",
+            "-extfile",
+            &extf,
+        ]);
+    }
+}
+
+#[test]
+fn tcp_with_tls_and_client_certificates() {
+    let s = Server::start_with(|dir| {
+        make_certs(dir);
+        Some(lb_control::listen::ListenConfig {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            tls: Some(lb_control::listen::TlsPaths {
+                cert: dir.join("server.pem"),
+                key: dir.join("server.key"),
+                client_ca: Some(dir.join("ca.pem")),
+            }),
+        })
+    });
+    let lb_control::listen::ListenAddr::Tcp(addr) = s.addr.clone() else {
+        panic!("{:?}", s.addr)
+    };
+    let d = s.dir.path();
+    let path = |n: &str| d.join(n).to_str().unwrap().to_string();
+    let server = format!("https://{addr}");
+    let out = lbctl(
+        &server,
+        &[
+            "--ca",
+            &path("ca.pem"),
+            "--cert",
+            &path("client.pem"),
+            "--key",
+            &path("client.key"),
+            "info",
+            "-o",
+            "json",
+        ],
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(info["instance_id"], s.instance_id.as_str());
+
+    // Without a client certificate, or over plain http, nothing works.
+    let out = lbctl(&server, &["--ca", &path("ca.pem"), "info"]);
+    assert!(!out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+    let out = lbctl(&format!("http://{addr}"), &["info"]);
+    assert!(!out.status.success());
+    // https without --ca is a usage error.
+    fails(&server, &["info"], 2);
+}

@@ -45,7 +45,10 @@ pub fn ports() -> Vec<PortInfo> {
 
 pub struct Server {
     pub dir: TempDir,
+    /// The unix socket (or, for TCP, where one would be: it never exists).
     pub socket: PathBuf,
+    /// Where it listens.
+    pub addr: ListenAddr,
     pub state_file: PathBuf,
     pub plane: SharedPlane,
     pub instance_id: String,
@@ -55,19 +58,25 @@ pub struct Server {
 
 impl Server {
     pub fn start() -> Server {
+        Server::start_with(|_| None)
+    }
+
+    /// Starts with the listener `config` returns for the temporary
+    /// directory (`None`: the unix socket there).
+    pub fn start_with(config: impl FnOnce(&std::path::Path) -> Option<ListenConfig>) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("run/lbd.sock");
         let state_file = dir.path().join("state.json");
+        let cfg = config(dir.path()).unwrap_or(ListenConfig {
+            addr: ListenAddr::Unix(socket.clone()),
+            tls: None,
+        });
         let plane = ControlPlane::open(node(), Some(&state_file)).unwrap();
         let plane: SharedPlane = Arc::new(Mutex::new(plane));
         let info = ServerInfo::new(ports(), 2);
         let instance_id = info.instance_id.clone();
         let (stop, stopped) = oneshot::channel::<()>();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        let cfg = ListenConfig {
-            addr: ListenAddr::Unix(socket.clone()),
-            tls: None,
-        };
         let p = Arc::clone(&plane);
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -82,7 +91,7 @@ impl Server {
                         return Err(e);
                     }
                 };
-                let _ = ready_tx.send(Ok(()));
+                let _ = ready_tx.send(Ok(listener.addr().clone()));
                 listener
                     .serve(p, info, async move {
                         let _ = stopped.await;
@@ -90,10 +99,11 @@ impl Server {
                     .await
             })
         });
-        ready_rx.recv().unwrap().unwrap();
+        let addr = ready_rx.recv().unwrap().unwrap();
         Server {
             dir,
             socket,
+            addr,
             state_file,
             plane,
             instance_id,
