@@ -31,6 +31,9 @@ pub const DEFAULT_SOCKET: &str = "/run/lbd/lbd.sock";
 /// How long in-flight calls may take to finish once shutdown is asked for.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
+/// How often [`Listener::serve`] collects the plane's replaced snapshots.
+pub const GC_PERIOD: Duration = Duration::from_secs(1);
+
 /// A unix socket path or a TCP address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ListenAddr {
@@ -337,7 +340,9 @@ impl Listener {
     }
 
     /// Serves the API until `shutdown` completes, then ends Watch streams,
-    /// waits for in-flight calls, and removes the unix socket.
+    /// waits up to [`SHUTDOWN_GRACE`] for in-flight calls, and removes the
+    /// unix socket. Meanwhile it collects the plane's garbage every
+    /// [`GC_PERIOD`].
     pub async fn serve(
         self,
         plane: SharedPlane,
@@ -348,7 +353,7 @@ impl Listener {
         if let Some(tls) = self.tls {
             builder = builder.tls_config(tls).map_err(ListenError::Tls)?;
         }
-        let (router, closer) = grpc::router(builder, plane, info).await?;
+        let (router, closer) = grpc::router(builder, std::sync::Arc::clone(&plane), info).await?;
         // After `shutdown`, in-flight calls get SHUTDOWN_GRACE to finish;
         // then the server is dropped, which closes whatever connections a
         // stuck or idle client still holds open.
@@ -365,13 +370,31 @@ impl Listener {
                 "gRPC clients still connected after {SHUTDOWN_GRACE:?}; closing their connections"
             );
         };
+        // Snapshots replaced while no commit follows must still be freed
+        // here, off the workers (see the plane's graveyard).
+        let gc = async move {
+            let mut tick = tokio::time::interval(GC_PERIOD);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if let Ok(mut p) = plane.lock() {
+                    p.collect_garbage();
+                }
+            }
+        };
+        let deadline_or_gc = async move {
+            tokio::select! {
+                _ = deadline => {}
+                _ = gc => {}
+            }
+        };
         let addr = self.addr;
         tracing::info!(%addr, "gRPC control API listening");
         let result = match self.socket {
             Socket::Unix { listener, path, id } => {
                 let r = tokio::select! {
                     r = router.serve_with_incoming_shutdown(UnixListenerStream::new(listener), signal) => r,
-                    _ = deadline => Ok(()),
+                    _ = deadline_or_gc => Ok(()),
                 };
                 if let Ok(m) = std::fs::symlink_metadata(&path) {
                     if (m.dev(), m.ino()) == id {
@@ -382,7 +405,7 @@ impl Listener {
             }
             Socket::Tcp(listener) => tokio::select! {
                 r = router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), signal) => r,
-                _ = deadline => Ok(()),
+                _ = deadline_or_gc => Ok(()),
             },
         };
         result.map_err(|source| ListenError::Serve { addr, source })
