@@ -18,11 +18,12 @@ fi
 # Build: DPDK and its headers, pkg-config, libclang for bindgen, protoc, a C compiler.
 # Tests and demo: iproute2 (ip netns), ethtool (checksum offload off on veths),
 # iputils-ping, arping, tcpdump, curl, python3 (HTTP servers in namespaces),
-# socat (UDP echo), apache2-utils (ab), procps (pkill/pgrep).
+# socat (UDP echo), apache2-utils (ab), procps (pkill/pgrep), openssl (test CA
+# for lbctl over TLS), valgrind (callgrind instruction counts).
 PACKAGES=(
     dpdk libdpdk-dev pkg-config libclang-dev clang protobuf-compiler build-essential
     iproute2 ethtool iputils-ping arping tcpdump curl python3 socat apache2-utils procps
-    valgrind
+    valgrind openssl ca-certificates
 )
 
 missing=()

@@ -13,9 +13,12 @@ cargo fmt --all -- --check
 echo "test: cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "test: cargo test"
+# cargo test's exit status is taken from the pipe without letting set -e end
+# the script, so the summary line is printed on failure too.
+set +e
 cargo test --workspace --no-fail-fast 2>&1 | tee /tmp/lbd-test.log
-# cargo test's exit status is lost in the pipe; recover it.
 status=${PIPESTATUS[0]}
+set -e
 summary=$(grep -E '^test result:' /tmp/lbd-test.log | awk '{p+=$4; f+=$6; i+=$8} END {print p" passed, "f" failed, "i" skipped"}')
 echo "test: $summary"
 exit "$status"

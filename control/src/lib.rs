@@ -22,14 +22,14 @@
 //!   `lbctl apply -f`.
 #![forbid(unsafe_code)]
 
-pub mod compile;
-pub mod model;
-pub mod persist;
-pub mod plane;
-pub mod stats;
-pub mod store;
 pub mod cli;
+pub mod compile;
 pub mod convert;
 pub mod grpc;
 pub mod listen;
+pub mod model;
+pub mod persist;
+pub mod plane;
 pub mod services_file;
+pub mod stats;
+pub mod store;

@@ -26,7 +26,9 @@ pub enum BuildError {
     },
     /// [`Snapshot::with_services`](super::Snapshot::with_services) was
     /// given a service the snapshot does not have.
-    #[error("service {name}: field name: not in the previous snapshot (adding a service needs a full build)")]
+    #[error(
+        "service {name}: field name: not in the previous snapshot (adding a service needs a full build)"
+    )]
     NotInSnapshot {
         /// The name given.
         name: String,

@@ -46,9 +46,6 @@ mod net;
 mod slots;
 mod spec;
 #[cfg(test)]
-mod tests_update;
-mod update;
-#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_errors;
@@ -56,6 +53,9 @@ mod tests_errors;
 mod tests_scale;
 #[cfg(test)]
 mod tests_share;
+#[cfg(test)]
+mod tests_update;
+mod update;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
