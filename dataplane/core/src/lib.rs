@@ -27,6 +27,7 @@ pub mod flow;
 pub mod local;
 pub mod maglev;
 pub mod nat;
+pub mod reject;
 pub mod snapshot;
 pub mod time;
 pub mod wire;

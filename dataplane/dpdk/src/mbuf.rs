@@ -224,6 +224,24 @@ impl Mbuf {
         unsafe { dpdk_sys::lbd_rte_pktmbuf_rss_hash(self.0.as_ptr()) }
     }
 
+    /// The port the mbuf arrived on (set by the PMD at rx), or the port
+    /// last given to [`Mbuf::set_port`].
+    #[inline]
+    pub fn port(&self) -> u16 {
+        // SAFETY: we own the mbuf; reads one plain field of the struct
+        // whose layout bindgen checked.
+        unsafe { (*self.0.as_ptr()).port }
+    }
+
+    /// Records a port in the mbuf (lbd uses it to say on which port a
+    /// frame handed to another lcore must leave or was received).
+    #[inline]
+    pub fn set_port(&mut self, port: u16) {
+        // SAFETY: we own the mbuf exclusively (&mut self); writes one plain
+        // field that DPDK only reads at rx time.
+        unsafe { (*self.0.as_ptr()).port = port }
+    }
+
     /// Gives up ownership: the caller must pass the pointer to DPDK (tx,
     /// ring) or back to [`Mbuf::from_raw`].
     #[inline]
@@ -314,6 +332,34 @@ impl Burst {
         // SAFETY: i < len, so ptrs[i] is a valid mbuf we own; the slice
         // borrows self mutably.
         unsafe { mbuf_bytes(self.ptrs[i]) }
+    }
+
+    /// The port recorded in mbuf `i` (see [`Mbuf::port`]).
+    #[inline]
+    pub fn port(&self, i: usize) -> u16 {
+        assert!(i < self.len, "burst index {i} out of range {}", self.len);
+        // SAFETY: i < len, so ptrs[i] is a valid mbuf we own; reads one field.
+        unsafe { (*self.ptrs[i]).port }
+    }
+
+    /// The data of every held mbuf at once, writable: element `i` is mbuf
+    /// `i`'s bytes for `i < len()`, and empty beyond. What a pipeline that
+    /// takes a whole burst of frames needs.
+    #[inline]
+    pub fn frames_mut(&mut self) -> [&mut [u8]; BURST_MAX] {
+        let len = self.len;
+        let ptrs = &self.ptrs;
+        std::array::from_fn(|i| {
+            if i < len {
+                // SAFETY: i < len, so ptrs[i] is a valid mbuf we own; every
+                // mbuf of a burst is distinct (each was pushed once, owned),
+                // so the slices do not alias, and all of them borrow self
+                // mutably for their lifetime.
+                unsafe { mbuf_bytes(ptrs[i]) }
+            } else {
+                &mut []
+            }
+        })
     }
 
     /// Removes and returns all mbufs in order.

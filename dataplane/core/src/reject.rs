@@ -1,0 +1,203 @@
+//! Refusing a TCP connection to a VIP port that no frontend serves: the
+//! frame is turned, in place, into the RST a host with no listener would
+//! send (RFC 9293 §3.10.7.1), back to where it came from, so the client
+//! fails at once ("connection refused") instead of retrying into silence.
+//!
+//! UDP to such a port is dropped (`no_frontend`) without an ICMP port
+//! unreachable: the answer would be larger than the frame it replaces, and
+//! a balancer that answers UDP probes of every VIP port helps scanners more
+//! than clients.
+
+use std::net::IpAddr;
+
+use crate::checksum::{checksum, l4_checksum_v4, l4_checksum_v6};
+use crate::wire::{self, Parsed, TcpFlags, L3};
+
+const TCP_HEADER: usize = 20;
+const TTL: u8 = 64;
+
+/// Rewrites the TCP segment `p` (parsed from `frame`) into its reset,
+/// addressed back to the sender through the MAC it came from; returns the
+/// new frame length, or `None` when `p` must not be answered: a RST (never
+/// answered), not TCP, or a fragment.
+pub fn write_tcp_reset(frame: &mut [u8], p: &Parsed) -> Option<usize> {
+    if p.protocol != wire::ip_proto::TCP
+        || p.tcp_flags.0 & TcpFlags::RST.0 != 0
+        || p.fragment != wire::Fragment::None
+    {
+        return None;
+    }
+    let l3 = usize::from(p.l3_offset);
+    let l4 = usize::from(p.l4_offset);
+    let end = (p.end as usize).min(frame.len());
+    let seg = frame.get(l4..end)?;
+    if seg.len() < TCP_HEADER {
+        return None;
+    }
+    let seq = u32::from_be_bytes(seg[4..8].try_into().ok()?);
+    let ack = u32::from_be_bytes(seg[8..12].try_into().ok()?);
+    let data_off = usize::from(seg[12] >> 4) * 4;
+    let flags = p.tcp_flags.0;
+    // SYN and FIN each take one sequence number.
+    let seg_len = seg.len().saturating_sub(data_off) as u32
+        + u32::from(flags & TcpFlags::SYN.0 != 0)
+        + u32::from(flags & TcpFlags::FIN.0 != 0);
+    let (rst_seq, rst_ack, rst_flags) = if flags & TcpFlags::ACK.0 != 0 {
+        (ack, 0, TcpFlags::RST.0)
+    } else {
+        (0, seq.wrapping_add(seg_len), TcpFlags::RST.0 | TcpFlags::ACK.0)
+    };
+
+    // Layer 2: back to the sender.
+    let (dst, src) = frame.split_at_mut(6);
+    dst.swap_with_slice(&mut src[..6]);
+
+    // Layer 3: addresses swapped, no options, fresh TTL.
+    let ip_len = match (p.l3, p.src, p.dst) {
+        (L3::Ipv4, IpAddr::V4(s), IpAddr::V4(d)) => {
+            let new_l4 = l3 + 20;
+            let h = frame.get_mut(l3..new_l4 + TCP_HEADER)?;
+            h[0] = 0x45;
+            h[1] = 0;
+            h[2..4].copy_from_slice(&(20 + TCP_HEADER as u16).to_be_bytes());
+            h[4..6].copy_from_slice(&0u16.to_be_bytes()); // id
+            h[6..8].copy_from_slice(&0x4000u16.to_be_bytes()); // DF
+            h[8] = TTL;
+            h[9] = wire::ip_proto::TCP;
+            h[10..12].copy_from_slice(&[0, 0]);
+            h[12..16].copy_from_slice(&d.octets());
+            h[16..20].copy_from_slice(&s.octets());
+            let c = checksum(&h[..20]);
+            h[10..12].copy_from_slice(&c.to_be_bytes());
+            let tcp = &mut h[20..];
+            write_tcp(tcp, p.dst_port, p.src_port, rst_seq, rst_ack, rst_flags);
+            let c = l4_checksum_v4(d, s, wire::ip_proto::TCP, tcp);
+            tcp[16..18].copy_from_slice(&c.to_be_bytes());
+            new_l4 + TCP_HEADER
+        }
+        (L3::Ipv6, IpAddr::V6(s), IpAddr::V6(d)) => {
+            let new_l4 = l3 + 40;
+            let h = frame.get_mut(l3..new_l4 + TCP_HEADER)?;
+            h[0..4].copy_from_slice(&0x6000_0000u32.to_be_bytes());
+            h[4..6].copy_from_slice(&(TCP_HEADER as u16).to_be_bytes());
+            h[6] = wire::ip_proto::TCP;
+            h[7] = TTL;
+            h[8..24].copy_from_slice(&d.octets());
+            h[24..40].copy_from_slice(&s.octets());
+            let tcp = &mut h[40..];
+            write_tcp(tcp, p.dst_port, p.src_port, rst_seq, rst_ack, rst_flags);
+            let c = l4_checksum_v6(&d, &s, wire::ip_proto::TCP, tcp);
+            tcp[16..18].copy_from_slice(&c.to_be_bytes());
+            new_l4 + TCP_HEADER
+        }
+        _ => return None,
+    };
+    // Not padded to the Ethernet minimum: the frame may be shorter than
+    // that (virtual devices deliver 54-byte segments), and NICs pad on
+    // transmit.
+    Some(ip_len)
+}
+
+fn write_tcp(t: &mut [u8], sport: u16, dport: u16, seq: u32, ack: u32, flags: u8) {
+    t[0..2].copy_from_slice(&sport.to_be_bytes());
+    t[2..4].copy_from_slice(&dport.to_be_bytes());
+    t[4..8].copy_from_slice(&seq.to_be_bytes());
+    t[8..12].copy_from_slice(&ack.to_be_bytes());
+    t[12] = (TCP_HEADER as u8 / 4) << 4;
+    t[13] = flags;
+    t[14..20].fill(0); // window, checksum, urgent pointer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
+
+    const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+    const LB_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
+
+    fn syn_v4(payload: &[u8], syn: bool, ack: Option<u32>) -> Vec<u8> {
+        let b = PacketBuilder::ethernet2(CLIENT_MAC, LB_MAC)
+            .ipv4([10, 0, 0, 2], [10, 0, 0, 100], 61)
+            .tcp(40000, 81, 1000, 64240);
+        let b = if syn { b.syn() } else { b };
+        let b = match ack {
+            Some(a) => b.ack(a),
+            None => b,
+        };
+        let mut v = Vec::new();
+        b.write(&mut v, payload).unwrap();
+        v
+    }
+
+    fn check(frame: &mut [u8], want_seq: u32, want_ack: Option<u32>) {
+        let p = wire::parse(frame).unwrap();
+        let n = write_tcp_reset(frame, &p).expect("answered");
+        let out = &frame[..n];
+        assert_eq!(out[..6], CLIENT_MAC);
+        assert_eq!(out[6..12], LB_MAC);
+        // Our own parser verifies every checksum.
+        let q = wire::parse(out).expect("valid reset");
+        assert_eq!((q.src, q.dst), (p.dst, p.src));
+        assert_eq!((q.src_port, q.dst_port), (81, 40000));
+        let s = SlicedPacket::from_ethernet(out).unwrap();
+        let Some(TransportSlice::Tcp(t)) = s.transport else {
+            panic!("tcp")
+        };
+        assert!(t.rst());
+        assert_eq!(t.sequence_number(), want_seq);
+        assert_eq!(t.ack(), want_ack.is_some());
+        if let Some(a) = want_ack {
+            assert_eq!(t.acknowledgment_number(), a);
+        }
+        match s.net {
+            Some(NetSlice::Ipv4(ip)) => assert_eq!(ip.header().ttl(), TTL),
+            Some(NetSlice::Ipv6(ip)) => assert_eq!(ip.header().hop_limit(), TTL),
+            _ => panic!("ip"),
+        }
+    }
+
+    #[test]
+    fn syn_gets_rst_ack_of_its_sequence_plus_one() {
+        let mut f = syn_v4(&[], true, None);
+        check(&mut f, 0, Some(1001));
+    }
+
+    #[test]
+    fn data_segment_with_ack_gets_rst_at_its_ack() {
+        let mut f = syn_v4(b"hello", false, Some(777));
+        check(&mut f, 777, None);
+        let mut f = syn_v4(b"hello", false, None);
+        check(&mut f, 0, Some(1005));
+    }
+
+    #[test]
+    fn ipv6_syn() {
+        let b = PacketBuilder::ethernet2(CLIENT_MAC, LB_MAC)
+            .ipv6([0xfd; 16], [0xfe; 16], 61)
+            .tcp(40000, 81, 5, 64240)
+            .syn();
+        let mut f = Vec::new();
+        b.write(&mut f, &[]).unwrap();
+        check(&mut f, 0, Some(6));
+    }
+
+    #[test]
+    fn resets_udp_and_fragments_are_not_answered() {
+        let b = PacketBuilder::ethernet2(CLIENT_MAC, LB_MAC)
+            .ipv4([10, 0, 0, 2], [10, 0, 0, 100], 61)
+            .tcp(40000, 81, 5, 64240)
+            .rst();
+        let mut f = Vec::new();
+        b.write(&mut f, &[]).unwrap();
+        let p = wire::parse(&f).unwrap();
+        assert_eq!(write_tcp_reset(&mut f, &p), None);
+        let b = PacketBuilder::ethernet2(CLIENT_MAC, LB_MAC)
+            .ipv4([10, 0, 0, 2], [10, 0, 0, 100], 61)
+            .udp(40000, 81);
+        let mut f = Vec::new();
+        b.write(&mut f, b"x").unwrap();
+        let p = wire::parse(&f).unwrap();
+        assert_eq!(write_tcp_reset(&mut f, &p), None);
+    }
+}
