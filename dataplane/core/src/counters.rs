@@ -100,6 +100,8 @@ pub struct WorkerCounters {
     pub neighbor_updates: Counter,
     /// Packets handed over to the worker that owns their flow.
     pub handed_over: Counter,
+    /// TCP segments to a VIP port without a frontend answered with a RST.
+    pub resets_sent: Counter,
     /// Connections opened (conntrack entries created).
     pub new_connections: Counter,
     /// DNAT packets forwarded without a conntrack entry because the table
@@ -128,6 +130,7 @@ impl WorkerCounters {
             local_replies: Counter::default(),
             neighbor_updates: Counter::default(),
             handed_over: Counter::default(),
+            resets_sent: Counter::default(),
             new_connections: Counter::default(),
             stateless_forwards: Counter::default(),
             conntrack_evictions: Counter::default(),

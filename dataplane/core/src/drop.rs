@@ -56,7 +56,9 @@ pub enum DropReason {
     SnatExhausted,
     /// An ICMP error quoting a flow that is not tracked.
     IcmpErrorUntracked,
-    /// The next hop's MAC address is not known.
+    /// The next hop's MAC address is not known and could not be learned:
+    /// it did not answer ARP while the frame was held, the hold queue was
+    /// full, or it is an IPv6 next hop (lbd resolves IPv4 next hops only).
     NoNeighbor,
     /// The frame would exceed the egress MTU.
     TooBig,
@@ -67,11 +69,14 @@ pub enum DropReason {
     NdNotForUs,
     /// The NIC did not accept the packet on transmit (tx ring full).
     TxFull,
+    /// No route to the destination: no port's prefix holds it and no port
+    /// has a gateway of its family.
+    NoRoute,
 }
 
 impl DropReason {
     /// Number of reasons: the length of a per-worker drop counter array.
-    pub const COUNT: usize = DropReason::TxFull as usize + 1;
+    pub const COUNT: usize = DropReason::NoRoute as usize + 1;
 
     /// Every reason, in discriminant order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -103,6 +108,7 @@ impl DropReason {
         DropReason::HandoverRingFull,
         DropReason::NdNotForUs,
         DropReason::TxFull,
+        DropReason::NoRoute,
     ];
 
     /// The stable snake_case name used in counters, logs and the API.
@@ -136,6 +142,7 @@ impl DropReason {
             DropReason::HandoverRingFull => "handover_ring_full",
             DropReason::NdNotForUs => "nd_not_for_us",
             DropReason::TxFull => "tx_full",
+            DropReason::NoRoute => "no_route",
         }
     }
 }

@@ -476,6 +476,30 @@ pub fn write_gratuitous_arp(
         })
 }
 
+/// Write an ARP request (who-has `target`, tell `src_ip` at `mac`,
+/// broadcast) into `buf`; returns the frame length (60, padded). lbd's
+/// control thread sends these to resolve next hops.
+pub fn write_arp_request(
+    buf: &mut [u8],
+    mac: MacAddr,
+    src_ip: Ipv4Addr,
+    target: Ipv4Addr,
+    vlan: Option<u16>,
+) -> Result<usize, BuildError> {
+    let repr = ArpRepr {
+        operation: arp::OP_REQUEST,
+        sender_mac: mac,
+        sender_ip: src_ip,
+        target_mac: MacAddr::ZERO,
+        target_ip: target,
+    };
+    repr.emit_frame(buf, MacAddr::BROADCAST, vlan)
+        .ok_or(BuildError::BufferTooSmall {
+            need: ethernet::MIN_FRAME_LEN,
+            have: buf.len(),
+        })
+}
+
 /// Write an unsolicited neighbor advertisement for `ip` (RFC 4861 §7.2.6:
 /// to all-nodes, Override set, with our link-layer address), the IPv6
 /// counterpart of [`write_gratuitous_arp`]; returns the frame length.

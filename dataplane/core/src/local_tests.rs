@@ -405,6 +405,30 @@ fn builders() {
         Err(BuildError::BufferTooSmall { need: 60, have: 59 })
     );
 
+    // An ARP request: broadcast, who-has target, tell us; the neighbor's
+    // view of it (handle_local on the target) answers it.
+    let target = Ipv4Addr::new(10, 0, 0, 77);
+    let n = write_arp_request(&mut buf, OUR_MAC, OUR_V4, target, None).unwrap();
+    assert_eq!(n, 60);
+    assert_eq!(buf[..6], [0xff; 6]);
+    let a = {
+        let s = SlicedPacket::from_ethernet(&buf[..n]).unwrap();
+        let Some(etherparse::NetSlice::Arp(a)) = s.net else {
+            panic!("not arp")
+        };
+        a.to_packet().try_eth_ipv4().unwrap()
+    };
+    assert_eq!(
+        (a.sender_ipv4, a.target_ipv4, a.sender_mac),
+        (OUR_V4.octets(), target.octets(), OUR_MAC.0)
+    );
+    let neighbor = LocalAddrs::new(MacAddr([2, 0, 0, 0, 0, 0xcc]), [IpAddr::V4(target)]).unwrap();
+    assert!(matches!(
+        handle_local(&mut buf[..n], &neighbor),
+        LocalVerdict::Reply { .. }
+    ));
+    assert!(write_arp_request(&mut buf[..59], OUR_MAC, OUR_V4, target, None).is_err());
+
     let n = write_unsolicited_na(&mut buf, OUR_MAC, &our_v6(), None).unwrap();
     assert_eq!(n, 14 + 40 + 32);
     assert_checksums_valid(&buf[..n]);

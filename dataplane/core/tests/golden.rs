@@ -407,9 +407,13 @@ fn family_cases(f: Fam) -> Vec<Case> {
 
     // No frontend, no backend, source range.
     let p81 = from_client(Pkt::tcp(ep(f.client, 40000), ep(f.web, 81), "S"));
+    let rst = Pkt::tcp(ep(f.web, 81), ep(f.client, 40000), "RA0")
+        .seq_ack(0, 1001)
+        .ttl(64)
+        .macs(MAC0, CLIENT_MAC);
     cases.push(Case::new(
-        format!("{n} VIP port without a frontend is no_frontend"),
-        vec![drop(0, &p81, DropReason::NoFrontend)],
+        format!("{n} TCP to a VIP port without a frontend is refused with a RST"),
+        vec![tx(0, &p81, &rst)],
     ));
     let udp80 = from_client(Pkt::udp(ep(f.client, 40000), ep(f.web, 80), b"x"));
     cases.push(Case::new(

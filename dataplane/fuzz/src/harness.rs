@@ -65,6 +65,15 @@ fn check(snap: &Snapshot, v: Verdict, frame_len: usize) -> Option<usize> {
             );
             Some(len)
         }
+        Verdict::Resolve { port, len, .. } => {
+            // Same rules as Transmit; the frame is not fed back (no MAC).
+            assert!(snap.port(port).is_some(), "resolve on unconfigured port {port}");
+            assert!(
+                (14..=frame_len).contains(&len),
+                "resolve len {len} of a {frame_len}-byte frame"
+            );
+            None
+        }
         Verdict::Drop(_) | Verdict::HandOver(_) | Verdict::Neighbor { .. } | Verdict::ToHost => None,
     }
 }

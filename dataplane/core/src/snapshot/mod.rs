@@ -381,6 +381,18 @@ pub struct NextHop {
     pub dst_mac: [u8; 6],
 }
 
+/// A next hop whose MAC is not known yet: [`Snapshot::unresolved_hop`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UnresolvedHop {
+    /// DPDK port id to send on.
+    pub port: u16,
+    /// The port's MAC.
+    pub src_mac: [u8; 6],
+    /// The address to resolve: the destination itself when a port's prefix
+    /// holds it, else the gateway.
+    pub via: IpAddr,
+}
+
 /// One DPDK port's layer-3 configuration.
 #[derive(Debug, Clone)]
 pub struct PortConfig {
@@ -627,6 +639,33 @@ impl Snapshot {
                 self.default_v6
             }
         }
+    }
+
+    /// When [`next_hop`](Self::next_hop) has no answer for `dst`: the
+    /// next hop to resolve and the port to send on, or `None` when there is
+    /// no route at all (no port's prefix holds `dst` and no port has a
+    /// gateway of its family). Slow path: a scan of the prefixes and ports.
+    pub fn unresolved_hop(&self, dst: IpAddr) -> Option<UnresolvedHop> {
+        let mac_of = |port: u16| self.port(port).map_or([0; 6], PortConfig::mac);
+        if let Some(port) = self.connected_port(dst) {
+            return Some(UnresolvedHop {
+                port,
+                src_mac: mac_of(port),
+                via: dst,
+            });
+        }
+        let gateway = |p: &PortConfig| match dst {
+            IpAddr::V4(_) => p.gateway_v4.map(IpAddr::V4),
+            IpAddr::V6(_) => p.gateway_v6.map(IpAddr::V6),
+        };
+        self.ports.iter().enumerate().find_map(|(id, p)| {
+            let p = p.as_ref()?;
+            Some(UnresolvedHop {
+                port: id as u16, // < MAX_PORTS
+                src_mac: p.mac,
+                via: gateway(p)?,
+            })
+        })
     }
 
     /// The port whose connected prefix (longest match) holds `ip`.

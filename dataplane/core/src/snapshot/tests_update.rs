@@ -88,3 +88,40 @@ fn rechecks_the_replaced_services_frontends() {
     );
     let _ = fe("192.0.2.1", 80, Proto::Tcp);
 }
+
+#[test]
+fn with_neighbors_resolves_next_hops_and_the_gateway() {
+    let s1 = two();
+    // base(): port 0 is 10.0.0.1/24 via 10.0.0.254 and 2001:db8::1/64.
+    assert_eq!(s1.next_hop(ip("10.0.0.7")), None);
+    let u = s1.unresolved_hop(ip("10.0.0.7")).unwrap();
+    assert_eq!((u.port, u.via), (0, ip("10.0.0.7")));
+    // Off-link: the gateway is what must be resolved.
+    assert_eq!(
+        s1.unresolved_hop(ip("198.51.100.1")).unwrap().via,
+        ip("10.0.0.254")
+    );
+    let mac = [2, 0, 0, 0, 0, 0x77];
+    let gw = [2, 0, 0, 0, 0, 0xfe];
+    let s2 = s1
+        .with_neighbors(&[(ip("10.0.0.7"), mac), (ip("10.0.0.254"), gw)])
+        .unwrap();
+    assert_eq!(s2.revision(), s1.revision());
+    assert!(Arc::ptr_eq(&s1.services()[0], &s2.services()[0]));
+    assert_eq!(s2.next_hop(ip("10.0.0.7")).unwrap().dst_mac, mac);
+    assert_eq!(s2.next_hop(ip("198.51.100.1")).unwrap().dst_mac, gw);
+    // An empty set forgets them again.
+    let s3 = s2.with_neighbors(&[]).unwrap();
+    assert_eq!(s3.next_hop(ip("10.0.0.7")), None);
+    // Invalid: not connected, multicast MAC, conflicting duplicates.
+    assert!(matches!(
+        s1.with_neighbors(&[(ip("172.31.0.1"), mac)]),
+        Err(BuildError::NeighborNotConnected { .. })
+    ));
+    assert!(s1
+        .with_neighbors(&[(ip("10.0.0.8"), [1, 0, 0, 0, 0, 1])])
+        .is_err());
+    assert!(s1
+        .with_neighbors(&[(ip("10.0.0.8"), mac), (ip("10.0.0.8"), gw)])
+        .is_err());
+}

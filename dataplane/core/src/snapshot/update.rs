@@ -11,9 +11,11 @@
 //! [`SnapshotBuilder`] (with `reuse_from` and
 //! [`keep_service`](SnapshotBuilder::keep_service)).
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::builder::frontend_name;
+use super::net::{PortDraft, Routes};
 use super::{BackendSpec, BuildError, ForwardMode, ServiceSpec, Snapshot, SnapshotBuilder};
 
 impl Snapshot {
@@ -103,6 +105,33 @@ impl Snapshot {
                 });
             }
         }
+        Ok(next)
+    }
+
+    /// A copy of `self` (same revision, services shared) whose neighbor
+    /// table and default routes are rebuilt from `neighbors`, validated as
+    /// [`SnapshotBuilder::neighbor`] entries are: a unicast MAC, an address
+    /// in a port's prefix, no address twice with different MACs. What the
+    /// control thread publishes when ARP resolves or forgets a next hop.
+    pub fn with_neighbors(&self, neighbors: &[(IpAddr, [u8; 6])]) -> Result<Snapshot, BuildError> {
+        let drafts: Vec<Option<PortDraft>> = self
+            .ports
+            .iter()
+            .map(|p| {
+                p.as_ref().map(|p| PortDraft {
+                    mac: p.mac,
+                    cidrs: p.cidrs.to_vec(),
+                    gateway_v4: p.gateway_v4,
+                    gateway_v6: p.gateway_v6,
+                })
+            })
+            .collect();
+        let routes = Routes::new(&drafts, neighbors)?;
+        let mut next = self.clone();
+        next.neighbors_v4 = routes.neighbors_v4;
+        next.neighbors_v6 = routes.neighbors_v6;
+        next.default_v4 = routes.default_v4;
+        next.default_v6 = routes.default_v6;
         Ok(next)
     }
 }

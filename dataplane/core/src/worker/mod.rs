@@ -12,7 +12,10 @@
 //! - **ICMP errors** quoting a tracked flow: outer and quoted headers
 //!   translated so path-MTU discovery works through the balancer.
 //!
-//! Then layer 2 (port MAC → next hop's MAC) and a [`Verdict`]. Every packet
+//! Then layer 2 (port MAC → next hop's MAC) and a [`Verdict`]: `Transmit`,
+//! or `Resolve` when the next hop's MAC is not in the snapshot yet (the
+//! shell holds the frame while it asks), or `Drop(no_route)` when there is
+//! no next hop at all. Every packet
 //! that the worker drops is counted once with its [`DropReason`]; packets it
 //! hands back for transmission or hand-over are counted by the caller, which
 //! knows whether the NIC or the ring took them.
@@ -38,6 +41,9 @@
 //!   ring, so a client keeps its backend as long as the backend set does not
 //!   change; the affinity timeout is not enforced separately.
 //! - Non-first fragments are dropped (`fragment`): they carry no ports.
+//! - TCP to a VIP port without a frontend is refused with a RST sent back
+//!   where it came from (`resets_sent`); UDP and the rest are dropped
+//!   (`no_frontend`).
 
 mod burst;
 pub use burst::BURST_LOOKUP_MIN_LEN;
@@ -82,6 +88,19 @@ pub enum Verdict {
     /// For the host's own stack (e.g. a routing daemon talking to the
     /// interface address): pass to the kernel where the shell has a path.
     ToHost,
+    /// The frame is translated (addresses, checksums, conntrack, source
+    /// MAC) but the next hop's MAC is not known: the shell writes it into
+    /// bytes 0..6 once `via` is resolved and transmits the first `len`
+    /// bytes on `port`, or drops the frame (`no_neighbor`).
+    Resolve {
+        /// DPDK port id.
+        port: u16,
+        /// Bytes to send.
+        len: usize,
+        /// The neighbor to resolve: the destination when a port's prefix
+        /// holds it, else the gateway.
+        via: IpAddr,
+    },
 }
 
 /// Per-packet information from the NIC.

@@ -7,7 +7,8 @@ use crate::conntrack::{Direction, EntryId, InsertError, Nat, Rewrite, Tags};
 use crate::flow::{owner_of_client, owner_of_snat_port, FlowKey, Proto, WorkerId};
 use crate::maglev::{flow_hash_v4, flow_hash_v6};
 use crate::nat;
-use crate::snapshot::{Family, ForwardMode, OwnerKind, Service, Snapshot};
+use crate::reject;
+use crate::snapshot::{Family, ForwardMode, NextHop, OwnerKind, Service, Snapshot, UnresolvedHop};
 use crate::wire::{Parsed, TcpFlags};
 use crate::{DropReason, Tick};
 
@@ -88,7 +89,15 @@ impl Worker {
             return Verdict::ToHost;
         }
         if owned != OwnerKind::default() {
-            // A VIP or SNAT address, but no frontend on this port/protocol.
+            // A VIP or SNAT address, but no frontend on this port/protocol:
+            // TCP is refused with a RST (as a host with no listener would),
+            // the rest dropped.
+            if owned.contains(OwnerKind::VIP) {
+                if let Some(len) = reject::write_tcp_reset(frame, p) {
+                    self.counters.resets_sent.inc();
+                    return Verdict::Transmit { port: meta.port, len };
+                }
+            }
             return self.drop(DropReason::NoFrontend);
         }
         // Not addressed to the balancer: a DNAT reply (backend → client),
@@ -244,22 +253,20 @@ impl Worker {
         rw: &Rewrite,
         meta: &PacketMeta,
     ) -> Verdict {
-        let Some(hop) = snap.next_hop(rw.dst.0) else {
-            return self.drop(DropReason::NoNeighbor);
+        let hop = match Hop::of(snap, rw.dst.0) {
+            Some(h) => h,
+            None => return self.drop(DropReason::NoRoute),
         };
         if let Err(reason) = nat::rewrite(frame, p, rw, &meta.offload) {
             return self.drop(reason);
         }
-        nat::set_l2(frame, hop.src_mac, hop.dst_mac);
+        nat::set_l2(frame, hop.src_mac(), hop.dst_mac());
         if let Some((id, dir)) = entry {
             if let Some(tags) = self.conntrack.touch(id, dir, p.tcp_flags.0, now) {
                 self.count_flow(tags, frame.len());
             }
         }
-        Verdict::Transmit {
-            port: hop.port,
-            len: frame.len(),
-        }
+        hop.verdict(frame.len())
     }
 
     #[inline]
@@ -328,17 +335,62 @@ impl Worker {
             dst: flow_rw.dst,
         };
         let inner = nat::inner_rewrite(&flow_rw);
-        let Some(hop) = snap.next_hop(outer.dst.0) else {
-            return self.drop(DropReason::NoNeighbor);
+        let Some(hop) = Hop::of(snap, outer.dst.0) else {
+            return self.drop(DropReason::NoRoute);
         };
         if let Err(reason) = nat::rewrite_icmp_error(frame, p, &outer, &inner, &meta.offload) {
             return self.drop(reason);
         }
-        nat::set_l2(frame, hop.src_mac, hop.dst_mac);
+        nat::set_l2(frame, hop.src_mac(), hop.dst_mac());
         self.conntrack.on_packet(id, dir, 0, now);
-        Verdict::Transmit {
-            port: hop.port,
-            len: frame.len(),
+        hop.verdict(frame.len())
+    }
+}
+
+/// Where a translated frame goes: a resolved next hop, or one to resolve.
+#[derive(Clone, Copy)]
+enum Hop {
+    Resolved(NextHop),
+    Unresolved(UnresolvedHop),
+}
+
+impl Hop {
+    /// The next hop toward `dst`; `None` when there is no route. The
+    /// resolved case is one hash lookup; the other is the slow path.
+    #[inline(always)]
+    fn of(snap: &Snapshot, dst: IpAddr) -> Option<Hop> {
+        match snap.next_hop(dst) {
+            Some(h) => Some(Hop::Resolved(h)),
+            None => snap.unresolved_hop(dst).map(Hop::Unresolved),
+        }
+    }
+
+    #[inline(always)]
+    fn src_mac(&self) -> [u8; 6] {
+        match self {
+            Hop::Resolved(h) => h.src_mac,
+            Hop::Unresolved(u) => u.src_mac,
+        }
+    }
+
+    /// Zero until the shell writes the resolved MAC.
+    #[inline(always)]
+    fn dst_mac(&self) -> [u8; 6] {
+        match self {
+            Hop::Resolved(h) => h.dst_mac,
+            Hop::Unresolved(_) => [0; 6],
+        }
+    }
+
+    #[inline(always)]
+    fn verdict(&self, len: usize) -> Verdict {
+        match *self {
+            Hop::Resolved(h) => Verdict::Transmit { port: h.port, len },
+            Hop::Unresolved(u) => Verdict::Resolve {
+                port: u.port,
+                len,
+                via: u.via,
+            },
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::snapshot::{
     BackendSpec, BackendState, Cidr, ForwardMode, FrontendKind, FrontendSpec, ServiceSpec, SessionAffinity,
     SnapshotBuilder,
 };
-use crate::wire::{self, L3};
+use crate::wire::{self, TcpFlags, L3};
 
 const MAC0: [u8; 6] = [2, 0, 0, 0, 0, 0x10];
 const MAC1: [u8; 6] = [2, 0, 0, 0, 0, 0x11];
@@ -340,8 +340,18 @@ fn maglev_spreads_clients_and_keeps_each_flow() {
 fn drops_are_counted_with_reasons() {
     let snap = snapshot();
     let mut w = worker(1, 0);
-    // A VIP port without a frontend.
+    // A TCP port of a VIP without a frontend: refused with a RST back out
+    // of the port it came in on (not a drop); UDP is dropped.
     let mut f = tcp4(("10.0.0.2", 1), ("10.0.0.100", 81), "S", 64, b"");
+    assert_eq!(
+        run(&mut w, &snap, 0, &mut f, 0),
+        Verdict::Transmit { port: 0, len: 54 }
+    );
+    let rst = wire::parse(&f[..54]).unwrap();
+    assert_eq!((rst.dst, rst.dst_port), (v4("10.0.0.2"), 1));
+    assert_eq!(rst.tcp_flags.0 & TcpFlags::RST.0, TcpFlags::RST.0);
+    assert_eq!(w.counters().resets_sent.get(), 1);
+    let mut f = udp4(("10.0.0.2", 1), ("10.0.0.100", 81), b"x");
     assert_eq!(
         run(&mut w, &snap, 0, &mut f, 0),
         Verdict::Drop(DropReason::NoFrontend)
@@ -622,4 +632,27 @@ fn snat_exhaustion_is_a_counted_drop() {
     }
     assert_eq!(ok, 4);
     assert_eq!(w.counters().drops_of(DropReason::SnatExhausted), 6);
+}
+
+#[test]
+fn unresolved_next_hop_is_resolve_with_the_frame_translated() {
+    let snap = snapshot().with_neighbors(&[]).unwrap();
+    let mut w = worker(1, 0);
+    let mut f = tcp4(("10.0.0.2", 5000), ("10.0.0.100", 80), "S", 64, b"");
+    let v = run(&mut w, &snap, 0, &mut f, 0);
+    let Verdict::Resolve { port, len, via } = v else {
+        panic!("expected Resolve, got {v:?}")
+    };
+    assert_eq!(port, 1);
+    assert_eq!(len, f.len());
+    let p = wire::parse(&f).unwrap();
+    assert_eq!(via, p.dst, "the backend is on a connected subnet");
+    assert_eq!(f[..6], [0; 6], "destination MAC left for the shell");
+    assert_eq!(f[6..12], snap.port(1).unwrap().mac());
+    assert_eq!(
+        w.conntrack().len(),
+        1,
+        "the connection is tracked as for Transmit"
+    );
+    assert_eq!(w.counters().total_drops(), 0);
 }

@@ -42,7 +42,7 @@ pub enum Frag {
 /// The transport layer of a [`Pkt`].
 #[derive(Clone, Debug)]
 pub enum L4 {
-    /// TCP; `flags` holds any of "SAFRP".
+    /// TCP; `flags` holds any of "SAFRP", and '0' for a zero window.
     Tcp {
         sport: u16,
         dport: u16,
@@ -283,7 +283,8 @@ impl Pkt {
                 flags,
                 payload,
             } => {
-                let mut h = TcpHeader::new(*sport, *dport, *seq, 64000);
+                let window = if flags.contains('0') { 0 } else { 64000 };
+                let mut h = TcpHeader::new(*sport, *dport, *seq, window);
                 h.acknowledgment_number = *ack;
                 h.syn = flags.contains('S');
                 h.ack = flags.contains('A');
