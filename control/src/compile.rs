@@ -23,6 +23,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::hash::Hash;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use lb_dataplane::flow::Proto;
@@ -112,6 +113,9 @@ impl SlotJournal {
 #[derive(Debug)]
 pub struct Compiler {
     node: NodeConfig,
+    /// Resolved next hops (runtime state of the node, not desired state):
+    /// every full build carries them; the incremental path clones them.
+    neighbors: Vec<(IpAddr, [u8; 6])>,
     frontends: Slots<FrontendKey>,
     backends: Slots<BackendKey>,
 }
@@ -121,6 +125,7 @@ impl Compiler {
     pub fn new(node: NodeConfig) -> Compiler {
         Compiler {
             node,
+            neighbors: Vec::new(),
             frontends: Slots::default(),
             backends: Slots::default(),
         }
@@ -129,6 +134,17 @@ impl Compiler {
     /// The node configuration.
     pub fn node(&self) -> &NodeConfig {
         &self.node
+    }
+
+    /// The neighbors every later compile includes.
+    pub fn neighbors(&self) -> &[(IpAddr, [u8; 6])] {
+        &self.neighbors
+    }
+
+    /// Replaces the neighbors; the caller has validated them (with
+    /// `Snapshot::with_neighbors`).
+    pub fn set_neighbors(&mut self, neighbors: Vec<(IpAddr, [u8; 6])>) {
+        self.neighbors = neighbors;
     }
 
     /// The slot of a live frontend.
@@ -246,6 +262,9 @@ impl Compiler {
         }
         for &a in &self.node.snat_addresses {
             b.snat_address(a);
+        }
+        for &(ip, mac) in &self.neighbors {
+            b.neighbor(ip, mac);
         }
         let mut ids: HashMap<&str, ServiceId> = HashMap::with_capacity(state.services.len());
         for (name, svc) in &state.services {

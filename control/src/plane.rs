@@ -527,6 +527,31 @@ impl ControlPlane {
         self.events.subscribe()
     }
 
+    /// Publishes `neighbors` (resolved next hops: address, MAC) into the
+    /// snapshot the workers read, and makes every later compile carry them.
+    /// They are the node's runtime state, not desired state: no revision,
+    /// no state file, no Watch event. An invalid set (an address outside
+    /// every port's prefix, a non-unicast MAC, an address twice with two
+    /// MACs) is refused and nothing changes; lbd only gives addresses it
+    /// resolved on a connected prefix.
+    pub fn set_neighbors(&mut self, neighbors: Vec<(IpAddr, [u8; 6])>) -> Result<(), PlaneError> {
+        let prev = self.current.load_full();
+        let next = prev
+            .with_neighbors(&neighbors)
+            .map_err(|e| PlaneError::from(crate::compile::build_error(e)))?;
+        self.compiler.set_neighbors(neighbors);
+        drop(prev);
+        let old = self.current.swap(Arc::new(next));
+        self.graveyard.push(old);
+        self.collect_garbage();
+        Ok(())
+    }
+
+    /// The neighbors last given to [`set_neighbors`](Self::set_neighbors).
+    pub fn neighbors(&self) -> &[(IpAddr, [u8; 6])] {
+        self.compiler.neighbors()
+    }
+
     /// The workers' counters, in worker order, for [`stats`](Self::stats).
     pub fn register_workers(&mut self, counters: Vec<Arc<WorkerCounters>>) {
         self.workers = counters;

@@ -704,3 +704,46 @@ fn stats_map_slots_back_to_objects() {
         .unwrap();
     assert_eq!(b.stats, FlowStats::default());
 }
+
+#[test]
+fn neighbors_are_published_and_survive_every_compile() {
+    let mut p = plane();
+    let rev = p.revision();
+    let mac = [2, 0, 0, 0, 0, 0x42];
+    let gw = [2, 0, 0, 0, 0, 0xfe];
+    assert_eq!(p.snapshot().next_hop(ip("10.0.0.9")), None);
+    p.set_neighbors(vec![(ip("10.0.0.9"), mac), (ip("10.0.0.254"), gw)])
+        .unwrap();
+    assert_eq!(p.revision(), rev, "neighbors are not desired state");
+    let has = |p: &ControlPlane| {
+        let s = p.snapshot();
+        s.next_hop(ip("10.0.0.9")).map(|h| h.dst_mac) == Some(mac)
+            && s.next_hop(ip("198.51.100.7")).map(|h| h.dst_mac) == Some(gw)
+    };
+    assert!(has(&p));
+    // A full build (a new service) and an incremental one (a backend state).
+    p.apply(
+        Source::Api,
+        vec![
+            Change::UpsertService(svc("default/api")),
+            Change::UpsertFrontend(fe("default/api", "192.0.2.2", 80)),
+            Change::UpsertBackend(be("default/api", "10.1.0.1", 9090)),
+        ],
+        None,
+    )
+    .unwrap();
+    assert!(has(&p), "after a full build");
+    p.set_backend_state(ip("10.1.0.1"), None, None, BackendState::Terminating)
+        .unwrap();
+    assert!(has(&p), "after an incremental build");
+    // Invalid: refused whole, nothing changes.
+    let before = p.snapshot();
+    assert!(p
+        .set_neighbors(vec![(ip("10.0.0.10"), mac), (ip("172.16.0.1"), mac)])
+        .is_err());
+    assert!(Arc::ptr_eq(&before, &p.snapshot()));
+    assert_eq!(p.neighbors().len(), 2);
+    // Forgetting them.
+    p.set_neighbors(Vec::new()).unwrap();
+    assert_eq!(p.snapshot().next_hop(ip("10.0.0.9")), None);
+}
