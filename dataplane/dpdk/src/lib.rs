@@ -18,6 +18,7 @@
 //! every block carries a `// SAFETY:` comment naming the invariant it relies on.
 
 mod eal;
+pub mod flow;
 mod mbuf;
 mod port;
 pub mod ring;

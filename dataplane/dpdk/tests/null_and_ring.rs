@@ -59,6 +59,19 @@ fn null_and_ring_ports() {
     assert_eq!(st.opackets, BURST_MAX as u64);
     assert!(st.ipackets > 0);
 
+    // net_null has no rte_flow: the rule is refused with an error, not a crash.
+    let e = dpdk::flow::FlowRule::steer_v4_dst_port(
+        &null,
+        "10.1.0.1".parse().unwrap(),
+        dpdk::flow::L4::Tcp,
+        1,
+        1,
+        0,
+    )
+    .expect_err("net_null has no flow API");
+    assert_eq!(e.port, null_id);
+    assert!(e.errno > 0, "{e}");
+
     // net_ring: what goes out of tx queue 0 comes back on rx queue 0, byte for byte.
     let ring = Port::configure(&eal, ring_id, &PortConfig::default(), pool.clone()).expect("configure ring");
     ring.start().unwrap();
