@@ -1,35 +1,41 @@
 #!/usr/bin/env bash
-# The demo lab: lbd on a veth pair, attached with net_af_packet and without
-# hugepages, and a client in a network namespace that resolves lbd's address
-# with ARP and pings it. Needs no NIC. Run as root:
-#   sudo scripts/demo.sh            # until Ctrl-C
-#   sudo scripts/demo.sh --seconds 10
-# Everything it creates (namespace, veth, lbd) is removed on exit.
+# The demo lab: a client and three HTTP backends in network namespaces, lbd
+# in between on two veth pairs (net_af_packet, no hugepages, no NIC). A
+# services file gives lbd a full-NAT service on VIP 10.200.1.100:80; the
+# client then opens new connections to the VIP in a loop and prints, every
+# second, how they spread over the backends. Run as root:
+#   sudo scripts/demo.sh                 # until Ctrl-C
+#   sudo scripts/demo.sh --seconds 10    # ten rounds
+#   sudo scripts/demo.sh --mode dnat     # DNAT instead of full-NAT
+# Everything it creates (namespaces, veths, servers, lbd) is removed on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
-SECONDS_TO_RUN=0
+ROUNDS=0
+MODE=fullnat
 while [ $# -gt 0 ]; do
     case "$1" in
-        --seconds) SECONDS_TO_RUN="$2"; shift 2 ;;
-        -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+        --seconds) ROUNDS="$2"; shift 2 ;;
+        --mode) MODE="$2"; shift 2 ;;
+        -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
         *) echo "demo: unknown argument $1 (try --help)" >&2; exit 2 ;;
     esac
 done
+case "$MODE" in fullnat|dnat) ;; *) echo "demo: --mode is fullnat or dnat" >&2; exit 2 ;; esac
 [ "$(id -u)" -eq 0 ] || { echo "demo: run as root (network namespaces need it): sudo $0" >&2; exit 1; }
 
 scripts/setup.sh
-echo "demo: building lbd (release)"
-cargo build --release --quiet -p lbd
+echo "demo: building lbd and lbctl (release)"
+cargo build --release --quiet -p lbd -p lb-control --bin lbd --bin lbctl
 LBD=target/release/lbd
+LBCTL=target/release/lbctl
 
-NS=lbd-demo-client
-HOST_IF=lbd-demo0      # lbd's side, in the root namespace
-NS_IF=lbd-demo-c0      # the client's side
-LBD_ADDR=10.200.0.1
-CLIENT_ADDR=10.200.0.2
+TAG=demo
+NET=200
+VIP=10.$NET.1.100
 WORK=$(mktemp -d /tmp/lbd-demo.XXXXXX)
+SOCK=$WORK/lbd.sock
 LBD_PID=""
 
 cleanup() {
@@ -38,35 +44,51 @@ cleanup() {
         kill -TERM "$LBD_PID"; wait "$LBD_PID"
         echo "demo: lbd stopped; its final counters:"; sed -n '/final counters/,$p' "$WORK/lbd.log"
     fi
-    ip link del "$HOST_IF" 2>/dev/null
-    ip netns del "$NS" 2>/dev/null
+    scripts/lab.sh down "$TAG"
     rm -rf "$WORK"
     echo "demo: lab removed"
 }
 trap cleanup EXIT
 trap 'exit 0' INT TERM
 
-ip link del "$HOST_IF" 2>/dev/null || true
-ip netns del "$NS" 2>/dev/null || true
-ip netns add "$NS"
-ip link add "$HOST_IF" type veth peer name "$NS_IF"
-ip link set "$NS_IF" netns "$NS"
-ip link set "$HOST_IF" up
-sysctl -qw "net.ipv6.conf.$HOST_IF.disable_ipv6=1" || true
-ip netns exec "$NS" ip addr add "$CLIENT_ADDR/24" dev "$NS_IF"
-ip netns exec "$NS" ip link set "$NS_IF" up
-ip netns exec "$NS" ip link set lo up
-# veth hands AF_PACKET partial checksums unless transmit offload is off.
-ip netns exec "$NS" ethtool -K "$NS_IF" tx off >/dev/null
+echo "demo: creating the lab (client 10.$NET.1.2, backends 10.$NET.2.11-13)"
+scripts/lab.sh up "$TAG" "$NET"
 
 cat > "$WORK/lbd.toml" <<TOML
+# lbd's two ports: the client side, then the backend side.
 [[interface]]
-address = "$LBD_ADDR/24"
+address = "10.$NET.1.1/24"
+
+[[interface]]
+address = "10.$NET.2.1/24"
+
+# Full-NAT source address: the backends answer it, so replies return to lbd.
+[snat]
+addresses = ["10.$NET.2.100"]
+
+[[service]]
+name = "demo/web"
+mode = "$MODE"
+
+[[service.frontend]]
+address = "$VIP:80"
+protocol = "tcp"
+type = "load-balancer"
+
+[[service.backend]]
+address = "10.$NET.2.11:8080"
+
+[[service.backend]]
+address = "10.$NET.2.12:8080"
+
+[[service.backend]]
+address = "10.$NET.2.13:8080"
 TOML
 
-echo "demo: starting lbd on $HOST_IF (net_af_packet, --no-huge)"
-"$LBD" --lcores 0-1 --no-huge --mem 512 --file-prefix lbd-demo \
-    --vdev "net_af_packet0,iface=$HOST_IF" --config "$WORK/lbd.toml" >"$WORK/lbd.log" 2>&1 &
+echo "demo: starting lbd (net_af_packet on ${TAG}c and ${TAG}s, --no-huge)"
+"$LBD" --lcores 0 --no-huge --mem 512 --file-prefix lbd-demo --grpc "$SOCK" \
+    --vdev "net_af_packet0,iface=${TAG}c" --vdev "net_af_packet1,iface=${TAG}s" \
+    --config "$WORK/lbd.toml" >"$WORK/lbd.log" 2>&1 &
 LBD_PID=$!
 for _ in $(seq 1 100); do
     grep -q "lbd running" "$WORK/lbd.log" && break
@@ -74,12 +96,16 @@ for _ in $(seq 1 100); do
     sleep 0.1
 done
 sed 's/^/  lbd| /' "$WORK/lbd.log"
+echo "demo: lbctl --server $SOCK get backends"
+"$LBCTL" --server "$SOCK" get backends | sed 's/^/  /'
 
-echo "demo: the client ($NS, $CLIENT_ADDR) pings lbd ($LBD_ADDR); Ctrl-C ends the demo"
-if [ "$SECONDS_TO_RUN" -gt 0 ]; then
-    ip netns exec "$NS" ping -c "$SECONDS_TO_RUN" -i 1 -W 1 "$LBD_ADDR" || true
-else
-    ip netns exec "$NS" ping -i 1 -W 1 "$LBD_ADDR" || true
-fi
-echo "demo: the client's ARP entry for lbd (resolved by lbd itself):"
-ip netns exec "$NS" ip neigh show "$LBD_ADDR"
+echo "demo: the client opens 30 connections a round to http://$VIP/ ($MODE); Ctrl-C ends the demo"
+round=0
+while [ "$ROUNDS" -eq 0 ] || [ "$round" -lt "$ROUNDS" ]; do
+    round=$((round + 1))
+    counts=$(ip netns exec "$TAG-c" sh -c \
+        "for i in \$(seq 30); do curl -s -m 2 --no-keepalive http://$VIP/whoami || echo 'failed -'; done" |
+        awk '{n[$1]++; src=$2} END {for (b in n) printf "%s=%d ", b, n[b]; printf "(backends saw source %s)", src}')
+    echo "  round $round: $counts"
+    sleep 1
+done

@@ -46,6 +46,37 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
+    /// Where the gRPC control API listens: a unix socket path
+    /// (`/run/lbd/lbd.sock`, `unix:PATH`) or a TCP `ADDRESS:PORT`
+    /// (`127.0.0.1:50051`, `[::1]:50051`). The default socket is mode 0600:
+    /// only root on the node can change the balancer.
+    #[arg(long, value_name = "ADDR", default_value = "/run/lbd/lbd.sock")]
+    pub grpc: String,
+
+    /// TLS certificate (PEM) for a TCP --grpc listener.
+    #[arg(long, value_name = "FILE", requires = "grpc_tls_key")]
+    pub grpc_tls_cert: Option<PathBuf>,
+
+    /// TLS private key (PEM) for a TCP --grpc listener.
+    #[arg(long, value_name = "FILE", requires = "grpc_tls_cert")]
+    pub grpc_tls_key: Option<PathBuf>,
+
+    /// CA (PEM) that client certificates must chain to; with it, clients
+    /// without a valid certificate are refused.
+    #[arg(long, value_name = "FILE", requires = "grpc_tls_cert")]
+    pub grpc_client_ca: Option<PathBuf>,
+
+    /// The desired state: loaded at start before the ports forward (a
+    /// corrupt or unreadable file is an error), written atomically at every
+    /// commit. Without it, the state lives in memory only.
+    #[arg(long, value_name = "FILE")]
+    pub state_file: Option<PathBuf>,
+
+    /// Connections tracked per worker (IPv4; IPv6 gets a sixteenth), fixed
+    /// at start: about 80 bytes each.
+    #[arg(long, value_name = "N", default_value_t = 1 << 20, value_parser = clap::value_parser!(u32).range(1024..=(1 << 26)))]
+    pub conntrack_size: u32,
+
     /// Further arguments for EAL, passed through untouched.
     #[arg(last = true, value_name = "EAL ARGS")]
     pub eal_args: Vec<String>,

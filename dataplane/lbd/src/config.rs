@@ -1,18 +1,30 @@
 //! The configuration file (TOML).
 //!
-//! This version defines `[[interface]]`: one table per DPDK port, in port
-//! order, each with the port's address and prefix and an optional gateway.
-//! Unknown keys are errors, so a typo cannot silently change behaviour.
+//! `[[interface]]`: one table per DPDK port, in port order, each with the
+//! port's address and prefix and an optional gateway. `[snat]` and
+//! `[[service]]` are the services file of `lbctl apply -f` (parsed by
+//! `lb_control::services_file`): the node's full-NAT source addresses and
+//! the services of the `config` source, resynced at every start. Unknown
+//! keys are errors, so a typo cannot silently change behaviour.
 //!
 //! ```toml
 //! [[interface]]
 //! address = "10.0.0.1/24"
 //! gateway = "10.0.0.254"     # optional
+//!
+//! [snat]
+//! addresses = ["10.1.0.1"]
+//!
+//! [[service]]
+//! name = "default/web"
+//! # ... see the README's "Services file"
 //! ```
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
+use lb_control::model::Source;
+use lb_control::services_file::{ServicesFile, ServicesFileError};
 use serde::Deserialize;
 
 /// Errors loading the configuration.
@@ -34,6 +46,9 @@ pub enum ConfigError {
         /// The parser's message, flattened to one line.
         msg: String,
     },
+    /// The `[snat]` or `[[service]]` part is invalid.
+    #[error("config {0}")]
+    Services(#[from] ServicesFileError),
     /// A value is invalid.
     #[error("config {path}: interface {index}: {field}: {msg}")]
     Invalid {
@@ -53,6 +68,9 @@ pub enum ConfigError {
 struct RawConfig {
     #[serde(default)]
     interface: Vec<RawInterface>,
+    // Checked by `ServicesFile::parse`.
+    snat: Option<toml::Value>,
+    service: Option<toml::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -123,6 +141,8 @@ pub struct Interface {
 pub struct Config {
     /// Per port, in port order.
     pub interfaces: Vec<Interface>,
+    /// `[snat]` and `[[service]]`: the `config` source.
+    pub services: ServicesFile,
 }
 
 impl Config {
@@ -171,7 +191,9 @@ impl Config {
             };
             interfaces.push(Interface { address, gateway });
         }
-        Ok(Config { interfaces })
+        let _ = (raw.snat, raw.service);
+        let services = ServicesFile::parse(text, path, Source::Config)?;
+        Ok(Config { interfaces, services })
     }
 }
 
@@ -215,6 +237,40 @@ mod tests {
         assert!(!e.contains('\n'));
         let e = parse("[[interface]]\naddress = 5\n").unwrap_err();
         assert!(e.starts_with("config t.toml:"), "{e}");
+    }
+
+    #[test]
+    fn services_and_snat_are_the_config_source() {
+        let c = parse(
+            r#"
+[[interface]]
+address = "10.0.0.1/24"
+
+[snat]
+addresses = ["10.1.0.1"]
+
+[[service]]
+name = "default/web"
+mode = "fullnat"
+
+[[service.frontend]]
+address = "10.0.0.100:80"
+protocol = "tcp"
+
+[[service.backend]]
+address = "10.1.0.11:8080"
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.interfaces.len(), 1);
+        assert_eq!(c.services.snat, vec!["10.1.0.1".parse::<IpAddr>().unwrap()]);
+        assert_eq!(c.services.services.len(), 1);
+        assert_eq!(c.services.services[0].source, Source::Config);
+        assert_eq!(c.services.frontends.len(), 1);
+        assert_eq!(c.services.backends.len(), 1);
+        let e = parse("[[service]]\nname = \"x/y\"\nmode = \"nat\"\n").unwrap_err();
+        assert!(e.starts_with("config t.toml:") && e.contains("mode"), "{e}");
+        assert!(!e.contains('\n'));
     }
 
     #[test]

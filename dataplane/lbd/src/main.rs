@@ -3,30 +3,49 @@
 //! Start-up order: parse flags and config (errors are one line and exit 1),
 //! check PCI devices and hugepages, initialise EAL, check that every
 //! `--pci`/`--vdev` became a port, configure each port with one rx and one
-//! tx queue per worker, start the ports, launch the workers, then wait for
-//! SIGINT/SIGTERM on the main lcore. Shutdown reverses it: workers stop and
-//! are joined, ports stop, final counters are printed, ports close, EAL is
-//! cleaned up, exit 0.
+//! tx queue per worker, open the control plane (restoring `--state-file`)
+//! and resync the config file's services, bind the gRPC listener, and only
+//! then start the ports, launch the workers and the control thread. The
+//! main thread forwards too when it is the only lcore; otherwise it waits
+//! for SIGINT/SIGTERM. Shutdown reverses it: workers stop and are joined,
+//! the control thread ends the gRPC server, ports stop, final counters are
+//! printed, ports close, EAL is cleaned up, exit 0.
 
 mod cli;
 mod config;
+mod control;
+mod neighbor;
 mod preflight;
 mod worker;
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Parser;
 use dpdk::{Eal, Mempool, Port, PortConfig, RssStatus};
-use lb_dataplane::local::LocalAddrs;
-use lb_dataplane::wire::MacAddr;
+use lb_control::grpc::{PortInfo, ServerInfo};
+use lb_control::listen::{ListenAddr, ListenConfig, TlsPaths};
+use lb_control::model::Source;
+use lb_control::plane::{ControlPlane, InterfaceConfig, NodeConfig};
+use lb_dataplane::conntrack;
+use lb_dataplane::flow::WorkerId;
+use lb_dataplane::snapshot::Cidr;
+use lb_dataplane::worker::{Worker, WorkerConfig};
 
 use crate::cli::{parse_lcores, vdev_name, Cli};
 use crate::config::Config;
-use crate::worker::{StatsCell, WorkerIo, WorkerStats};
+use crate::control::{Control, ControlStats};
+use crate::worker::{Clock, Links, Shared, WorkerIo};
+
+/// Capacity of each hand-over ring (per sender, owner pair).
+const HANDOVER_RING: u32 = 1024;
+/// Capacity of each worker's ring of frames waiting for a next hop.
+const HELD_RING: u32 = 256;
+/// Capacity of the control thread's ring to worker 0.
+const CONTROL_RING: u32 = 1024;
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -71,6 +90,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(p) => Config::load(p)?,
         None => Config::default(),
     };
+    let listen = listen_config(&cli)?;
     let pci = preflight::check_pci(&cli.pci)?;
     if pci.is_empty() && cli.vdev.is_empty() {
         bail!("no ports: pass --pci BDF for a NIC or --vdev SPEC for a virtual device");
@@ -119,7 +139,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let workers = lcores.workers();
     let queues = u16::try_from(workers).context("too many workers")?;
     let per_port = (1024 + 1024 + 2 * dpdk::BURST_MAX as u32) * workers as u32;
-    let nmbufs = (per_port * nports as u32 + 2048).next_power_of_two().max(8192) - 1;
+    let rings = HANDOVER_RING * (workers * workers.saturating_sub(1)) as u32
+        + HELD_RING * workers as u32
+        + CONTROL_RING;
+    let nmbufs = (per_port * nports as u32 + rings + 4096)
+        .next_power_of_two()
+        .max(8192)
+        - 1;
     let pool = Arc::new(Mempool::new(
         &eal,
         "lbd_mbufs",
@@ -130,7 +156,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     )?);
 
     let mut ports = Vec::new();
-    let mut local = Vec::new();
+    let mut node = NodeConfig {
+        snat_addresses: config.services.snat.clone(),
+        ..NodeConfig::default()
+    };
     for id in 0..nports {
         let conf = PortConfig {
             rx_queues: queues,
@@ -151,24 +180,135 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             ),
         }
         let mac = port.mac();
-        let iface = config.interfaces.get(id as usize);
-        let addrs = LocalAddrs::new(MacAddr(mac.0), iface.map(|i| i.address.addr))
-            .with_context(|| format!("port {id} ({})", info.name))?;
-        match iface {
+        match config.interfaces.get(id as usize) {
             Some(iface) => {
                 tracing::info!(
                     port = id, name = %info.name, driver = %info.driver, %mac, address = %iface.address,
                     gateway = ?iface.gateway, queues, "port configured"
                 );
+                let cidr = Cidr::new(iface.address.addr, iface.address.prefix)
+                    .with_context(|| format!("interface {id}: address"))?;
+                node.interfaces.push(InterfaceConfig {
+                    port: id,
+                    mac: mac.0,
+                    cidr,
+                    gateway: iface.gateway,
+                });
             }
             None => {
                 tracing::warn!(port = id, name = %info.name, %mac, "port has no address: give one in --config")
             }
         }
-        local.push(addrs);
         ports.push(port);
     }
-    let local: Arc<[LocalAddrs]> = local.into();
+    if workers > 1 {
+        // Software hand-over is what runs: no rte_flow rules are installed.
+        for p in &ports {
+            tracing::info!(
+                port = p.id(),
+                "flow hand-over between workers: software rings (no rte_flow steering)"
+            );
+        }
+    }
+
+    // The desired state before anything forwards: the state file, then the
+    // config file's services (the `config` source).
+    let mut plane = ControlPlane::open(node, cli.state_file.as_deref())?;
+    let sf = &config.services;
+    let out = plane
+        .resync(
+            Source::Config,
+            sf.services.clone(),
+            sf.frontends.clone(),
+            sf.backends.clone(),
+        )
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "config {}: {e}",
+                cli.config
+                    .as_ref()
+                    .map_or(String::new(), |p| p.display().to_string())
+            )
+        })?;
+    tracing::info!(
+        revision = out.revision,
+        added = out.added,
+        updated = out.updated,
+        removed = out.removed,
+        "config services applied"
+    );
+
+    let mut pipeline = Vec::new();
+    for w in 0..queues {
+        let mut wc = WorkerConfig::new(WorkerId(w), queues);
+        wc.conntrack = conntrack::Config::new(cli.conntrack_size, (cli.conntrack_size / 16).max(1024));
+        // A per-process secret: clients cannot aim for long probe runs.
+        wc.conntrack.hash_seed = {
+            use std::hash::{BuildHasher, Hasher};
+            std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish()
+        };
+        wc.snat_addresses = config.services.snat.clone();
+        pipeline.push(Worker::new(wc).with_context(|| format!("worker {w}"))?);
+    }
+    plane.register_workers(pipeline.iter().map(|w| Arc::clone(w.counters())).collect());
+    let snapshot = plane.snapshot_handle();
+    let plane = Arc::new(Mutex::new(plane));
+
+    let port_infos = ports
+        .iter()
+        .map(|p| PortInfo {
+            id: p.id(),
+            name: p.info().name.clone(),
+            driver: p.info().driver.clone(),
+            mac: p.mac().0,
+            link_up: p.link().up,
+            speed_mbps: p.link().speed_mbps,
+        })
+        .collect();
+    let info = ServerInfo::new(port_infos, workers as u32);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the control thread's runtime")?;
+    let listener = rt.block_on(lb_control::listen::bind(&listen))?;
+
+    // Rings: hand-over per (sender, owner); held frames to the control
+    // thread; control frames to worker 0.
+    let (news_tx, news_rx) = std::sync::mpsc::sync_channel(1024);
+    let mut handover_in: Vec<Vec<dpdk::ring::Consumer>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut handover_out: Vec<Vec<Option<dpdk::ring::Producer>>> = Vec::with_capacity(workers);
+    for from in 0..workers {
+        let mut outs = Vec::with_capacity(workers);
+        for (to, ins) in handover_in.iter_mut().enumerate() {
+            if from == to {
+                outs.push(None);
+                continue;
+            }
+            let (p, c) = dpdk::ring::channel(&eal, &format!("lbd_ho_{from}_{to}"), HANDOVER_RING)?;
+            outs.push(Some(p));
+            ins.push(c);
+        }
+        handover_out.push(outs);
+    }
+    let mut held_in = Vec::new();
+    let mut links = Vec::new();
+    let (ctl_p, ctl_c) = dpdk::ring::channel(&eal, "lbd_ctl", CONTROL_RING)?;
+    let mut ctl_c = Some(ctl_c);
+    for (w, (out, inn)) in handover_out.into_iter().zip(handover_in).enumerate() {
+        let (hp, hc) = dpdk::ring::channel(&eal, &format!("lbd_held_{w}"), HELD_RING)?;
+        held_in.push(hc);
+        links.push(Links {
+            handover_out: out,
+            handover_in: inn,
+            held_out: hp,
+            control_in: ctl_c.take(),
+            news: news_tx.clone(),
+        });
+    }
+    drop(news_tx);
+
     for p in &ports {
         p.start()?;
         let l = p.link();
@@ -196,22 +336,60 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             tx,
         });
     }
-    let cells: Vec<Arc<StatsCell>> = (0..workers).map(|_| Arc::new(StatsCell::default())).collect();
 
-    let finals: Vec<WorkerStats> = if eal.worker_lcores().is_empty() {
+    let ctl_stats = Arc::new(ControlStats::default());
+    let control = Control {
+        plane: Arc::clone(&plane),
+        info,
+        listener,
+        stop: stop.clone(),
+        pool: pool.clone(),
+        to_worker: ctl_p,
+        held_in,
+        news: news_rx,
+        stats: Arc::clone(&ctl_stats),
+    };
+    // Spawned from the main thread, it inherits the main lcore's CPU.
+    let control_thread = std::thread::Builder::new()
+        .name("lbd-control".into())
+        .spawn(move || control::run(rt, control))
+        .context("starting the control thread")?;
+
+    let shared = Shared {
+        snapshot,
+        stop: stop.clone(),
+        clock: Clock::new(eal.tsc_hz()),
+    };
+    let finals: Vec<Worker> = if eal.worker_lcores().is_empty() {
         tracing::info!(
             lcore = lcores.main(),
             "forwarding on the main lcore (single lcore)"
         );
+        tracing::info!("lbd running; SIGINT or SIGTERM stops it");
         let io = ios.pop().expect("one worker");
-        vec![worker::run(io, local.clone(), stop.clone(), cells[0].clone())]
+        let w = pipeline.pop().expect("one worker");
+        let l = links.pop().expect("one worker");
+        vec![worker::run(w, io, l, shared)]
     } else {
         let mut handles = Vec::new();
-        for (io, (lcore, cell)) in ios.into_iter().zip(eal.worker_lcores().iter().zip(&cells)) {
-            let (local, stop, cell) = (local.clone(), stop.clone(), cell.clone());
+        let results: Vec<Arc<Mutex<Option<Worker>>>> =
+            (0..workers).map(|_| Arc::new(Mutex::new(None))).collect();
+        let lcores_w = eal.worker_lcores().to_vec();
+        let each = ios
+            .into_iter()
+            .zip(pipeline)
+            .zip(links)
+            .zip(&results)
+            .zip(&lcores_w);
+        for ((((io, w), l), slot), lcore) in each {
+            let shared = shared.clone();
+            let slot = Arc::clone(slot);
             let index = io.index;
             handles.push(eal.launch(*lcore, move || {
-                worker::run(io, local, stop, cell);
+                let w = worker::run(w, io, l, shared);
+                if let Ok(mut s) = slot.lock() {
+                    *s = Some(w);
+                }
                 0
             })?);
             tracing::info!(worker = index, lcore = lcore.0, "worker started");
@@ -226,21 +404,45 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 tracing::error!(rc, "a worker ended abnormally");
             }
         }
-        cells.iter().map(|c| c.read()).collect()
+        results.iter().filter_map(|r| r.lock().ok()?.take()).collect()
     };
 
     tracing::info!("stopping");
+    match control_thread.join() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::error!("control thread: {e:#}"),
+        Err(_) => tracing::error!("the control thread panicked"),
+    }
     for p in &ports {
         p.stop()?;
     }
-    print_summary(&ports, &finals);
+    print_summary(&ports, &finals, &ctl_stats);
+    drop(finals);
+    drop(plane);
     drop(ports);
     drop(pool);
     drop(eal);
     Ok(())
 }
 
-fn print_summary(ports: &[Port], workers: &[WorkerStats]) {
+/// `--grpc` and the TLS flags.
+fn listen_config(cli: &Cli) -> anyhow::Result<ListenConfig> {
+    let addr: ListenAddr = cli
+        .grpc
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--grpc {:?}: {e}", cli.grpc))?;
+    let tls = match (&cli.grpc_tls_cert, &cli.grpc_tls_key) {
+        (Some(cert), Some(key)) => Some(TlsPaths {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: cli.grpc_client_ca.clone(),
+        }),
+        _ => None,
+    };
+    Ok(ListenConfig { addr, tls })
+}
+
+fn print_summary(ports: &[Port], workers: &[Worker], ctl: &ControlStats) {
     println!("final counters:");
     for p in ports {
         match p.stats() {
@@ -260,19 +462,24 @@ fn print_summary(ports: &[Port], workers: &[WorkerStats]) {
             Err(e) => println!("  port {}: {e}", p.id()),
         }
     }
-    for (i, w) in workers.iter().enumerate() {
-        let drops: Vec<String> = w
-            .drops
-            .nonzero()
+    for w in workers {
+        let c = w.counters();
+        let drops: Vec<String> = c
+            .nonzero_drops()
             .map(|(r, n)| format!("{}={n}", r.name()))
             .collect();
         println!(
-            "  worker {i}: rx {} tx {} local_replies {} neighbor_updates {} drops {}{}",
-            w.rx_packets,
-            w.tx_packets,
-            w.local_replies,
-            w.neighbor_updates,
-            w.drops.total(),
+            "  worker {}: rx {} tx {} local_replies {} neighbor_updates {} handed_over {} new_connections {} stateless_forwards {} conntrack_entries {} drops {}{}",
+            w.id().0,
+            c.rx_packets.get(),
+            c.tx_packets.get(),
+            c.local_replies.get(),
+            c.neighbor_updates.get(),
+            c.handed_over.get(),
+            c.new_connections.get(),
+            c.stateless_forwards.get(),
+            w.conntrack().len(),
+            c.total_drops(),
             if drops.is_empty() {
                 String::new()
             } else {
@@ -280,4 +487,15 @@ fn print_summary(ports: &[Port], workers: &[WorkerStats]) {
             }
         );
     }
+    let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    println!(
+        "  control: arp_requests {} gratuitous_arps {} held {} released {} neighbor_drops {} send_failures {} neighbors {}",
+        g(&ctl.arp_requests),
+        g(&ctl.gratuitous_arps),
+        g(&ctl.held),
+        g(&ctl.released),
+        g(&ctl.neighbor_drops),
+        g(&ctl.send_failures),
+        g(&ctl.neighbors)
+    );
 }

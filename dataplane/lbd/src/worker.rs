@@ -2,85 +2,65 @@
 //! the only one).
 //!
 //! Each worker owns rx queue `q` and tx queue `q` of every port. A loop
-//! iteration is, per port: rx_burst, handle each packet, tx_burst, free what
-//! the NIC did not take. Every packet is counted once: transmitted, or
-//! dropped with a [`DropReason`]. Counters are kept in plain integers on the
-//! worker and published to a [`StatsCell`] of atomics every
-//! [`PUBLISH_EVERY`] loops, so the control thread reads them without locks
-//! and the packet path never touches a shared cache line.
+//! iteration loads the published snapshot once, then, per port: rx_burst,
+//! [`Worker::handle_burst`] on the whole burst, and each frame where its
+//! verdict sends it:
+//!
+//! - `Transmit` → the tx burst of the verdict's port (this worker's queue);
+//! - `HandOver(w)` → the ring to worker `w` (full ring: `handover_ring_full`);
+//! - `Resolve` → the ring to the control thread, which holds the frame
+//!   until the next hop answers ARP (full ring: `no_neighbor`);
+//! - `Neighbor` → the news goes to the control thread's neighbor table;
+//! - `ToHost` → there is no path to a host stack: `local_unhandled`;
+//! - `Drop` → freed (the pipeline counted it).
+//!
+//! Then the frames other workers handed over (processed as if received on
+//! the port recorded in the mbuf), the frames the control thread wants sent
+//! (ARP requests, gratuitous ARP, released held frames; worker 0 only), the
+//! tx bursts flushed (what the NIC does not take: `tx_full`), and every
+//! [`TICK_EVERY`] loops conntrack expiry with a bounded budget.
+//!
+//! Counters are the pipeline's [`WorkerCounters`]: single-writer atomics the
+//! control thread reads for GetStats and the final summary.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
 
-use dpdk::{Burst, RxQueue, TxQueue};
-use lb_dataplane::drop::DropCounters;
-use lb_dataplane::local::{handle_local, LocalAddrs, LocalVerdict};
-use lb_dataplane::DropReason;
+use arc_swap::ArcSwap;
+use dpdk::ring::{Consumer, Producer};
+use dpdk::{Burst, Mbuf, RxQueue, TxQueue, BURST_MAX};
+use lb_dataplane::counters::WorkerCounters;
+use lb_dataplane::snapshot::Snapshot;
+use lb_dataplane::worker::{PacketMeta, Verdict, Worker};
+use lb_dataplane::{DropReason, Tick};
 
-/// Loops between two publications of the counters.
-pub const PUBLISH_EVERY: u64 = 1024;
+/// Loops between two calls of [`Worker::handle_tick`].
+pub const TICK_EVERY: u64 = 64;
+/// Connections examined per [`Worker::handle_tick`].
+pub const TICK_BUDGET: usize = 256;
 
-/// A worker's counters.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct WorkerStats {
-    /// Packets received from all ports.
-    pub rx_packets: u64,
-    /// Packets transmitted.
-    pub tx_packets: u64,
-    /// Packets answered locally (ARP, ICMP echo, neighbor solicitation).
-    pub local_replies: u64,
-    /// ARP replies and neighbor advertisements absorbed (neighbor news).
-    pub neighbor_updates: u64,
-    /// Packets dropped, by reason.
-    pub drops: DropCounters,
+/// Milliseconds since start from the TSC (the pipeline's [`Tick`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    start: u64,
+    per_ms: u64,
 }
 
-/// The published copy of a worker's counters (single writer: the worker).
-#[derive(Debug)]
-pub struct StatsCell {
-    rx_packets: AtomicU64,
-    tx_packets: AtomicU64,
-    local_replies: AtomicU64,
-    neighbor_updates: AtomicU64,
-    drops: [AtomicU64; DropReason::COUNT],
-}
-
-impl Default for StatsCell {
-    fn default() -> Self {
-        StatsCell {
-            rx_packets: AtomicU64::new(0),
-            tx_packets: AtomicU64::new(0),
-            local_replies: AtomicU64::new(0),
-            neighbor_updates: AtomicU64::new(0),
-            drops: std::array::from_fn(|_| AtomicU64::new(0)),
-        }
-    }
-}
-
-impl StatsCell {
-    fn publish(&self, s: &WorkerStats) {
-        self.rx_packets.store(s.rx_packets, Ordering::Relaxed);
-        self.tx_packets.store(s.tx_packets, Ordering::Relaxed);
-        self.local_replies.store(s.local_replies, Ordering::Relaxed);
-        self.neighbor_updates.store(s.neighbor_updates, Ordering::Relaxed);
-        for (cell, v) in self.drops.iter().zip(s.drops.0.iter()) {
-            cell.store(*v, Ordering::Relaxed);
+impl Clock {
+    /// A clock starting now; `tsc_hz` from EAL.
+    pub fn new(tsc_hz: u64) -> Clock {
+        Clock {
+            start: dpdk::rdtsc(),
+            per_ms: (tsc_hz / 1000).max(1),
         }
     }
 
-    /// A snapshot of the last published counters.
-    pub fn read(&self) -> WorkerStats {
-        let mut d = DropCounters::default();
-        for (v, cell) in d.0.iter_mut().zip(self.drops.iter()) {
-            *v = cell.load(Ordering::Relaxed);
-        }
-        WorkerStats {
-            rx_packets: self.rx_packets.load(Ordering::Relaxed),
-            tx_packets: self.tx_packets.load(Ordering::Relaxed),
-            local_replies: self.local_replies.load(Ordering::Relaxed),
-            neighbor_updates: self.neighbor_updates.load(Ordering::Relaxed),
-            drops: d,
-        }
+    /// The current tick.
+    #[inline]
+    pub fn now(&self) -> Tick {
+        Tick(dpdk::rdtsc().wrapping_sub(self.start) / self.per_ms)
     }
 }
 
@@ -95,58 +75,219 @@ pub struct WorkerIo {
     pub tx: Vec<TxQueue>,
 }
 
-/// Runs until `stop` is set; returns the final counters (also published).
-pub fn run(
-    io: WorkerIo,
-    local: Arc<[LocalAddrs]>,
-    stop: Arc<AtomicBool>,
-    cell: Arc<StatsCell>,
-) -> WorkerStats {
-    let WorkerIo { mut rx, mut tx, .. } = io;
-    let mut stats = WorkerStats::default();
-    let mut rx_burst = Burst::new();
-    let mut tx_burst = Burst::new();
+/// A worker's rings to and from the other lcores.
+#[derive(Debug)]
+pub struct Links {
+    /// Indexed by owner: the ring to that worker (None for itself).
+    pub handover_out: Vec<Option<Producer>>,
+    /// The rings from every other worker.
+    pub handover_in: Vec<Consumer>,
+    /// Frames waiting for a next hop, to the control thread.
+    pub held_out: Producer,
+    /// Frames the control thread wants sent (the port is in the mbuf).
+    pub control_in: Option<Consumer>,
+    /// ARP replies seen: (address, MAC), to the control thread.
+    pub news: SyncSender<(IpAddr, [u8; 6])>,
+}
+
+/// What every worker shares.
+#[derive(Debug, Clone)]
+pub struct Shared {
+    /// The published snapshot.
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    /// Set by SIGINT/SIGTERM.
+    pub stop: Arc<AtomicBool>,
+    /// The pipeline's time.
+    pub clock: Clock,
+}
+
+/// Per-loop scratch: tx bursts per port and hand-over bursts per owner.
+struct Out {
+    tx: Vec<TxQueue>,
+    tx_bursts: Vec<Burst>,
+    handover: Vec<Burst>,
+}
+
+impl Out {
+    /// Queues `m` for transmission on `port`, flushing a full burst first.
+    #[inline]
+    fn transmit(&mut self, c: &WorkerCounters, port: u16, m: Mbuf) {
+        let p = usize::from(port);
+        let Some(b) = self.tx_bursts.get_mut(p) else {
+            // A port the snapshot knows but this lbd does not drive.
+            c.count_drop(DropReason::NoNeighbor);
+            return;
+        };
+        if b.is_full() {
+            flush_tx(c, &mut self.tx[p], b);
+        }
+        // Room after the flush: a flush empties the burst.
+        let _ = b.push(m);
+    }
+
+    fn flush(&mut self, c: &WorkerCounters, links: &mut Links) {
+        for (q, b) in self.tx.iter_mut().zip(&mut self.tx_bursts) {
+            if !b.is_empty() {
+                flush_tx(c, q, b);
+            }
+        }
+        for (ring, b) in links.handover_out.iter_mut().zip(&mut self.handover) {
+            if b.is_empty() {
+                continue;
+            }
+            if let Some(r) = ring {
+                r.enqueue_burst(b);
+            }
+            for _ in 0..b.len() {
+                c.count_drop(DropReason::HandoverRingFull);
+            }
+            b.clear();
+        }
+    }
+}
+
+#[inline]
+fn flush_tx(c: &WorkerCounters, q: &mut TxQueue, b: &mut Burst) {
+    c.tx_packets.add(q.tx_burst(b) as u64);
+    for _ in 0..b.len() {
+        c.count_drop(DropReason::TxFull);
+    }
+    b.clear();
+}
+
+/// Runs until `stop` is set; returns the worker (its counters and tables).
+pub fn run(mut worker: Worker, io: WorkerIo, mut links: Links, shared: Shared) -> Worker {
+    let counters = Arc::clone(worker.counters());
+    let WorkerIo { mut rx, tx, .. } = io;
+    let nports = rx.len();
+    let mut out = Out {
+        tx,
+        tx_bursts: (0..nports).map(|_| Burst::new()).collect(),
+        handover: links.handover_out.iter().map(|_| Burst::new()).collect(),
+    };
+    let mut burst = Burst::new();
+    let mut metas = [PacketMeta::default(); BURST_MAX];
+    let mut verdicts = [Verdict::ToHost; BURST_MAX];
     let mut loops: u64 = 0;
-    while !stop.load(Ordering::Relaxed) {
-        for port in 0..rx.len() {
-            let n = rx[port].rx_burst(&mut rx_burst);
+    while !shared.stop.load(Ordering::Relaxed) {
+        let snap = shared.snapshot.load();
+        let now = shared.clock.now();
+        for (port, q) in rx.iter_mut().enumerate() {
+            let n = q.rx_burst(&mut burst);
             if n == 0 {
                 continue;
             }
-            stats.rx_packets += n as u64;
-            for mut m in rx_burst.drain() {
-                match handle_local(m.data_mut(), &local[port]) {
-                    LocalVerdict::Reply { len } => {
-                        if m.set_len(len) {
-                            stats.local_replies += 1;
-                            // tx_burst has room: it holds at most one rx burst.
-                            let _ = tx_burst.push(m);
-                        } else {
-                            stats.drops.count(DropReason::TooBig);
-                        }
-                    }
-                    // The neighbor table arrives with the end-to-end wiring;
-                    // until then the news is counted and the frame freed.
-                    LocalVerdict::Neighbor { .. } => stats.neighbor_updates += 1,
-                    // Until the load-balancing pipeline runs here, anything
-                    // not for the balancer itself has no frontend.
-                    LocalVerdict::NotLocal => stats.drops.count(DropReason::NoFrontend),
-                    LocalVerdict::Drop(reason) => stats.drops.count(reason),
-                }
+            counters.rx_packets.add(n as u64);
+            for m in &mut metas[..n] {
+                m.port = port as u16;
             }
-            stats.tx_packets += tx[port].tx_burst(&mut tx_burst) as u64;
-            if !tx_burst.is_empty() {
-                for _ in 0..tx_burst.len() {
-                    stats.drops.count(DropReason::TxFull);
+            process(
+                &mut worker,
+                now,
+                &snap,
+                &mut burst,
+                &metas,
+                &mut verdicts,
+                &mut out,
+                &mut links,
+            );
+        }
+        for i in 0..links.handover_in.len() {
+            let n = links.handover_in[i].dequeue_burst(&mut burst);
+            if n == 0 {
+                continue;
+            }
+            for (j, m) in metas[..n].iter_mut().enumerate() {
+                m.port = burst.port(j);
+            }
+            process(
+                &mut worker,
+                now,
+                &snap,
+                &mut burst,
+                &metas,
+                &mut verdicts,
+                &mut out,
+                &mut links,
+            );
+        }
+        if let Some(c) = &mut links.control_in {
+            if c.dequeue_burst(&mut burst) > 0 {
+                for m in burst.drain() {
+                    let port = m.port();
+                    out.transmit(&counters, port, m);
                 }
-                tx_burst.clear();
             }
         }
+        out.flush(&counters, &mut links);
+        drop(snap);
         loops = loops.wrapping_add(1);
-        if loops % PUBLISH_EVERY == 0 {
-            cell.publish(&stats);
+        if loops % TICK_EVERY == 0 {
+            worker.handle_tick(now, TICK_BUDGET);
         }
     }
-    cell.publish(&stats);
-    stats
+    worker
+}
+
+/// The pipeline over one burst, then each frame where its verdict says.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn process(
+    worker: &mut Worker,
+    now: Tick,
+    snap: &Snapshot,
+    burst: &mut Burst,
+    metas: &[PacketMeta; BURST_MAX],
+    verdicts: &mut [Verdict; BURST_MAX],
+    out: &mut Out,
+    links: &mut Links,
+) {
+    let n = burst.len();
+    {
+        let mut frames = burst.frames_mut();
+        worker.handle_burst(now, snap, &mut frames[..n], &metas[..n], &mut verdicts[..n]);
+    }
+    let c = Arc::clone(worker.counters());
+    for (mut m, v) in burst.drain().zip(verdicts.iter()) {
+        match *v {
+            Verdict::Transmit { port, len } => {
+                if m.set_len(len) {
+                    out.transmit(&c, port, m);
+                } else {
+                    c.count_drop(DropReason::TooBig);
+                }
+            }
+            Verdict::Drop(_) => {}
+            Verdict::HandOver(w) => match out.handover.get_mut(usize::from(w.0)) {
+                Some(b) => {
+                    if b.is_full() {
+                        if let Some(Some(r)) = links.handover_out.get_mut(usize::from(w.0)) {
+                            r.enqueue_burst(b);
+                        }
+                        for _ in 0..b.len() {
+                            c.count_drop(DropReason::HandoverRingFull);
+                        }
+                        b.clear();
+                    }
+                    let _ = b.push(m);
+                }
+                None => c.count_drop(DropReason::HandoverRingFull),
+            },
+            Verdict::Resolve { port, len, .. } => {
+                if m.set_len(len) {
+                    m.set_port(port);
+                    if links.held_out.enqueue(m).is_err() {
+                        c.count_drop(DropReason::NoNeighbor);
+                    }
+                } else {
+                    c.count_drop(DropReason::TooBig);
+                }
+            }
+            Verdict::Neighbor { ip, mac } => {
+                // A full channel loses only the news; the next reply brings it.
+                let _ = links.news.try_send((ip, mac.0));
+            }
+            Verdict::ToHost => c.count_drop(DropReason::LocalUnhandled),
+        }
+    }
 }

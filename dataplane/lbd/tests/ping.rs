@@ -18,6 +18,8 @@ fn ping_and_arp_from_a_namespace_then_clean_sigterm() {
     let vdev = format!("net_af_packet0,iface={}", net.host_if);
     let prefix = format!("lbdtest-ping-{}", std::process::id());
     let log = std::env::temp_dir().join(format!("lbd-ping-{}.log", std::process::id()));
+    let sock = std::env::temp_dir().join(format!("lbd-ping-{}.sock", std::process::id()));
+    let sock = sock.to_str().unwrap();
     let mut lbd = Lbd::start(
         &[
             "--lcores",
@@ -31,6 +33,8 @@ fn ping_and_arp_from_a_namespace_then_clean_sigterm() {
             &vdev,
             "--config",
             cfg.path(),
+            "--grpc",
+            sock,
         ],
         &log,
     );

@@ -243,3 +243,5 @@ impl Drop for TempFile {
         let _ = std::fs::remove_file(&self.0);
     }
 }
+
+pub mod lab;

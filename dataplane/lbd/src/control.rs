@@ -1,0 +1,344 @@
+//! The control thread: the gRPC API (with the compiler and counter
+//! aggregation behind it, in `lb_control`) and the neighbor table, on a
+//! single-threaded tokio runtime on the main lcore.
+//!
+//! Workers never wait for it: they forward with the last published
+//! snapshot whatever happens here. What it does for them, every
+//! [`NEIGHBOR_PERIOD`]:
+//! - takes the frames workers could not send for want of a next-hop MAC
+//!   and holds them in the [`NeighborTable`], asking with ARP;
+//! - feeds the ARP replies workers saw into the table, releases the held
+//!   frames with the learned MAC, and publishes the resolved neighbors into
+//!   the snapshot (`ControlPlane::set_neighbors`) when they change;
+//! - keeps gateways and backends on connected subnets resolved ahead of
+//!   traffic, refreshing them before they age out;
+//! - announces every owned IPv4 address (interface, VIP, SNAT) with a
+//!   gratuitous ARP at start and whenever a new one appears.
+//!
+//! Frames it sends go through worker 0's control ring, with the port in the
+//! mbuf. IPv6 next hops are not resolved (no neighbor solicitation yet):
+//! frames toward an unresolved IPv6 next hop are dropped as `no_neighbor`.
+
+use std::collections::HashSet;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dpdk::ring::{Consumer, Producer};
+use dpdk::{Burst, Mbuf, Mempool};
+use lb_control::grpc::{ServerInfo, SharedPlane};
+use lb_control::listen::Listener;
+use lb_dataplane::local::{write_arp_request, write_gratuitous_arp};
+use lb_dataplane::snapshot::Snapshot;
+use lb_dataplane::wire::{self, MacAddr};
+
+use crate::neighbor::{Hold, NeighborTable, Request, Timers};
+
+/// How often the neighbor work runs.
+pub const NEIGHBOR_PERIOD: Duration = Duration::from_millis(5);
+
+/// The control thread's own counters (the workers' are in their
+/// `WorkerCounters`).
+#[derive(Debug, Default)]
+pub struct ControlStats {
+    /// ARP requests sent.
+    pub arp_requests: AtomicU64,
+    /// Gratuitous ARPs sent.
+    pub gratuitous_arps: AtomicU64,
+    /// Frames held for an unresolved next hop.
+    pub held: AtomicU64,
+    /// Held frames sent once their next hop answered.
+    pub released: AtomicU64,
+    /// Held frames dropped: the next hop never answered, the hold queue was
+    /// full, or the next hop is IPv6 (`no_neighbor`).
+    pub neighbor_drops: AtomicU64,
+    /// Frames the control thread could not pass to worker 0 (ring full) or
+    /// could not build (no mbuf).
+    pub send_failures: AtomicU64,
+    /// Resolved neighbors (gauge).
+    pub neighbors: AtomicU64,
+    /// Neighbor table entries, resolved or being resolved (gauge).
+    pub neighbor_entries: AtomicU64,
+}
+
+impl ControlStats {
+    fn inc(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What the control thread owns.
+#[derive(Debug)]
+pub struct Control {
+    /// The control plane, shared with the gRPC service.
+    pub plane: SharedPlane,
+    /// GetInfo's answer.
+    pub info: ServerInfo,
+    /// The bound gRPC listener.
+    pub listener: Listener,
+    /// Set by SIGINT/SIGTERM.
+    pub stop: Arc<AtomicBool>,
+    /// For the frames it builds.
+    pub pool: Arc<Mempool>,
+    /// To worker 0, which transmits.
+    pub to_worker: Producer,
+    /// From every worker: frames waiting for a next hop.
+    pub held_in: Vec<Consumer>,
+    /// From every worker: ARP replies.
+    pub news: Receiver<(IpAddr, [u8; 6])>,
+    /// Its counters.
+    pub stats: Arc<ControlStats>,
+}
+
+/// Runs the control thread until `stop` is set and the gRPC server has
+/// shut down.
+pub fn run(rt: tokio::runtime::Runtime, c: Control) -> anyhow::Result<()> {
+    let Control {
+        plane,
+        info,
+        listener,
+        stop,
+        pool,
+        to_worker,
+        held_in,
+        news,
+        stats,
+    } = c;
+    let mut nb = Neighbors {
+        plane: Arc::clone(&plane),
+        pool,
+        to_worker,
+        held_in,
+        news,
+        stats,
+        table: NeighborTable::new(Timers::default()),
+        announced: HashSet::new(),
+        wanted_revision: None,
+        requests: Vec::new(),
+        dropped: Vec::new(),
+    };
+    let stopping = Arc::clone(&stop);
+    let shutdown = async move {
+        while !stopping.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    rt.block_on(async move {
+        let server = listener.serve(plane, info, shutdown);
+        let neighbors = async {
+            let mut tick = tokio::time::interval(NEIGHBOR_PERIOD);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            while !stop.load(Ordering::Relaxed) {
+                tick.tick().await;
+                nb.step(Instant::now());
+            }
+            nb.shutdown();
+        };
+        let (r, ()) = tokio::join!(server, neighbors);
+        r
+    })?;
+    Ok(())
+}
+
+struct Neighbors {
+    plane: SharedPlane,
+    pool: Arc<Mempool>,
+    to_worker: Producer,
+    held_in: Vec<Consumer>,
+    news: Receiver<(IpAddr, [u8; 6])>,
+    stats: Arc<ControlStats>,
+    table: NeighborTable<Mbuf>,
+    /// (port, address) pairs already announced with gratuitous ARP.
+    announced: HashSet<(u16, Ipv4Addr)>,
+    /// The snapshot revision `set_wanted` last saw.
+    wanted_revision: Option<u64>,
+    requests: Vec<Request>,
+    dropped: Vec<Mbuf>,
+}
+
+impl Neighbors {
+    fn snapshot(&self) -> Option<Arc<Snapshot>> {
+        self.plane.lock().ok().map(|p| p.snapshot())
+    }
+
+    fn step(&mut self, now: Instant) {
+        let Some(snap) = self.snapshot() else { return };
+        if self.wanted_revision != Some(snap.revision()) {
+            self.wanted_revision = Some(snap.revision());
+            self.table.set_wanted(&wanted(&snap));
+            self.announce(&snap);
+        }
+        // ARP replies: release what waited for them.
+        while let Ok((ip, mac)) = self.news.try_recv() {
+            if let IpAddr::V4(ip) = ip {
+                for m in self.table.learn(ip, mac, now) {
+                    self.release(m, mac);
+                }
+            }
+        }
+        // Frames waiting for a next hop.
+        let mut burst = Burst::new();
+        for i in 0..self.held_in.len() {
+            while self.held_in[i].dequeue_burst(&mut burst) > 0 {
+                for m in burst.drain() {
+                    self.hold(&snap, m);
+                }
+            }
+        }
+        self.table.poll(now, &mut self.requests, &mut self.dropped);
+        for m in self.dropped.drain(..) {
+            ControlStats::inc(&self.stats.neighbor_drops);
+            drop(m);
+        }
+        let requests = std::mem::take(&mut self.requests);
+        for r in &requests {
+            self.request(&snap, *r);
+        }
+        self.requests = requests;
+        self.requests.clear();
+        self.stats
+            .neighbor_entries
+            .store(self.table.len() as u64, Ordering::Relaxed);
+        if self.table.take_changed() {
+            let resolved: Vec<(IpAddr, [u8; 6])> = self
+                .table
+                .resolved()
+                .into_iter()
+                .map(|(ip, mac)| (IpAddr::V4(ip), mac))
+                .collect();
+            self.stats
+                .neighbors
+                .store(resolved.len() as u64, Ordering::Relaxed);
+            if let Ok(mut p) = self.plane.lock() {
+                if let Err(e) = p.set_neighbors(resolved) {
+                    tracing::error!("publishing neighbors: {e}");
+                }
+            }
+        }
+    }
+
+    /// A frame whose next hop had no MAC: hold it, or send it if the MAC
+    /// arrived since.
+    fn hold(&mut self, snap: &Snapshot, m: Mbuf) {
+        let Some((via, via_port)) = wire::parse(m.data()).ok().and_then(|p| next_hop_v4(snap, p.dst)) else {
+            ControlStats::inc(&self.stats.neighbor_drops);
+            return;
+        };
+        match self.table.hold(via, via_port, m) {
+            Hold::Waiting => ControlStats::inc(&self.stats.held),
+            Hold::Ready(m, mac) => self.release(m, mac),
+            Hold::Full(_) => ControlStats::inc(&self.stats.neighbor_drops),
+        }
+    }
+
+    /// Sends a held frame to `mac`.
+    fn release(&mut self, mut m: Mbuf, mac: [u8; 6]) {
+        if let Some(dst) = m.data_mut().get_mut(..6) {
+            dst.copy_from_slice(&mac);
+        }
+        ControlStats::inc(&self.stats.released);
+        self.send(m);
+    }
+
+    fn request(&mut self, snap: &Snapshot, r: Request) {
+        let Some(pc) = snap.port(r.port) else { return };
+        let Some(src_ip) = pc.cidrs().iter().find_map(|c| match c.addr() {
+            IpAddr::V4(a) => Some(a),
+            IpAddr::V6(_) => None,
+        }) else {
+            return;
+        };
+        let mac = MacAddr(pc.mac());
+        let sent = self.build(r.port, |buf| {
+            write_arp_request(buf, mac, src_ip, r.target, None).ok()
+        });
+        if sent {
+            ControlStats::inc(&self.stats.arp_requests);
+        }
+    }
+
+    /// Gratuitous ARP for every owned IPv4 address not yet announced on
+    /// its port.
+    fn announce(&mut self, snap: &Snapshot) {
+        for port in 0..snap.port_count() as u16 {
+            let Some(pc) = snap.port(port) else { continue };
+            let mac = MacAddr(pc.mac());
+            for &ip in pc.local_addrs().ipv4() {
+                if !self.announced.insert((port, ip)) {
+                    continue;
+                }
+                if self.build(port, |buf| write_gratuitous_arp(buf, mac, ip, None).ok()) {
+                    ControlStats::inc(&self.stats.gratuitous_arps);
+                }
+            }
+        }
+    }
+
+    /// Allocates an mbuf, lets `write` fill it, sends it on `port`.
+    fn build(&mut self, port: u16, write: impl FnOnce(&mut [u8]) -> Option<usize>) -> bool {
+        let Some(mut m) = self.pool.alloc() else {
+            ControlStats::inc(&self.stats.send_failures);
+            return false;
+        };
+        let Some(buf) = m.append(64) else {
+            ControlStats::inc(&self.stats.send_failures);
+            return false;
+        };
+        let Some(len) = write(buf) else {
+            ControlStats::inc(&self.stats.send_failures);
+            return false;
+        };
+        if !m.set_len(len) {
+            ControlStats::inc(&self.stats.send_failures);
+            return false;
+        }
+        m.set_port(port);
+        self.send(m)
+    }
+
+    fn send(&mut self, m: Mbuf) -> bool {
+        if self.to_worker.enqueue(m).is_err() {
+            ControlStats::inc(&self.stats.send_failures);
+            return false;
+        }
+        true
+    }
+
+    fn shutdown(&mut self) {
+        let n = self.table.held();
+        drop(self.table.clear_held());
+        self.stats.neighbor_drops.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// The IPv4 next hop toward `dst` and its port: `dst` itself when a port's
+/// prefix holds it, else the IPv4 gateway (of the lowest port that has
+/// one), as `Snapshot::next_hop` chooses.
+fn next_hop_v4(snap: &Snapshot, dst: IpAddr) -> Option<(Ipv4Addr, u16)> {
+    let IpAddr::V4(d) = dst else { return None };
+    if let Some(port) = snap.connected_port(dst) {
+        return Some((d, port));
+    }
+    (0..snap.port_count() as u16).find_map(|p| Some((snap.port(p)?.gateway_v4()?, p)))
+}
+
+/// Gateways, and backends on connected subnets: resolved ahead of traffic.
+fn wanted(snap: &Snapshot) -> Vec<(Ipv4Addr, u16)> {
+    let mut v: Vec<(Ipv4Addr, u16)> = (0..snap.port_count() as u16)
+        .filter_map(|p| Some((snap.port(p)?.gateway_v4()?, p)))
+        .collect();
+    for s in snap.services() {
+        for b in s.backends() {
+            if let IpAddr::V4(a) = b.addr {
+                if let Some(p) = snap.connected_port(b.addr) {
+                    v.push((a, p));
+                }
+            }
+        }
+    }
+    v.sort();
+    v.dedup();
+    v
+}

@@ -1,0 +1,382 @@
+//! The neighbor table: IPv4 next hops resolved with ARP, owned by the
+//! control thread.
+//!
+//! Workers never look here: they read next hops from the published
+//! [`Snapshot`](lb_dataplane::snapshot::Snapshot), into which the control
+//! thread puts [`NeighborTable::resolved`] whenever it changes. A worker
+//! whose next hop is unresolved hands the translated frame to the control
+//! thread, which holds a few per next hop ([`Timers::hold`]) while it asks.
+//!
+//! States, as in Linux's neighbor code, simplified:
+//! - **incomplete**: no MAC yet. A request goes out at once, then every
+//!   [`Timers::retransmit`]; after [`Timers::probes`] unanswered requests
+//!   the held frames are dropped (`no_neighbor`) and the entry is removed,
+//!   unless it is *wanted* (a gateway or a backend on a connected subnet),
+//!   which keeps being asked for every [`Timers::retry_wanted`].
+//! - **reachable**: a MAC, confirmed by a reply less than
+//!   [`Timers::reachable`] ago.
+//! - **probing**: confirmed longer ago; the MAC is still used while
+//!   requests go out every `retransmit`; a reply makes it reachable again,
+//!   `probes` unanswered requests remove the MAC (incomplete again, or gone
+//!   if not wanted), so traffic is never sent to a MAC that stopped
+//!   answering for long.
+//!
+//! Only entries the table created (because something needed that next hop)
+//! learn from ARP replies: an unsolicited reply cannot plant an entry.
+//!
+//! Generic over the held frame type `P` so it can be tested without DPDK.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+/// Timers and limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timers {
+    /// How long a reply keeps an entry reachable.
+    pub reachable: Duration,
+    /// Time between two requests for the same address.
+    pub retransmit: Duration,
+    /// Unanswered requests before giving up.
+    pub probes: u8,
+    /// After giving up on a wanted address, the time before asking again.
+    pub retry_wanted: Duration,
+    /// Frames held per unresolved next hop.
+    pub hold: usize,
+    /// Entries at most.
+    pub max_entries: usize,
+}
+
+impl Default for Timers {
+    fn default() -> Timers {
+        Timers {
+            reachable: Duration::from_secs(30),
+            retransmit: Duration::from_secs(1),
+            probes: 3,
+            retry_wanted: Duration::from_secs(5),
+            hold: 4,
+            max_entries: 4096,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Entry<P> {
+    /// The port the address is reached through.
+    port: u16,
+    mac: Option<[u8; 6]>,
+    /// When a reply last confirmed `mac`.
+    confirmed: Option<Instant>,
+    /// Requests sent since the last confirmation.
+    sent: u8,
+    /// When the last request went out (None: send one now).
+    last_sent: Option<Instant>,
+    /// A gateway or connected backend: never removed, only retried.
+    wanted: bool,
+    /// All probes went unanswered; waiting for `retry_wanted`.
+    given_up: bool,
+    held: VecDeque<P>,
+}
+
+/// A request to send: who-has `target` on `port`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    /// Port to send on.
+    pub port: u16,
+    /// The address asked for.
+    pub target: Ipv4Addr,
+}
+
+/// What [`NeighborTable::hold`] did with a frame.
+#[derive(Debug)]
+pub enum Hold<P> {
+    /// Kept until the next hop resolves.
+    Waiting,
+    /// The next hop is already resolved (the snapshot had not caught up):
+    /// send the frame now with this MAC.
+    Ready(P, [u8; 6]),
+    /// No room (hold queue or table full): drop it (`no_neighbor`).
+    Full(P),
+}
+
+/// See the module doc.
+#[derive(Debug)]
+pub struct NeighborTable<P> {
+    timers: Timers,
+    entries: HashMap<Ipv4Addr, Entry<P>>,
+    changed: bool,
+}
+
+impl<P> NeighborTable<P> {
+    /// An empty table.
+    pub fn new(timers: Timers) -> NeighborTable<P> {
+        NeighborTable {
+            timers,
+            entries: HashMap::new(),
+            changed: false,
+        }
+    }
+
+    fn entry(&mut self, ip: Ipv4Addr, port: u16) -> Option<&mut Entry<P>> {
+        if !self.entries.contains_key(&ip) && self.entries.len() >= self.timers.max_entries {
+            return None;
+        }
+        let e = self.entries.entry(ip).or_insert_with(|| Entry {
+            port,
+            mac: None,
+            confirmed: None,
+            sent: 0,
+            last_sent: None,
+            wanted: false,
+            given_up: false,
+            held: VecDeque::new(),
+        });
+        e.port = port;
+        Some(e)
+    }
+
+    /// Marks exactly `wanted` (address, port) as the addresses to keep
+    /// resolved (gateways, connected backends); others lose the mark.
+    pub fn set_wanted(&mut self, wanted: &[(Ipv4Addr, u16)]) {
+        for e in self.entries.values_mut() {
+            e.wanted = false;
+        }
+        for &(ip, port) in wanted {
+            if let Some(e) = self.entry(ip, port) {
+                e.wanted = true;
+            }
+        }
+    }
+
+    /// Holds `frame` until `via` (reached through `port`) resolves.
+    pub fn hold(&mut self, via: Ipv4Addr, port: u16, frame: P) -> Hold<P> {
+        let limit = self.timers.hold;
+        let Some(e) = self.entry(via, port) else {
+            return Hold::Full(frame);
+        };
+        if let Some(mac) = e.mac {
+            return Hold::Ready(frame, mac);
+        }
+        if e.held.len() >= limit {
+            return Hold::Full(frame);
+        }
+        if e.given_up {
+            // Traffic wants it again: ask now rather than at the retry.
+            e.given_up = false;
+            e.sent = 0;
+            e.last_sent = None;
+        }
+        e.held.push_back(frame);
+        Hold::Waiting
+    }
+
+    /// An ARP reply: `ip` is at `mac`. Returns the frames held for `ip`,
+    /// to send with `mac`. Ignored (nothing returned) for addresses the
+    /// table did not ask for.
+    pub fn learn(&mut self, ip: Ipv4Addr, mac: [u8; 6], now: Instant) -> Vec<P> {
+        let Some(e) = self.entries.get_mut(&ip) else {
+            return Vec::new();
+        };
+        if e.mac != Some(mac) {
+            e.mac = Some(mac);
+            self.changed = true;
+        }
+        e.confirmed = Some(now);
+        e.sent = 0;
+        e.last_sent = None;
+        e.given_up = false;
+        e.held.drain(..).collect()
+    }
+
+    /// Advances the timers: pushes the requests to send into `requests` and
+    /// the frames given up on into `dropped`.
+    pub fn poll(&mut self, now: Instant, requests: &mut Vec<Request>, dropped: &mut Vec<P>) {
+        let t = self.timers;
+        let mut changed = false;
+        self.entries.retain(|&ip, e| {
+            if e.confirmed.is_some_and(|c| now.duration_since(c) < t.reachable) {
+                return true;
+            }
+            let since = e.last_sent.map(|l| now.duration_since(l));
+            if e.sent >= t.probes {
+                if !e.given_up {
+                    // The last probe gets its retransmit time to be answered.
+                    if since.is_some_and(|s| s < t.retransmit) {
+                        return true;
+                    }
+                    dropped.extend(e.held.drain(..));
+                    if e.mac.take().is_some() {
+                        changed = true;
+                    }
+                    e.confirmed = None;
+                    e.given_up = true;
+                    if !e.wanted {
+                        return false;
+                    }
+                }
+                if since.is_some_and(|s| s < t.retry_wanted) {
+                    return true;
+                }
+                e.sent = 0;
+                e.given_up = false;
+            } else if since.is_some_and(|s| s < t.retransmit) {
+                return true;
+            }
+            requests.push(Request {
+                port: e.port,
+                target: ip,
+            });
+            e.sent += 1;
+            e.last_sent = Some(now);
+            true
+        });
+        self.changed |= changed;
+    }
+
+    /// True once after any resolved MAC appeared, changed or went away.
+    pub fn take_changed(&mut self) -> bool {
+        std::mem::take(&mut self.changed)
+    }
+
+    /// The resolved entries, for the snapshot.
+    pub fn resolved(&self) -> Vec<(Ipv4Addr, [u8; 6])> {
+        let mut v: Vec<_> = self
+            .entries
+            .iter()
+            .filter_map(|(&ip, e)| Some((ip, e.mac?)))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Entries (resolved or not).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Frames held, all entries together.
+    pub fn held(&self) -> usize {
+        self.entries.values().map(|e| e.held.len()).sum()
+    }
+
+    /// Drops every held frame (at shutdown).
+    pub fn clear_held(&mut self) -> Vec<P> {
+        self.entries.values_mut().flat_map(|e| e.held.drain(..)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAC: [u8; 6] = [2, 0, 0, 0, 0, 9];
+    const MAC2: [u8; 6] = [2, 0, 0, 0, 0, 10];
+
+    fn ip(s: &str) -> Ipv4Addr {
+        s.parse().unwrap()
+    }
+
+    fn poll(t: &mut NeighborTable<u32>, now: Instant) -> (Vec<Request>, Vec<u32>) {
+        let (mut r, mut d) = (Vec::new(), Vec::new());
+        t.poll(now, &mut r, &mut d);
+        (r, d)
+    }
+
+    #[test]
+    fn held_frames_are_released_by_the_reply() {
+        let t0 = Instant::now();
+        let mut t = NeighborTable::new(Timers::default());
+        assert!(matches!(t.hold(ip("10.0.0.5"), 1, 1), Hold::Waiting));
+        assert!(matches!(t.hold(ip("10.0.0.5"), 1, 2), Hold::Waiting));
+        let (req, drop) = poll(&mut t, t0);
+        assert_eq!(
+            req,
+            vec![Request {
+                port: 1,
+                target: ip("10.0.0.5")
+            }]
+        );
+        assert!(drop.is_empty());
+        // Not due again before the retransmit timer.
+        assert!(poll(&mut t, t0 + Duration::from_millis(500)).0.is_empty());
+        assert_eq!(t.learn(ip("10.0.0.5"), MAC, t0), vec![1, 2]);
+        assert!(t.take_changed());
+        assert!(!t.take_changed());
+        assert_eq!(t.resolved(), vec![(ip("10.0.0.5"), MAC)]);
+        // Resolved: frames go straight out.
+        assert!(matches!(t.hold(ip("10.0.0.5"), 1, 3), Hold::Ready(3, MAC)));
+    }
+
+    #[test]
+    fn hold_queue_and_table_are_bounded() {
+        let timers = Timers {
+            hold: 2,
+            max_entries: 2,
+            ..Timers::default()
+        };
+        let mut t = NeighborTable::new(timers);
+        assert!(matches!(t.hold(ip("10.0.0.1"), 0, 1), Hold::Waiting));
+        assert!(matches!(t.hold(ip("10.0.0.1"), 0, 2), Hold::Waiting));
+        assert!(matches!(t.hold(ip("10.0.0.1"), 0, 3), Hold::Full(3)));
+        assert!(matches!(t.hold(ip("10.0.0.2"), 0, 4), Hold::Waiting));
+        assert!(matches!(t.hold(ip("10.0.0.3"), 0, 5), Hold::Full(5)));
+        assert_eq!(t.held(), 3);
+        assert_eq!(t.clear_held().len(), 3);
+    }
+
+    #[test]
+    fn unanswered_addresses_are_given_up_and_wanted_ones_retried() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut t = NeighborTable::new(Timers::default());
+        t.set_wanted(&[(ip("10.0.0.254"), 0)]);
+        assert!(matches!(t.hold(ip("10.0.0.7"), 0, 7), Hold::Waiting));
+        for i in 0..3 {
+            let (req, drop) = poll(&mut t, t0 + s * i);
+            assert_eq!(req.len(), 2, "round {i}: {req:?}");
+            assert!(drop.is_empty());
+        }
+        // Third request unanswered: the frame is dropped, the entry gone;
+        // the gateway stays and waits for retry_wanted.
+        let (req, drop) = poll(&mut t, t0 + s * 3);
+        assert!(req.is_empty());
+        assert_eq!(drop, vec![7]);
+        assert_eq!(t.len(), 1);
+        let (req, _) = poll(&mut t, t0 + s * 2 + Duration::from_secs(5));
+        assert_eq!(req.len(), 1);
+        assert_eq!(req[0].target, ip("10.0.0.254"));
+        // Unsolicited replies plant nothing.
+        assert!(t.learn(ip("10.0.0.99"), MAC, t0).is_empty());
+        assert!(t.resolved().is_empty());
+    }
+
+    #[test]
+    fn stale_entries_are_probed_and_removed_when_silent() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut t = NeighborTable::<u32>::new(Timers::default());
+        t.set_wanted(&[(ip("10.0.0.254"), 0)]);
+        poll(&mut t, t0);
+        t.learn(ip("10.0.0.254"), MAC, t0);
+        assert!(t.take_changed());
+        // Reachable: no requests.
+        assert!(poll(&mut t, t0 + s * 29).0.is_empty());
+        // Stale: probed while the MAC stays in use.
+        assert_eq!(poll(&mut t, t0 + s * 30).0.len(), 1);
+        assert_eq!(t.resolved().len(), 1);
+        // A new MAC in the reply replaces the old one.
+        t.learn(ip("10.0.0.254"), MAC2, t0 + s * 31);
+        assert!(t.take_changed());
+        assert_eq!(t.resolved(), vec![(ip("10.0.0.254"), MAC2)]);
+        // Silent after that: three probes, then the MAC is withdrawn.
+        let base = t0 + s * 61;
+        for i in 0..3 {
+            assert_eq!(poll(&mut t, base + s * i).0.len(), 1);
+        }
+        assert!(!t.take_changed());
+        poll(&mut t, base + s * 3);
+        assert!(t.take_changed());
+        assert!(t.resolved().is_empty());
+        assert_eq!(t.len(), 1, "a wanted entry stays, unresolved");
+    }
+}

@@ -1,0 +1,355 @@
+//! lbd end to end: real clients (curl, python) in a namespace, three real
+//! backends (scripts/backend.py: HTTP/1.1 and UDP echo) behind lbd's other
+//! port, lbd in between over net_af_packet. See scripts/lab.sh.
+//!
+//! The tests run one at a time (a busy-polling lbd per test on a 2-core
+//! machine is enough), each on its own lab and addresses.
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use common::lab::{assert_balanced, spread, Lab};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    assert!(
+        common::can_netns(),
+        "these tests need root and iproute2 (run scripts/setup.sh as root)"
+    );
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The (backend, answer) of one UDP exchange with the VIP's port 53.
+fn udp_echo(lab: &Lab, payload: &str) -> String {
+    lab.client(&format!(
+        "python3 -c \"
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(1)
+for _ in range(5):
+    s.sendto(b'{payload}', ('{}', 53))
+    try:
+        print(s.recvfrom(2048)[0].decode()); break
+    except socket.timeout:
+        pass
+else:
+    raise SystemExit('no UDP answer')
+\"",
+        lab.vip()
+    ))
+}
+
+fn mode_test(tag: &str, net: u8, mode: &str) {
+    let _g = serial();
+    let lab = Lab::new(tag, net);
+    let cfg = lab.file("lbd.toml", &(lab.interfaces_toml() + &lab.services_toml(mode)));
+    let mut lbd = lab.start_lbd("0", 1, &["--config", &cfg]);
+    lab.wait_for_service(Duration::from_secs(15));
+
+    // 300 connections spread over the three backends.
+    let answers = lab.requests(300);
+    assert_balanced(&answers);
+    // The source the backends see.
+    let want_src = if mode == "fullnat" {
+        lab.snat_addr()
+    } else {
+        lab.client_addr()
+    };
+    assert!(
+        answers.iter().all(|(_, src)| *src == want_src),
+        "{mode}: backends must see {want_src}: {:?}",
+        &answers[..5]
+    );
+
+    // Every request of one keep-alive connection reaches the same backend.
+    let url = format!("http://{}/whoami", lab.vip());
+    let out = lab.client(&format!("curl -s -m 5 {url} {url} {url} {url} {url} {url}"));
+    let names: Vec<&str> = out
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap_or(""))
+        .collect();
+    assert_eq!(names.len(), 6, "{out}");
+    assert!(
+        names.iter().all(|n| *n == names[0]),
+        "one connection, one backend: {out}"
+    );
+
+    // A bigger body, checked byte for byte.
+    let sum = lab.client(&format!(
+        "curl -s -m 20 http://{}/bytes/3000000 | sha256sum",
+        lab.vip()
+    ));
+    assert_eq!(
+        sum.split_whitespace().next(),
+        Some(pattern_sha256(3_000_000).as_str())
+    );
+
+    // UDP through the same VIP.
+    let a = udp_echo(&lab, "hello");
+    assert!(
+        a.starts_with("backend-") && a.contains(&format!("{want_src} hello")),
+        "{mode} UDP: {a}"
+    );
+
+    // ping to the VIP is answered by lbd.
+    lab.client(&format!("ping -c 2 -i 0.2 -W 2 {}", lab.vip()));
+    // A TCP port the VIP has no frontend for is refused at once (RST).
+    let o = lab.exec("c", &format!("curl -s -m 3 http://{}:81/", lab.vip()));
+    assert_eq!(
+        o.status.code(),
+        Some(7),
+        "curl exit 7 = connection refused (28 would be a timeout): {o:?}"
+    );
+
+    let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{}", lbd.log_text());
+}
+
+/// sha256 of the first `n` bytes of backend.py's pattern.
+fn pattern_sha256(n: usize) -> String {
+    let mut child = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        let block: Vec<u8> = (0..251u32 * 256).map(|i| ((i * 7) % 251) as u8).collect();
+        let mut left = n;
+        let mut off = 0usize;
+        while left > 0 {
+            let start = off % 251;
+            let take = left.min(64 * 1024).min(block.len() - start);
+            stdin.write_all(&block[start..start + take]).unwrap();
+            off += take;
+            left -= take;
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn fullnat_http_and_udp_through_real_servers() {
+    mode_test("efn", 61, "fullnat");
+}
+
+#[test]
+fn dnat_http_and_udp_backends_see_the_client() {
+    mode_test("edn", 62, "dnat");
+}
+
+/// A python client in the client namespace holding one keep-alive
+/// connection: prints the backend of each request, one per line read from
+/// its stdin.
+struct KeepAlive {
+    child: std::process::Child,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+impl KeepAlive {
+    fn open(lab: &Lab) -> KeepAlive {
+        let script = format!(
+            "import http.client, sys\nc = http.client.HTTPConnection('{}', 80, timeout=5)\nfor _ in sys.stdin:\n    c.request('GET', '/whoami')\n    print(c.getresponse().read().decode().split()[0], flush=True)\n",
+            lab.vip()
+        );
+        let mut child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &format!("{}-c", lab.tag),
+                "python3",
+                "-c",
+                &script,
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        KeepAlive { child, out }
+    }
+
+    fn ask(&mut self) -> String {
+        writeln!(self.child.stdin.as_mut().unwrap()).unwrap();
+        let mut l = String::new();
+        self.out.read_line(&mut l).unwrap();
+        assert!(l.starts_with("backend-"), "keep-alive request failed: {l:?}");
+        l.trim().to_string()
+    }
+}
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn drain_and_delete_keep_established_connections() {
+    let _g = serial();
+    let lab = Lab::new("edr", 63);
+    let cfg = lab.file("lbd.toml", &lab.interfaces_toml());
+    let mut lbd = lab.start_lbd("0", 1, &["--config", &cfg]);
+    let services = lab.file("services.toml", &lab.services_toml("fullnat"));
+    lab.lbctl_ok(&["apply", "-f", &services]);
+    lab.wait_for_service(Duration::from_secs(15));
+
+    // A long download (~4 s), then drain its backend while it runs.
+    let n = 5_000_000;
+    let hdr = lab.dir.join("slow.hdr");
+    let dl = Command::new("ip")
+        .args(["netns", "exec", &format!("{}-c", lab.tag), "sh", "-c"])
+        .arg(format!(
+            "curl -s -m 60 -D {} http://{}/slow/{n} | sha256sum",
+            hdr.display(),
+            lab.vip()
+        ))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut backend = String::new();
+    for _ in 0..100 {
+        let h = std::fs::read_to_string(&hdr).unwrap_or_default();
+        if let Some(l) = h
+            .lines()
+            .find(|l| l.to_ascii_lowercase().starts_with("x-backend:"))
+        {
+            backend = l.split(':').nth(1).unwrap().trim().to_string();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(backend.starts_with("backend-"), "download started: {backend:?}");
+    let i: usize = backend["backend-".len()..].parse().unwrap();
+    lab.lbctl_ok(&["backend", "drain", &lab.backend_addr(i)]);
+
+    // No new connection reaches the drained backend.
+    let answers = lab.requests(60);
+    let m = spread(&answers);
+    assert!(
+        !m.contains_key(&backend),
+        "drained {backend} still gets new connections: {m:?}"
+    );
+    assert_eq!(m.len(), 2, "{m:?}");
+
+    // The download from it completes intact.
+    let out = dl.wait_with_output().unwrap();
+    let sum = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        sum.split_whitespace().next(),
+        Some(pattern_sha256(n).as_str()),
+        "download intact"
+    );
+    lab.lbctl_ok(&["backend", "enable", &lab.backend_addr(i)]);
+
+    // Deleting one backend moves only its connections: keep-alive
+    // connections to the others keep their backend.
+    let mut conns: Vec<(KeepAlive, String)> = Vec::new();
+    for _ in 0..12 {
+        let mut k = KeepAlive::open(&lab);
+        let b = k.ask();
+        conns.push((k, b));
+    }
+    let victim = conns[0].1.clone();
+    let vi: usize = victim["backend-".len()..].parse().unwrap();
+    let endpoint = format!("{}:8080", lab.backend_addr(vi));
+    lab.lbctl_ok(&["delete", "backend", "default/web", &endpoint]);
+    let mut kept = 0;
+    for (k, b) in conns.iter_mut().filter(|(_, b)| *b != victim) {
+        assert_eq!(k.ask(), *b, "a connection to a remaining backend moved");
+        kept += 1;
+    }
+    assert!(
+        kept > 0,
+        "some connections were on other backends: {:?}",
+        conns.iter().map(|c| &c.1).collect::<Vec<_>>()
+    );
+    let after = spread(&lab.requests(30));
+    assert!(
+        !after.contains_key(&victim),
+        "deleted {victim} still gets new connections: {after:?}"
+    );
+    drop(conns);
+
+    let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{}", lbd.log_text());
+}
+
+#[test]
+fn two_workers_hand_replies_over() {
+    let _g = serial();
+    let lab = Lab::new("ehw", 64);
+    let cfg = lab.file(
+        "lbd.toml",
+        &(lab.interfaces_toml() + &lab.services_toml("fullnat")),
+    );
+    // Three lcores on two CPUs: the main one and two workers.
+    let mut lbd = lab.start_lbd("0@0,1@0,2@1", 2, &["--config", &cfg]);
+    lab.wait_for_service(Duration::from_secs(15));
+    let answers = lab.requests(120);
+    assert_eq!(spread(&answers).values().sum::<usize>(), 120);
+    for _ in 0..3 {
+        let sum = lab.client(&format!(
+            "curl -s -m 20 http://{}/bytes/2000000 | sha256sum",
+            lab.vip()
+        ));
+        assert_eq!(
+            sum.split_whitespace().next(),
+            Some(pattern_sha256(2_000_000).as_str())
+        );
+    }
+    let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(10));
+    let log = lbd.log_text();
+    assert_eq!(code, Some(0), "{log}");
+    let handed: u64 = log
+        .lines()
+        .filter(|l| l.contains("  worker "))
+        .filter_map(|l| {
+            l.split("handed_over ")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    assert!(
+        handed > 0,
+        "replies on the other worker's queue are handed over:\n{log}"
+    );
+    assert!(!log.contains("handover_ring_full"), "{log}");
+}
+
+#[test]
+fn state_file_survives_sigkill() {
+    let _g = serial();
+    let lab = Lab::new("esk", 65);
+    let cfg = lab.file("lbd.toml", &lab.interfaces_toml());
+    let state = lab.dir.join("state.json").display().to_string();
+    let mut lbd = lab.start_lbd("0", 1, &["--config", &cfg, "--state-file", &state]);
+    let services = lab.file("services.toml", &lab.services_toml("fullnat"));
+    lab.lbctl_ok(&["apply", "-f", &services]);
+    lab.wait_for_service(Duration::from_secs(15));
+    let (code, _) = lbd.signal_and_wait(9, Duration::from_secs(10));
+    assert_eq!(code, None, "killed by SIGKILL");
+    drop(lbd);
+
+    // Same state file, no apply: the services are back before forwarding.
+    let mut lbd = lab.start_lbd("0", 1, &["--config", &cfg, "--state-file", &state]);
+    lab.wait_for_service(Duration::from_secs(15));
+    assert_eq!(spread(&lab.requests(30)).len(), 3, "all backends are back");
+    let info = lab.lbctl_ok(&["get", "services"]);
+    assert!(info.contains("default/web") && info.contains("api"), "{info}");
+    let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{}", lbd.log_text());
+}
