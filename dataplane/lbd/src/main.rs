@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Parser;
+use dpdk::flow::{FlowRule, L4};
 use dpdk::{Eal, Mempool, Port, PortConfig, RssStatus};
 use lb_control::grpc::{PortInfo, ServerInfo};
 use lb_control::listen::{ListenAddr, ListenConfig, TlsPaths};
@@ -201,15 +202,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         ports.push(port);
     }
-    if workers > 1 {
-        // Software hand-over is what runs: no rte_flow rules are installed.
-        for p in &ports {
-            tracing::info!(
-                port = p.id(),
-                "flow hand-over between workers: software rings (no rte_flow steering)"
-            );
-        }
-    }
 
     // The desired state before anything forwards: the state file, then the
     // config file's services (the `config` source).
@@ -320,6 +312,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         );
     }
 
+    let steering = steer_replies(&ports, &config.services.snat, queues);
+
     let mut ios = Vec::new();
     for q in 0..queues {
         let rx = ports
@@ -413,6 +407,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Ok(Err(e)) => tracing::error!("control thread: {e:#}"),
         Err(_) => tracing::error!("the control thread panicked"),
     }
+    drop(steering);
     for p in &ports {
         p.stop()?;
     }
@@ -423,6 +418,65 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     drop(pool);
     drop(eal);
     Ok(())
+}
+
+/// With several workers, installs rte_flow rules that steer full-NAT
+/// replies (destination = an IPv4 SNAT address, destination port & mask =
+/// worker) to the owner's queue, per port; a port whose PMD refuses any of
+/// them keeps none and relies on software hand-over. Logs which is in use.
+fn steer_replies(ports: &[Port], snat: &[std::net::IpAddr], workers: u16) -> Vec<FlowRule> {
+    let mut all = Vec::new();
+    if workers < 2 {
+        return all;
+    }
+    let mask = lb_dataplane::flow::snat_port_mask(workers);
+    let snat_v4: Vec<std::net::Ipv4Addr> = snat
+        .iter()
+        .filter_map(|a| match a {
+            std::net::IpAddr::V4(a) => Some(*a),
+            std::net::IpAddr::V6(_) => None,
+        })
+        .collect();
+    for p in ports {
+        let mut rules = Vec::new();
+        let mut refused = None;
+        'rules: for &addr in &snat_v4 {
+            for l4 in [L4::Tcp, L4::Udp] {
+                for w in 0..workers {
+                    match FlowRule::steer_v4_dst_port(p, addr, l4, w, mask, w) {
+                        Ok(r) => rules.push(r),
+                        Err(e) => {
+                            refused = Some(e);
+                            break 'rules;
+                        }
+                    }
+                }
+            }
+        }
+        match refused {
+            Some(e) => {
+                drop(rules);
+                tracing::info!(
+                    port = p.id(),
+                    "flow hand-over between workers: software rings (rte_flow refused: {})",
+                    e.message
+                );
+            }
+            None if snat_v4.is_empty() => tracing::info!(
+                port = p.id(),
+                "flow hand-over between workers: software rings (no IPv4 SNAT address to steer)"
+            ),
+            None => {
+                tracing::info!(
+                    port = p.id(),
+                    rules = rules.len(),
+                    "flow hand-over between workers: rte_flow steers full-NAT replies to their owner's queue; software rings for the rest"
+                );
+                all.extend(rules);
+            }
+        }
+    }
+    all
 }
 
 /// `--grpc` and the TLS flags.

@@ -328,6 +328,11 @@ fn two_workers_hand_replies_over() {
         "replies on the other worker's queue are handed over:\n{log}"
     );
     assert!(!log.contains("handover_ring_full"), "{log}");
+    // net_af_packet has no rte_flow: lbd says it falls back to software.
+    assert!(
+        log.contains("flow hand-over between workers: software rings (rte_flow refused"),
+        "{log}"
+    );
 }
 
 #[test]
