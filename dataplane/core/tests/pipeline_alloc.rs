@@ -146,7 +146,9 @@ fn build_frames() -> Frames {
     f.drops.push(arp("10.0.0.50"));
     // Several client ports each, so that some belong to this worker.
     for p in 1..=8 {
+        // TCP to a VIP port without frontend gets a RST; UDP is dropped.
         f.drops.push(c(Pkt::tcp(ep(C4, p), ep("10.0.0.100", 81), "S")));
+        f.drops.push(c(Pkt::udp(ep(C4, p), ep("10.0.0.100", 81), b"x")));
         f.drops.push(c(Pkt::tcp(ep(C4, p), ep("10.0.0.100", 80), "A")));
         f.drops
             .push(c(Pkt::tcp(ep(C4, p), ep("10.0.0.100", 80), "S").ttl(1)));
