@@ -462,18 +462,7 @@ pub fn write_gratuitous_arp(
     ip: Ipv4Addr,
     vlan: Option<u16>,
 ) -> Result<usize, BuildError> {
-    let repr = ArpRepr {
-        operation: arp::OP_REQUEST,
-        sender_mac: mac,
-        sender_ip: ip,
-        target_mac: MacAddr::ZERO,
-        target_ip: ip,
-    };
-    repr.emit_frame(buf, MacAddr::BROADCAST, vlan)
-        .ok_or(BuildError::BufferTooSmall {
-            need: ethernet::MIN_FRAME_LEN,
-            have: buf.len(),
-        })
+    write_arp_request(buf, mac, ip, ip, vlan)
 }
 
 /// Write an ARP request (who-has `target`, tell `src_ip` at `mac`,

@@ -384,18 +384,21 @@ fn neighbor_solicit_rejections() {
     );
 }
 
+/// The Ethernet/IPv4 ARP packet in `frame`, as etherparse reads it.
+fn arp_of(frame: &[u8]) -> etherparse::ArpEthIpv4Packet {
+    let s = SlicedPacket::from_ethernet(frame).unwrap();
+    let Some(etherparse::NetSlice::Arp(a)) = s.net else {
+        panic!("not arp")
+    };
+    a.to_packet().try_eth_ipv4().unwrap()
+}
+
 #[test]
 fn builders() {
     let mut buf = [0xaau8; 128];
     let n = write_gratuitous_arp(&mut buf, OUR_MAC, OUR_V4, Some(5)).unwrap();
     assert_eq!(n, 60);
-    let a = {
-        let s = SlicedPacket::from_ethernet(&buf[..n]).unwrap();
-        let Some(etherparse::NetSlice::Arp(a)) = s.net else {
-            panic!("not arp")
-        };
-        a.to_packet().try_eth_ipv4().unwrap()
-    };
+    let a = arp_of(&buf[..n]);
     assert_eq!(
         (a.sender_ipv4, a.target_ipv4, a.sender_mac),
         (OUR_V4.octets(), OUR_V4.octets(), OUR_MAC.0)
@@ -411,13 +414,7 @@ fn builders() {
     let n = write_arp_request(&mut buf, OUR_MAC, OUR_V4, target, None).unwrap();
     assert_eq!(n, 60);
     assert_eq!(buf[..6], [0xff; 6]);
-    let a = {
-        let s = SlicedPacket::from_ethernet(&buf[..n]).unwrap();
-        let Some(etherparse::NetSlice::Arp(a)) = s.net else {
-            panic!("not arp")
-        };
-        a.to_packet().try_eth_ipv4().unwrap()
-    };
+    let a = arp_of(&buf[..n]);
     assert_eq!(
         (a.sender_ipv4, a.target_ipv4, a.sender_mac),
         (OUR_V4.octets(), target.octets(), OUR_MAC.0)

@@ -166,50 +166,42 @@ pub fn run(mut worker: Worker, io: WorkerIo, mut links: Links, shared: Shared) -
         handover: links.handover_out.iter().map(|_| Burst::new()).collect(),
     };
     let mut burst = Burst::new();
-    let mut metas = [PacketMeta::default(); BURST_MAX];
-    let mut verdicts = [Verdict::ToHost; BURST_MAX];
+    let mut scratch = Scratch {
+        metas: [PacketMeta::default(); BURST_MAX],
+        verdicts: [Verdict::ToHost; BURST_MAX],
+    };
     let mut loops: u64 = 0;
     while !shared.stop.load(Ordering::Relaxed) {
         let snap = shared.snapshot.load();
         let now = shared.clock.now();
-        for (port, q) in rx.iter_mut().enumerate() {
+        for q in rx.iter_mut() {
             let n = q.rx_burst(&mut burst);
             if n == 0 {
                 continue;
             }
             counters.rx_packets.add(n as u64);
-            for m in &mut metas[..n] {
-                m.port = port as u16;
-            }
             process(
                 &mut worker,
                 now,
                 &snap,
                 &mut burst,
-                &metas,
-                &mut verdicts,
+                &mut scratch,
                 &mut out,
                 &mut links,
             );
         }
         for i in 0..links.handover_in.len() {
-            let n = links.handover_in[i].dequeue_burst(&mut burst);
-            if n == 0 {
-                continue;
+            if links.handover_in[i].dequeue_burst(&mut burst) > 0 {
+                process(
+                    &mut worker,
+                    now,
+                    &snap,
+                    &mut burst,
+                    &mut scratch,
+                    &mut out,
+                    &mut links,
+                );
             }
-            for (j, m) in metas[..n].iter_mut().enumerate() {
-                m.port = burst.port(j);
-            }
-            process(
-                &mut worker,
-                now,
-                &snap,
-                &mut burst,
-                &metas,
-                &mut verdicts,
-                &mut out,
-                &mut links,
-            );
         }
         if let Some(c) = &mut links.control_in {
             if c.dequeue_burst(&mut burst) > 0 {
@@ -229,20 +221,30 @@ pub fn run(mut worker: Worker, io: WorkerIo, mut links: Links, shared: Shared) -
     worker
 }
 
+/// Per-burst metadata and verdicts.
+struct Scratch {
+    metas: [PacketMeta; BURST_MAX],
+    verdicts: [Verdict; BURST_MAX],
+}
+
 /// The pipeline over one burst, then each frame where its verdict says.
-#[allow(clippy::too_many_arguments)]
+/// The receiving port is the one in each mbuf: set by the PMD at rx, and
+/// kept when another worker hands a frame over.
 #[inline]
 fn process(
     worker: &mut Worker,
     now: Tick,
     snap: &Snapshot,
     burst: &mut Burst,
-    metas: &[PacketMeta; BURST_MAX],
-    verdicts: &mut [Verdict; BURST_MAX],
+    scratch: &mut Scratch,
     out: &mut Out,
     links: &mut Links,
 ) {
     let n = burst.len();
+    let Scratch { metas, verdicts } = scratch;
+    for (i, m) in metas[..n].iter_mut().enumerate() {
+        m.port = burst.port(i);
+    }
     {
         let mut frames = burst.frames_mut();
         worker.handle_burst(now, snap, &mut frames[..n], &metas[..n], &mut verdicts[..n]);
