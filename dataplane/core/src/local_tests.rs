@@ -419,6 +419,18 @@ fn builders() {
         (a.sender_ipv4, a.target_ipv4, a.sender_mac),
         (OUR_V4.octets(), target.octets(), OUR_MAC.0)
     );
+    assert_eq!(
+        (a.operation, a.target_mac),
+        (etherparse::ArpOperation::REQUEST, [0; 6])
+    );
+    // The crate's own parser reads the same request.
+    let p = crate::wire::parse(&buf[..n]).unwrap();
+    assert_eq!(p.l3, crate::wire::L3::Arp);
+    let r = ArpRepr::parse(&ArpPacket::new_checked(&buf[p.l3_offset as usize..n]).unwrap());
+    assert_eq!(
+        (r.operation, r.sender_mac, r.sender_ip, r.target_mac, r.target_ip),
+        (arp::OP_REQUEST, OUR_MAC, OUR_V4, MacAddr::ZERO, target)
+    );
     let neighbor = LocalAddrs::new(MacAddr([2, 0, 0, 0, 0, 0xcc]), [IpAddr::V4(target)]).unwrap();
     assert!(matches!(
         handle_local(&mut buf[..n], &neighbor),

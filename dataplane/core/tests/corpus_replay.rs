@@ -1,7 +1,8 @@
 //! Replays the `handle_packet` fuzz corpus (and crash artifacts, if any)
 //! through the pipeline with the fuzz target's own harness
 //! (`dataplane/fuzz/src/harness.rs`): no input may panic, every one must
-//! get verdicts. Fails on an empty corpus, so it cannot pass vacuously.
+//! get verdicts, with every neighbor resolved and with none. Fails on an
+//! empty corpus, so it cannot pass vacuously.
 //!
 //! The seed corpus is generated, not hand-written: run
 //! `cargo test -p lb-dataplane --test corpus_replay -- --ignored write_seed_corpus`
@@ -53,13 +54,17 @@ fn replay_handle_packet_corpus() {
     );
     let mut inputs = seeds;
     inputs.extend(files_in(&fuzz_dir().join("artifacts/handle_packet")));
-    let snap = Fixture::TwoPort.snapshot();
-    for path in &inputs {
-        let data = std::fs::read(path).unwrap();
-        let result = std::panic::catch_unwind(|| harness::run(snap, &data));
-        match result {
-            Ok(n) => assert!(n > 0, "{}: no verdict", path.display()),
-            Err(_) => panic!("{} panics (see above)", path.display()),
+    // The fuzzer's fixture, and the same with no neighbor known, so that
+    // every translated frame also takes the `Resolve` path.
+    for fixture in [Fixture::TwoPort, Fixture::NoNeighbors] {
+        let snap = fixture.snapshot();
+        for path in &inputs {
+            let data = std::fs::read(path).unwrap();
+            let result = std::panic::catch_unwind(|| harness::run(snap, &data));
+            match result {
+                Ok(n) => assert!(n > 0, "{} ({fixture:?}): no verdict", path.display()),
+                Err(_) => panic!("{} ({fixture:?}) panics (see above)", path.display()),
+            }
         }
     }
 }

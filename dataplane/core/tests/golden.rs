@@ -28,6 +28,9 @@ mod pkt;
 #[path = "golden/fixture.rs"]
 mod fixture;
 
+#[path = "golden/next_hop.rs"]
+mod next_hop;
+
 use std::net::IpAddr;
 
 use etherparse::{
@@ -53,6 +56,9 @@ enum Expect {
     HandOver(u16),
     /// Pass to the host, frame unchanged.
     ToHost,
+    /// Translated into exactly this frame (destination MAC zero) for
+    /// `port`, once `via` is resolved.
+    Resolve { port: u16, via: IpAddr, frame: Vec<u8> },
 }
 
 /// One frame in, one verdict (and frame) out.
@@ -91,6 +97,11 @@ impl Case {
         self
     }
 
+    fn fixture(mut self, fixture: Fixture) -> Case {
+        self.fixture = fixture;
+        self
+    }
+
     fn check(mut self, check: Check) -> Case {
         self.check = Some(check);
         self
@@ -114,20 +125,36 @@ impl Case {
                     Err(format!("{at}: frame modified by a {got:?} verdict"))
                 }
             };
+            let output = |len: usize, want: &[u8]| {
+                let out = frame.get(..len).ok_or(format!("{at}: len {len} > frame"))?;
+                if out != want {
+                    return Err(format!(
+                        "{at}: output differs\n     got {}\nexpected {}",
+                        hex(out),
+                        hex(want)
+                    ));
+                }
+                pkt::verify_checksums(out).map_err(|e| format!("{at}: {e}"))
+            };
             match (&step.expect, got) {
                 (Expect::Transmit { port, frame: want }, Verdict::Transmit { port: p, len }) => {
                     if p != *port {
                         return Err(format!("{at}: transmitted on port {p}, expected {port}"));
                     }
-                    let out = frame.get(..len).ok_or(format!("{at}: len {len} > frame"))?;
-                    if out != &want[..] {
-                        return Err(format!(
-                            "{at}: output differs\n     got {}\nexpected {}",
-                            hex(out),
-                            hex(want)
-                        ));
+                    output(len, want)?;
+                }
+                (
+                    Expect::Resolve {
+                        port,
+                        via,
+                        frame: want,
+                    },
+                    Verdict::Resolve { port: p, len, via: v },
+                ) => {
+                    if (p, v) != (*port, *via) {
+                        return Err(format!("{at}: resolve {v} on port {p}, expected {via} on {port}"));
                     }
-                    pkt::verify_checksums(out).map_err(|e| format!("{at}: {e}"))?;
+                    output(len, want)?;
                 }
                 (Expect::Drop(r), Verdict::Drop(g)) if *r == g => unchanged(&frame)?,
                 (Expect::HandOver(o), Verdict::HandOver(WorkerId(g))) if *o == g => unchanged(&frame)?,
@@ -151,6 +178,9 @@ impl Case {
 fn short(e: &Expect) -> String {
     match e {
         Expect::Transmit { port, frame } => format!("Transmit {{ port: {port}, len: {} }}", frame.len()),
+        Expect::Resolve { port, via, frame } => {
+            format!("Resolve {{ port: {port}, len: {}, via: {via} }}", frame.len())
+        }
         other => format!("{other:?}"),
     }
 }
@@ -839,6 +869,7 @@ fn all_cases() -> Vec<Case> {
     cases.extend(family_cases(V6));
     cases.extend(v4_only_cases());
     cases.extend(v6_only_cases());
+    cases.extend(next_hop::cases());
     cases
 }
 
@@ -867,7 +898,7 @@ fn golden_inputs_and_expectations_are_well_formed() {
     for case in all_cases() {
         for (i, s) in case.steps.iter().enumerate() {
             let frames = match &s.expect {
-                Expect::Transmit { frame, .. } => vec![&s.input, frame],
+                Expect::Transmit { frame, .. } | Expect::Resolve { frame, .. } => vec![&s.input, frame],
                 _ => vec![&s.input],
             };
             for f in frames {

@@ -8,7 +8,9 @@
 //! translated SYN by swapping its endpoints in place, since the SNAT port is
 //! the worker's choice), ARP and echo for a VIP, drops of many kinds, ICMP
 //! errors quoting tracked and untracked flows, hand-overs (worker 0 of 2),
-//! and ticks that expire connections. Small conntrack capacities make
+//! and ticks that expire connections, replies held for an unresolved
+//! on-link client (`Resolve`) and replies with no route (`no_route`).
+//! Small conntrack capacities make
 //! eviction and `conntrack_full`/stateless forwarding happen too.
 //!
 //! The counting allocator comes from `stats_alloc`, because the workspace
@@ -107,6 +109,20 @@ fn build_frames() -> Frames {
             .push(b(Pkt::tcp(ep("fd01::12", 8080), ep(C6, port), "SA")));
         f.dnat_replies
             .push(b(Pkt::udp(ep("10.1.0.13", 5353), ep(C4, port), b"answer")));
+        if i % 4 == 0 {
+            // 10.0.0.77 is on-link without a neighbor entry (Resolve);
+            // 2001:db8::7 is off-link with no IPv6 gateway (no_route).
+            for (client, be) in [("10.0.0.77", "10.1.0.12"), ("2001:db8::7", "fd01::12")] {
+                let vip = if be.contains(':') {
+                    "fd00::101"
+                } else {
+                    "10.0.0.101"
+                };
+                f.dnat_new.push(c(Pkt::tcp(ep(client, port), ep(vip, 80), "S")));
+                f.dnat_replies
+                    .push(b(Pkt::tcp(ep(be, 8080), ep(client, port), "SA")));
+            }
+        }
         if i % 8 == 0 {
             // The packet the balancer sent to the backend, as quoted by a
             // router on the backend side.
@@ -203,7 +219,8 @@ fn hundred_thousand_packets_allocate_nothing() {
     let frames = build_frames();
     let mut buf = [0u8; 512];
     let mut reply = [0u8; 512];
-    let mut counts = [0u64; 6]; // transmit, drop, hand-over, neighbor, host, replies sent
+    // transmit, drop, hand-over, neighbor, host, replies sent, resolve
+    let mut counts = [0u64; 7];
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
     let mut now = 0u64;
     let meta0 = PacketMeta {
@@ -259,8 +276,7 @@ fn hundred_thousand_packets_allocate_nothing() {
             Verdict::HandOver(_) => counts[2] += 1,
             Verdict::Neighbor { .. } => counts[3] += 1,
             Verdict::ToHost => counts[4] += 1,
-            // Counted with drops: neither is sent from here.
-            Verdict::Resolve { .. } => counts[1] += 1,
+            Verdict::Resolve { .. } => counts[6] += 1,
         }
         if n % 64 == 0 {
             // Now and then far ahead, so that connections expire.
@@ -278,9 +294,10 @@ fn hundred_thousand_packets_allocate_nothing() {
 
     // The run exercised what it claims to.
     let c = w.counters();
-    let [tx, drops, handed, _, _, replies] = counts;
+    let [tx, drops, handed, _, _, replies, resolves] = counts;
     assert!(tx > 20_000 && drops > 5_000 && handed > 10_000, "{counts:?}");
     assert!(replies > 1_000, "full-NAT replies translated: {counts:?}");
+    assert!(resolves > 10, "replies held for an unresolved client: {counts:?}");
     assert!(c.new_connections.get() > 5_000, "{}", c.new_connections.get());
     assert!(c.local_replies.get() > 1_000);
     assert!(c.conntrack_expirations.get() > 1_000);
@@ -295,6 +312,7 @@ fn hundred_thousand_packets_allocate_nothing() {
         DropReason::NoConntrackReply,
         DropReason::Fragment,
         DropReason::IcmpErrorUntracked,
+        DropReason::NoRoute,
     ] {
         assert!(
             c.drops_of(reason) > 0,

@@ -7,7 +7,7 @@
 //! [`Snapshot::frontend`], [`Snapshot::lookup`], [`Service::pick`] (with
 //! the flow's [`Family`]),
 //! [`Service::allows_source`], [`Snapshot::is_owned`],
-//! [`Snapshot::next_hop`].
+//! [`Snapshot::next_hop`], [`Snapshot::route`].
 //!
 //! The model follows Cilium's services/frontends/backends: a [`Service`]
 //! owns its [`Backend`]s and Maglev ring; a [`Frontend`] (address, port,
@@ -393,6 +393,44 @@ pub struct UnresolvedHop {
     pub via: IpAddr,
 }
 
+/// Where a packet toward some destination goes: [`Snapshot::route`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Route {
+    /// The next hop's MAC is known: transmit.
+    Resolved(NextHop),
+    /// The next hop is known but not its MAC: resolve `via` first.
+    Unresolved(UnresolvedHop),
+}
+
+impl Route {
+    /// The DPDK port to send on.
+    #[inline]
+    pub fn port(&self) -> u16 {
+        match self {
+            Route::Resolved(h) => h.port,
+            Route::Unresolved(u) => u.port,
+        }
+    }
+
+    /// The egress port's MAC (the frame's source MAC).
+    #[inline]
+    pub fn src_mac(&self) -> [u8; 6] {
+        match self {
+            Route::Resolved(h) => h.src_mac,
+            Route::Unresolved(u) => u.src_mac,
+        }
+    }
+
+    /// The next hop's MAC, `None` until it is resolved.
+    #[inline]
+    pub fn dst_mac(&self) -> Option<[u8; 6]> {
+        match self {
+            Route::Resolved(h) => Some(h.dst_mac),
+            Route::Unresolved(_) => None,
+        }
+    }
+}
+
 /// One DPDK port's layer-3 configuration.
 #[derive(Debug, Clone)]
 pub struct PortConfig {
@@ -612,8 +650,8 @@ impl Snapshot {
     /// `dst` in a connected prefix with no entry has none (it is not sent
     /// to the gateway); otherwise the default gateway of `dst`'s family
     /// (that of the lowest port configuring one, out of that port), if it
-    /// has a neighbor entry. `None`: the caller drops with
-    /// `NoNeighbor`. O(1) plus a scan of the interface prefixes; no
+    /// has a neighbor entry. `None`: no next hop with a known MAC, see
+    /// [`route`](Self::route). O(1) plus a scan of the interface prefixes; no
     /// allocation.
     #[inline]
     pub fn next_hop(&self, dst: IpAddr) -> Option<NextHop> {
@@ -638,6 +676,18 @@ impl Snapshot {
                 }
                 self.default_v6
             }
+        }
+    }
+
+    /// The route toward `dst`: [`next_hop`](Self::next_hop) when it has
+    /// an answer (one hash lookup when `dst` is a neighbor), else
+    /// [`unresolved_hop`](Self::unresolved_hop); `None` when there is no
+    /// route at all (the worker drops with `NoRoute`). No allocation.
+    #[inline]
+    pub fn route(&self, dst: IpAddr) -> Option<Route> {
+        match self.next_hop(dst) {
+            Some(h) => Some(Route::Resolved(h)),
+            None => self.unresolved_hop(dst).map(Route::Unresolved),
         }
     }
 

@@ -1,8 +1,9 @@
-//! [`Snapshot::with_services`]: only the named services change.
+//! [`Snapshot::with_services`]: only the named services change;
+//! [`Snapshot::with_neighbors`] and [`Snapshot::route`].
 
 use std::sync::Arc;
 
-use super::tests::{add_service, base, be, fe, ip};
+use super::tests::{add_service, base, be, fe, ip, MAC0, MAC1};
 use super::*;
 
 fn two() -> Snapshot {
@@ -124,4 +125,51 @@ fn with_neighbors_resolves_next_hops_and_the_gateway() {
     assert!(s1
         .with_neighbors(&[(ip("10.0.0.8"), mac), (ip("10.0.0.8"), gw)])
         .is_err());
+}
+
+#[test]
+fn route_is_the_next_hop_or_what_to_resolve() {
+    // Port 0 (v4 gateway 10.0.0.254) and port 1 (IPv6 only, no gateway):
+    // an IPv6 destination off both prefixes has a gateway on port 0, one
+    // of a family no port has a gateway for has no route.
+    let mut b = SnapshotBuilder::new(1);
+    b.interface(
+        0,
+        MAC0,
+        Cidr::new(ip("10.0.0.1"), 24).unwrap(),
+        Some(ip("10.0.0.254")),
+    );
+    b.interface(1, MAC1, Cidr::new(ip("fd01::1"), 64).unwrap(), None);
+    let s1 = b.build().unwrap();
+    let unresolved = |port, src_mac, via: &str| {
+        Some(Route::Unresolved(UnresolvedHop {
+            port,
+            src_mac,
+            via: ip(via),
+        }))
+    };
+    assert_eq!(s1.route(ip("10.0.0.7")), unresolved(0, MAC0, "10.0.0.7"));
+    assert_eq!(s1.route(ip("198.51.100.1")), unresolved(0, MAC0, "10.0.0.254"));
+    assert_eq!(s1.route(ip("fd01::7")), unresolved(1, MAC1, "fd01::7"));
+    assert_eq!(s1.route(ip("2001:db8::7")), None, "no IPv6 gateway");
+
+    let (mac, gw) = ([2, 0, 0, 0, 0, 0x77], [2, 0, 0, 0, 0, 0xfe]);
+    let s2 = s1
+        .with_neighbors(&[(ip("fd01::7"), mac), (ip("10.0.0.254"), gw)])
+        .unwrap();
+    let resolved = |port, src_mac, dst_mac| {
+        Some(Route::Resolved(NextHop {
+            port,
+            src_mac,
+            dst_mac,
+        }))
+    };
+    assert_eq!(s2.route(ip("fd01::7")), resolved(1, MAC1, mac));
+    assert_eq!(s2.route(ip("198.51.100.1")), resolved(0, MAC0, gw));
+    // A connected destination is never sent to the gateway.
+    assert_eq!(s2.route(ip("10.0.0.7")), unresolved(0, MAC0, "10.0.0.7"));
+    let r = s2.route(ip("fd01::7")).unwrap();
+    assert_eq!((r.port(), r.src_mac(), r.dst_mac()), (1, MAC1, Some(mac)));
+    let r = s2.route(ip("10.0.0.7")).unwrap();
+    assert_eq!((r.port(), r.src_mac(), r.dst_mac()), (0, MAC0, None));
 }

@@ -7,7 +7,9 @@
 //! stale: a tiny conntrack (evictions, full table), few client ports (the
 //! same new flow several times in one burst), replies to flows opened
 //! earlier in the same burst, plus everything that never reaches conntrack
-//! (garbage, ARP, echo, TTL 1, other workers' flows).
+//! (garbage, ARP, echo, TTL 1, other workers' flows), replies to a client
+//! without a route (`no_route`) and, with some neighbors unresolved,
+//! `Resolve` verdicts.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -71,6 +73,19 @@ fn snapshot() -> Snapshot {
             .unwrap();
     }
     b.build().unwrap()
+}
+
+/// [`snapshot`] with 10.0.0.3, the gateway and backend 10.1.0.13
+/// unresolved: forwards and replies alike meet `Resolve`.
+fn snapshot_unresolved() -> Snapshot {
+    let mut n = vec![(ip("10.0.0.2"), PEER), (ip("fd00::2"), PEER)];
+    for i in 11..=12 {
+        n.push((ip(&format!("10.1.0.{i}")), PEER));
+    }
+    for i in 11..=13 {
+        n.push((ip(&format!("fd01::{i}")), PEER));
+    }
+    snapshot().with_neighbors(&n).unwrap()
 }
 
 fn worker(n_workers: u16, capacity: u32) -> Worker {
@@ -154,7 +169,9 @@ fn echo_to_interface(id: u16) -> Vec<u8> {
 
 fn client(rng: &mut Rng, v6: bool) -> (IpAddr, u16) {
     let addr = if v6 {
-        IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2))
+        // fd99::2 is off every prefix, and there is no IPv6 gateway.
+        let net = [0xfd00, 0xfd99][rng.below(2) as usize];
+        IpAddr::V6(Ipv6Addr::new(net, 0, 0, 0, 0, 0, 0, 2))
     } else {
         match rng.below(3) {
             0 => ip("10.0.0.2"),
@@ -206,14 +223,22 @@ fn meta(port: u16) -> PacketMeta {
     }
 }
 
-/// Runs 150 random bursts through both workers; returns (evictions, drops).
-fn run_seed(seed: u64, n_workers: u16, capacity: u32) -> (u64, u64) {
-    let snap = snapshot();
+/// What one [`run_seed`] saw.
+#[derive(Debug, Default)]
+struct Seen {
+    evictions: u64,
+    resolves: u64,
+    no_route: u64,
+}
+
+/// Runs 150 random bursts through both workers.
+fn run_seed(snap: &Snapshot, seed: u64, n_workers: u16, capacity: u32) -> Seen {
     let mut one = worker(n_workers, capacity);
     let mut burst = worker(n_workers, capacity);
     let mut rng = Rng(seed | 1);
     let mut replies: Vec<Reply> = Vec::new();
     let mut now = 0;
+    let mut resolves = 0;
     for round in 0..150 {
         let len = 1 + rng.below(40) as usize;
         let mut frames = Vec::with_capacity(len);
@@ -227,11 +252,15 @@ fn run_seed(seed: u64, n_workers: u16, capacity: u32) -> (u64, u64) {
         let expect: Vec<Verdict> = expect_frames
             .iter_mut()
             .zip(&metas)
-            .map(|(f, m)| one.handle_packet(Tick(now), &snap, f, m))
+            .map(|(f, m)| one.handle_packet(Tick(now), snap, f, m))
             .collect();
         let mut got = vec![Verdict::ToHost; len];
-        burst.handle_burst(Tick(now), &snap, &mut frames, &metas, &mut got);
+        burst.handle_burst(Tick(now), snap, &mut frames, &metas, &mut got);
         assert_eq!(got, expect, "seed {seed} round {round}: verdicts");
+        resolves += expect
+            .iter()
+            .filter(|v| matches!(v, Verdict::Resolve { .. }))
+            .count() as u64;
         assert_eq!(frames, expect_frames, "seed {seed} round {round}: frames");
         assert_eq!(
             format!("{burst:?}"),
@@ -240,7 +269,7 @@ fn run_seed(seed: u64, n_workers: u16, capacity: u32) -> (u64, u64) {
         );
         // Forwarded frames become the backends' replies of later rounds.
         for (f, v) in expect_frames.iter().zip(&expect) {
-            if let Verdict::Transmit { port: 1, .. } = v {
+            if let Verdict::Transmit { port: 1, .. } | Verdict::Resolve { port: 1, .. } = v {
                 let p = crate::wire::parse(f).unwrap();
                 replies.push(((p.dst, p.dst_port), (p.src, p.src_port), p.protocol));
             }
@@ -255,30 +284,51 @@ fn run_seed(seed: u64, n_workers: u16, capacity: u32) -> (u64, u64) {
     }
     assert!(one.counters().new_connections.get() > 0);
     let c = one.counters();
-    (c.conntrack_evictions.get(), c.total_drops())
+    Seen {
+        evictions: c.conntrack_evictions.get(),
+        resolves,
+        no_route: c.drops_of(DropReason::NoRoute),
+    }
 }
 
 #[test]
 fn burst_matches_packet_by_packet_with_evictions() {
+    let snap = snapshot();
     let mut evictions = 0;
     for seed in 1..=12 {
-        evictions += run_seed(seed * 0x9e37_79b9, 1, 16).0;
+        evictions += run_seed(&snap, seed * 0x9e37_79b9, 1, 16).evictions;
     }
     assert!(evictions > 0, "the traffic must cause evictions");
 }
 
 #[test]
 fn burst_matches_packet_by_packet_with_room() {
+    let snap = snapshot();
+    let mut no_route = 0;
     for seed in 1..=6 {
-        run_seed(seed * 0x51_7cc1, 1, 1024);
+        let seen = run_seed(&snap, seed * 0x51_7cc1, 1, 1024);
+        assert_eq!(seen.resolves, 0, "every next hop is resolved");
+        no_route += seen.no_route;
     }
+    assert!(no_route > 0, "the traffic must meet no_route");
 }
 
 #[test]
 fn burst_matches_packet_by_packet_with_hand_over() {
+    let snap = snapshot();
     for seed in 1..=6 {
-        run_seed(seed * 0x2545_f491, 2, 64);
+        run_seed(&snap, seed * 0x2545_f491, 2, 64);
     }
+}
+
+#[test]
+fn burst_matches_packet_by_packet_with_unresolved_next_hops() {
+    let snap = snapshot_unresolved();
+    let mut resolves = 0;
+    for seed in 1..=6 {
+        resolves += run_seed(&snap, seed * 0x6c07_8965, 1, 256).resolves;
+    }
+    assert!(resolves > 0, "the traffic must meet Resolve");
 }
 
 #[test]

@@ -8,7 +8,7 @@ use crate::flow::{owner_of_client, owner_of_snat_port, FlowKey, Proto, WorkerId}
 use crate::maglev::{flow_hash_v4, flow_hash_v6};
 use crate::nat;
 use crate::reject;
-use crate::snapshot::{Family, ForwardMode, NextHop, OwnerKind, Service, Snapshot, UnresolvedHop};
+use crate::snapshot::{Family, ForwardMode, OwnerKind, Route, Service, Snapshot};
 use crate::wire::{Parsed, TcpFlags};
 use crate::{DropReason, Tick};
 
@@ -253,20 +253,19 @@ impl Worker {
         rw: &Rewrite,
         meta: &PacketMeta,
     ) -> Verdict {
-        let hop = match Hop::of(snap, rw.dst.0) {
-            Some(h) => h,
-            None => return self.drop(DropReason::NoRoute),
+        let Some(route) = snap.route(rw.dst.0) else {
+            return self.drop(DropReason::NoRoute);
         };
         if let Err(reason) = nat::rewrite(frame, p, rw, &meta.offload) {
             return self.drop(reason);
         }
-        nat::set_l2(frame, hop.src_mac(), hop.dst_mac());
+        set_l2(frame, &route);
         if let Some((id, dir)) = entry {
             if let Some(tags) = self.conntrack.touch(id, dir, p.tcp_flags.0, now) {
                 self.count_flow(tags, frame.len());
             }
         }
-        hop.verdict(frame.len())
+        verdict(&route, frame.len())
     }
 
     #[inline]
@@ -335,63 +334,35 @@ impl Worker {
             dst: flow_rw.dst,
         };
         let inner = nat::inner_rewrite(&flow_rw);
-        let Some(hop) = Hop::of(snap, outer.dst.0) else {
+        let Some(route) = snap.route(outer.dst.0) else {
             return self.drop(DropReason::NoRoute);
         };
         if let Err(reason) = nat::rewrite_icmp_error(frame, p, &outer, &inner, &meta.offload) {
             return self.drop(reason);
         }
-        nat::set_l2(frame, hop.src_mac(), hop.dst_mac());
+        set_l2(frame, &route);
         self.conntrack.on_packet(id, dir, 0, now);
-        hop.verdict(frame.len())
+        verdict(&route, frame.len())
     }
 }
 
-/// Where a translated frame goes: a resolved next hop, or one to resolve.
-#[derive(Clone, Copy)]
-enum Hop {
-    Resolved(NextHop),
-    Unresolved(UnresolvedHop),
+/// Source MAC := the egress port's; destination MAC := the next hop's, or
+/// zero until the shell writes the resolved one.
+#[inline(always)]
+fn set_l2(frame: &mut [u8], route: &Route) {
+    nat::set_l2(frame, route.src_mac(), route.dst_mac().unwrap_or([0; 6]));
 }
 
-impl Hop {
-    /// The next hop toward `dst`; `None` when there is no route. The
-    /// resolved case is one hash lookup; the other is the slow path.
-    #[inline(always)]
-    fn of(snap: &Snapshot, dst: IpAddr) -> Option<Hop> {
-        match snap.next_hop(dst) {
-            Some(h) => Some(Hop::Resolved(h)),
-            None => snap.unresolved_hop(dst).map(Hop::Unresolved),
-        }
-    }
-
-    #[inline(always)]
-    fn src_mac(&self) -> [u8; 6] {
-        match self {
-            Hop::Resolved(h) => h.src_mac,
-            Hop::Unresolved(u) => u.src_mac,
-        }
-    }
-
-    /// Zero until the shell writes the resolved MAC.
-    #[inline(always)]
-    fn dst_mac(&self) -> [u8; 6] {
-        match self {
-            Hop::Resolved(h) => h.dst_mac,
-            Hop::Unresolved(_) => [0; 6],
-        }
-    }
-
-    #[inline(always)]
-    fn verdict(&self, len: usize) -> Verdict {
-        match *self {
-            Hop::Resolved(h) => Verdict::Transmit { port: h.port, len },
-            Hop::Unresolved(u) => Verdict::Resolve {
-                port: u.port,
-                len,
-                via: u.via,
-            },
-        }
+/// `Transmit` to a resolved next hop, `Resolve` otherwise.
+#[inline(always)]
+fn verdict(route: &Route, len: usize) -> Verdict {
+    match *route {
+        Route::Resolved(h) => Verdict::Transmit { port: h.port, len },
+        Route::Unresolved(u) => Verdict::Resolve {
+            port: u.port,
+            len,
+            via: u.via,
+        },
     }
 }
 

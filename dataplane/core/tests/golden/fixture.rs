@@ -60,13 +60,22 @@ pub enum Fixture {
     /// | restricted6  | DNAT     | TCP [fd00::105]:80, source fd99::/16     | [fd01::11]:80 |
     /// | pool         | full-NAT | TCP 10.0.0.106:80   | 10.1.0.11-13:9000         |
     TwoPort,
+    /// `TwoPort` with an empty neighbor table (`Snapshot::with_neighbors`):
+    /// every next hop, clients, backends and the gateway, is unresolved.
+    NoNeighbors,
 }
 
 impl Fixture {
     pub fn snapshot(self) -> &'static Snapshot {
         static TWO_PORT: OnceLock<Snapshot> = OnceLock::new();
+        static NO_NEIGHBORS: OnceLock<Snapshot> = OnceLock::new();
         match self {
             Fixture::TwoPort => TWO_PORT.get_or_init(two_port),
+            Fixture::NoNeighbors => NO_NEIGHBORS.get_or_init(|| {
+                two_port()
+                    .with_neighbors(&[])
+                    .expect("an empty neighbor set is valid")
+            }),
         }
     }
 }
