@@ -747,3 +747,41 @@ fn neighbors_are_published_and_survive_every_compile() {
     p.set_neighbors(Vec::new()).unwrap();
     assert_eq!(p.snapshot().next_hop(ip("10.0.0.9")), None);
 }
+
+#[test]
+fn neighbors_are_runtime_state_and_invalid_sets_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let mut p = ControlPlane::open(node(), Some(&path)).unwrap();
+    p.apply(Source::Api, web(), None).unwrap();
+    let file = fs::read(&path).unwrap();
+    let mut rx = p.subscribe();
+    let mac = [2, 0, 0, 0, 0, 0x42];
+    let old = p.snapshot();
+    p.set_neighbors(vec![(ip("10.0.0.9"), mac), (ip("2001:db8::9"), mac)])
+        .unwrap();
+    let s = p.snapshot();
+    assert!(!Arc::ptr_eq(&old, &s), "a new snapshot is published");
+    assert_eq!((p.revision(), s.revision(), p.published_revision()), (1, 1, 1));
+    assert!(rx.try_recv().is_err(), "no Watch event");
+    assert_eq!(fs::read(&path).unwrap(), file, "not persisted");
+    assert_eq!(s.next_hop(ip("2001:db8::9")).map(|h| h.dst_mac), Some(mac));
+    drop((old, s));
+    // Each invalid set is refused whole: snapshot and neighbors unchanged.
+    let before = p.snapshot();
+    for bad in [
+        vec![(ip("10.0.0.10"), [1, 0, 0, 0, 0, 1])], // multicast MAC
+        vec![(ip("10.0.0.10"), [0; 6])],             // zero MAC
+        vec![(ip("10.0.0.10"), mac), (ip("10.0.0.10"), [2, 0, 0, 0, 0, 1])],
+        vec![(ip("192.0.2.77"), mac)], // not on a connected prefix
+    ] {
+        let e = p.set_neighbors(bad.clone()).unwrap_err();
+        assert!(Arc::ptr_eq(&before, &p.snapshot()), "{bad:?}: {e}");
+        assert_eq!(p.neighbors().len(), 2, "{bad:?}");
+    }
+    // A restart starts with no neighbors: lbd resolves them again.
+    drop(p);
+    let p = ControlPlane::open(node(), Some(&path)).unwrap();
+    assert!(p.neighbors().is_empty());
+    assert_eq!(p.snapshot().next_hop(ip("10.0.0.9")), None);
+}
