@@ -19,9 +19,10 @@ fi
 # Tests and demo: iproute2 (ip netns), ethtool (checksum offload off on veths),
 # iputils-ping, arping, tcpdump, curl, python3 (HTTP servers in namespaces),
 # socat (UDP echo), apache2-utils (ab), procps (pkill/pgrep), openssl (test CA
-# for lbctl over TLS), valgrind (callgrind instruction counts).
+# for lbctl over TLS), valgrind (callgrind instruction counts); dpdk-dev has
+# dpdk-testpmd, the io-forward baseline of bench/run.sh.
 PACKAGES=(
-    dpdk libdpdk-dev pkg-config libclang-dev clang protobuf-compiler build-essential
+    dpdk dpdk-dev libdpdk-dev pkg-config libclang-dev clang protobuf-compiler build-essential
     iproute2 ethtool iputils-ping arping tcpdump curl python3 socat apache2-utils procps
     valgrind openssl ca-certificates
 )
