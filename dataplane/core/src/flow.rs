@@ -393,6 +393,10 @@ pub struct SnatPorts {
     worker: WorkerId,
     mask: u16,
     addrs: Box<[IpAddr]>,
+    /// The IPv4 entries of `addrs` as integers, with their index there:
+    /// `free` runs on every expiry and eviction of a full-NAT flow, and a
+    /// scan of `u32`s costs a fraction of one of `IpAddr`s.
+    v4_index: Box<[(u32, u8)]>,
     /// `pools[addr * SPACES + space]`.
     pools: Box<[PortPool]>,
     /// Round-robin start for the next allocation, per address family.
@@ -441,10 +445,20 @@ impl SnatPorts {
         let pools = (0..addresses.len() * SPACES)
             .map(|_| PortPool::new(&ports))
             .collect();
+        let v4_index = addresses
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| match a {
+                // MAX_ADDRESSES keeps the index within a u8.
+                IpAddr::V4(a) => Some((u32::from(*a), i as u8)),
+                IpAddr::V6(_) => None,
+            })
+            .collect();
         Ok(SnatPorts {
             worker,
             mask,
             addrs: addresses.into(),
+            v4_index,
             pools,
             next_v4: 0,
             next_v6: 0,
@@ -490,11 +504,17 @@ impl SnatPorts {
 
     /// Returns a pair handed out by [`SnatPorts::alloc`] to the pool.
     pub fn free(&mut self, snat: (IpAddr, u16), proto: Proto) -> Result<(), SnatFreeError> {
-        let i = self
-            .addrs
-            .iter()
-            .position(|a| *a == snat.0)
-            .ok_or(SnatFreeError::UnknownAddress)?;
+        let i = match snat.0 {
+            IpAddr::V4(a) => {
+                let key = u32::from(a);
+                self.v4_index
+                    .iter()
+                    .find(|e| e.0 == key)
+                    .map(|e| usize::from(e.1))
+            }
+            IpAddr::V6(_) => self.addrs.iter().position(|a| *a == snat.0),
+        }
+        .ok_or(SnatFreeError::UnknownAddress)?;
         self.pools[i * SPACES + space_of(proto)].push(snat.1)
     }
 
@@ -627,6 +647,40 @@ mod tests {
         assert_eq!(p.alloc(be, Proto::Tcp), Some((addr, 1033)));
         assert_eq!(p.alloc(be, Proto::Tcp), Some((addr, 1025)));
         assert_eq!(p.alloc(be, Proto::Tcp), None);
+    }
+
+    #[test]
+    fn snat_free_finds_each_address_of_mixed_families() {
+        // IPv6 entries between IPv4 ones: the IPv4 index must map each
+        // address to its own pool, the IPv6 scan likewise.
+        let addrs: [IpAddr; 4] = [
+            "2001:db8::1".parse().unwrap(),
+            v4(198, 51, 100, 1),
+            "2001:db8::2".parse().unwrap(),
+            v4(198, 51, 100, 2),
+        ];
+        let mut p = SnatPorts::new(WorkerId(0), 1, &addrs, 1024..=1031).unwrap();
+        let mut held = Vec::new();
+        for be in [(v4(10, 0, 0, 9), 80), ("2001:db8:1::9".parse().unwrap(), 80)] {
+            for _ in 0..16 {
+                held.push(p.alloc(be, Proto::Tcp).unwrap());
+            }
+            assert_eq!(p.alloc(be, Proto::Tcp), None);
+        }
+        for a in addrs {
+            assert_eq!(p.available(a, Proto::Tcp), 0);
+        }
+        for (i, &pair) in held.iter().enumerate() {
+            p.free(pair, Proto::Tcp).unwrap();
+            assert_eq!(p.free(pair, Proto::Tcp), Err(SnatFreeError::NotInUse), "{i}");
+        }
+        for a in addrs {
+            assert_eq!(p.available(a, Proto::Tcp), 8, "{a}");
+        }
+        assert_eq!(
+            p.free(("2001:db8::3".parse().unwrap(), 1024), Proto::Tcp),
+            Err(SnatFreeError::UnknownAddress)
+        );
     }
 
     #[test]
