@@ -58,8 +58,9 @@ pub struct Plan {
     pub traffic: Traffic,
     /// TCP or UDP.
     pub proto: Proto,
-    /// The VIP and its port.
-    pub vip: (Ipv4Addr, u16),
+    /// The frontends (VIP, port) of the measured service(s): flow `f` goes
+    /// to `vips[f % vips.len()]`. All share `backends`.
+    pub vips: Vec<(Ipv4Addr, u16)>,
     /// The backends (address, port).
     pub backends: Vec<(Ipv4Addr, u16)>,
     /// The SNAT addresses (full-NAT): `snat_count` consecutive ones from
@@ -78,7 +79,15 @@ pub struct Plan {
     pub frame_len: usize,
     /// Answer forward packets as the backends would.
     pub reply: bool,
+    /// Established traffic: this share of the packets (0..=1) are SYNs of
+    /// new connections from clients beyond the established ones, never
+    /// answered (a SYN flood mixed into established traffic).
+    pub new_share: f64,
 }
+
+/// Tuples for new connections mixed into established traffic, numbered
+/// from `Plan::flows()` on (clients after the established ones).
+pub const NEW_SPACE: u32 = 1 << 24;
 
 /// First client source port.
 pub const PORT_BASE: u16 = 1024;
@@ -98,16 +107,31 @@ impl Plan {
         )
     }
 
+    /// Flows and the tuples of mixed-in new connections.
+    pub fn tuples(&self) -> u64 {
+        let mixed = if self.new_share > 0.0 {
+            u64::from(NEW_SPACE)
+        } else {
+            0
+        };
+        self.flows() + mixed
+    }
+
     fn flow_of(&self, client: (Ipv4Addr, u16)) -> Option<u32> {
         let c = u32::from(client.0).checked_sub(u32::from(self.client_base))?;
         let p = u32::from(client.1.checked_sub(PORT_BASE)?);
-        (c < self.clients && p < self.ports).then_some(c * self.ports + p)
+        let f = u64::from(c) * u64::from(self.ports) + u64::from(p);
+        (p < self.ports && f < self.tuples()).then_some(f as u32)
     }
 
     fn is_client(&self, a: Ipv4Addr) -> bool {
         u32::from(a)
             .checked_sub(u32::from(self.client_base))
-            .is_some_and(|c| c < self.clients)
+            .is_some_and(|c| u64::from(c) * u64::from(self.ports) < self.tuples())
+    }
+
+    fn vip_of(&self, flow: u32) -> (Ipv4Addr, u16) {
+        self.vips[flow as usize % self.vips.len()]
     }
 
     fn is_snat(&self, a: Ipv4Addr) -> bool {
@@ -261,6 +285,9 @@ pub struct Generator<'a> {
     rx: Burst,
     opener: Opener,
     next_flow: u32,
+    /// Mixed-in new connections: the next one and the share owed.
+    next_new: u32,
+    new_credit: f64,
 }
 
 impl<'a> Generator<'a> {
@@ -286,6 +313,8 @@ impl<'a> Generator<'a> {
             rx: Burst::new(),
             opener: Opener::new(if open { flows } else { 0 }),
             next_flow: 0,
+            next_new: 0,
+            new_credit: 0.0,
         }
     }
 
@@ -308,6 +337,8 @@ impl<'a> Generator<'a> {
             rx,
             opener,
             next_flow,
+            next_new,
+            new_credit,
         } = self;
         let plan = st.plan;
         let flows = st.backend_of.len() as u32;
@@ -372,7 +403,7 @@ impl<'a> Generator<'a> {
             if plan.dut != Dut::Reflect && st.dut_mac == [0xff; 6] {
                 if now.duration_since(last_arp) >= Duration::from_millis(100) {
                     last_arp = now;
-                    arp_request(st, &io.pool, plan.client(0).0, plan.vip.0);
+                    arp_request(st, &io.pool, plan.client(0).0, plan.vips[0].0);
                     flush(st, io);
                 }
                 continue;
@@ -399,6 +430,14 @@ impl<'a> Generator<'a> {
                             Some(f) => (f, SYN),
                             None => break,
                         }
+                    } else if plan.new_share > 0.0 && {
+                        *new_credit += plan.new_share;
+                        *new_credit >= 1.0
+                    } {
+                        *new_credit -= 1.0;
+                        let f = flows + *next_new;
+                        *next_new = (*next_new + 1) % NEW_SPACE;
+                        (f, SYN)
                     } else {
                         let f = *next_flow;
                         *next_flow = if *next_flow + 1 >= flows {
@@ -419,7 +458,7 @@ impl<'a> Generator<'a> {
                         src_mac: BENCH_MAC,
                         dst_mac: st.dut_mac,
                         src: plan.client(flow),
-                        dst: plan.vip,
+                        dst: plan.vip_of(flow),
                         proto: plan.proto,
                         flags,
                         words: ((st.tsc)() as u32, flow),
@@ -529,7 +568,7 @@ fn handle(st: &mut State<'_>, f: &mut [u8], pool: &Mempool) {
     };
     let plan = st.plan;
     let forward = match plan.dut {
-        Dut::Reflect => s.dst == plan.vip,
+        Dut::Reflect => s.dst == plan.vip_of(s.words.1),
         _ => plan.backend_index(s.dst).is_some(),
     };
     if forward {
@@ -568,7 +607,9 @@ fn forward_arrival(st: &mut State<'_>, s: &Seen) {
             (s.dst, s.src)
         }
     };
-    if !plan.reply || s.flags & SYN != 0 && plan.traffic == Traffic::NewFlows {
+    // SYN floods (new flows, alone or mixed in) are not answered.
+    let flood = plan.traffic == Traffic::NewFlows || flow as usize >= st.backend_of.len();
+    if !plan.reply || s.flags & SYN != 0 && flood {
         return;
     }
     // The backend answers whoever sent it (the SNAT endpoint or the client).
@@ -596,7 +637,7 @@ fn reply_arrival(st: &mut State<'_>, s: &Seen) {
     };
     let from_ok = match plan.dut {
         Dut::Reflect => true,
-        _ => s.src == plan.vip,
+        _ => s.src == plan.vip_of(flow),
     };
     if !from_ok || plan.flow_of(s.dst) != Some(flow) {
         st.c.wrong_reply += 1;

@@ -108,9 +108,10 @@ struct GenArgs {
     /// Protocol.
     #[arg(long, value_enum, default_value_t = ProtoArg::Tcp)]
     proto: ProtoArg,
-    /// The VIP and port.
-    #[arg(long, default_value = "10.0.0.100:80")]
-    vip: SocketAddrV4,
+    /// A frontend, VIP:PORT (repeatable: flows are spread over them
+    /// round-robin; default 10.0.0.100:80). All share the backends.
+    #[arg(long = "vip")]
+    vips: Vec<SocketAddrV4>,
     /// A backend (repeatable; default 10.0.1.1-3:8080).
     #[arg(long = "backend")]
     backends: Vec<SocketAddrV4>,
@@ -146,6 +147,10 @@ struct GenArgs {
     /// Repeats of a lossy --pdr trial before its rate counts as too high.
     #[arg(long, default_value_t = 1, requires = "pdr")]
     retries: u32,
+    /// With established traffic, this share of the packets (0 to 1) are
+    /// SYNs of new connections from further clients, never answered.
+    #[arg(long, default_value_t = 0.0)]
+    new_share: f64,
     /// Do not answer as the backends (forward direction only).
     #[arg(long)]
     no_reply: bool,
@@ -262,7 +267,11 @@ fn generate(a: &GenArgs) -> anyhow::Result<u64> {
             ProtoArg::Tcp => Proto::Tcp,
             ProtoArg::Udp => Proto::Udp,
         },
-        vip: (*a.vip.ip(), a.vip.port()),
+        vips: if a.vips.is_empty() {
+            vec![(Ipv4Addr::new(10, 0, 0, 100), 80)]
+        } else {
+            a.vips.iter().map(|v| (*v.ip(), v.port())).collect()
+        },
         backends,
         snat: a.snat,
         snat_count: a.snat_count,
@@ -271,7 +280,22 @@ fn generate(a: &GenArgs) -> anyhow::Result<u64> {
         ports: a.ports,
         frame_len: a.size as usize - 4,
         reply: !a.no_reply,
+        new_share: a.new_share,
     };
+    if !(0.0..=1.0).contains(&a.new_share) {
+        bail!("--new-share {}: give a share from 0 to 1", a.new_share);
+    }
+    if a.new_share > 0.0 && plan.traffic != Traffic::Established {
+        bail!("--new-share mixes new connections into --traffic established");
+    }
+    let last_client = u64::from(u32::from(a.client_base)) + plan.tuples().div_ceil(u64::from(a.ports));
+    if plan.tuples() > u64::from(u32::MAX) || last_client > u64::from(u32::MAX) {
+        bail!(
+            "--clients {} x --ports {}: too many flows for the client address space",
+            a.clients,
+            a.ports
+        );
+    }
     if a.dpdk.seconds <= 0.0 {
         bail!("--seconds must be positive");
     }

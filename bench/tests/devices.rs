@@ -2,7 +2,8 @@
 //! memif pair, as `bench/run.sh` runs them (without hugepages, at a low
 //! rate, on debug builds):
 //! - lbd in full-NAT and in DNAT: every flow opens, every packet is
-//!   checked, no violation, nothing lost;
+//!   checked, no violation, nothing lost; also over two frontends with new
+//!   connections mixed in;
 //! - the checker itself: lbd in full-NAT measured as if it did DNAT makes
 //!   every forward packet a violation, and lb-bench exits 3;
 //! - dpdk-testpmd in io mode, the baseline: frames come back untouched.
@@ -33,25 +34,27 @@ fn gen_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_lb-bench"))
 }
 
-/// lbd next to lb-bench, built if it is not there yet.
+/// lbd next to lb-bench, built (or brought up to date) once per run.
 fn lbd_bin() -> PathBuf {
-    let gen = gen_bin();
-    let p = gen.with_file_name("lbd");
-    if !p.exists() {
-        let target = gen.parent().and_then(Path::parent).expect("target dir");
-        let mut c = Command::new(env!("CARGO"));
-        c.args(["build", "--quiet", "-p", "lbd", "--target-dir"])
-            .arg(target)
-            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
-        if gen.parent().is_some_and(|d| d.ends_with("release")) {
-            c.arg("--release");
-        }
-        assert!(
-            c.status().expect("cargo build lbd").success(),
-            "building lbd failed"
-        );
-    }
-    p
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let gen = gen_bin();
+            let target = gen.parent().and_then(Path::parent).expect("target dir");
+            let mut c = Command::new(env!("CARGO"));
+            c.args(["build", "--quiet", "-p", "lbd", "--target-dir"])
+                .arg(target)
+                .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
+            if gen.parent().is_some_and(|d| d.ends_with("release")) {
+                c.arg("--release");
+            }
+            assert!(
+                c.status().expect("cargo build lbd").success(),
+                "building lbd failed"
+            );
+            gen.with_file_name("lbd")
+        })
+        .clone()
 }
 
 /// A scratch directory, removed on drop.
@@ -112,8 +115,8 @@ fn socket(dir: &Dir) -> String {
 }
 
 /// lbd with one port on the memif link: interface 10.0.0.1/8 (clients and
-/// backends on-link), VIP 10.0.0.100:80/tcp to 10.0.1.1-3:8080 in `mode`,
-/// SNAT addresses 10.0.0.200-203.
+/// backends on-link), frontends 10.0.0.100:80/tcp and 10.0.0.101:80/tcp of
+/// one service to 10.0.1.1-3:8080 in `mode`, SNAT addresses 10.0.0.200-203.
 fn lbd(dir: &Dir, mode: &str) -> Device {
     let config = dir.0.join("lbd.toml");
     let mut toml = String::from(
@@ -122,7 +125,8 @@ fn lbd(dir: &Dir, mode: &str) -> Device {
     );
     toml += &format!(
         "[[service]]\nname = \"bench/web\"\nmode = \"{mode}\"\n\n\
-         [[service.frontend]]\naddress = \"10.0.0.100:80\"\nprotocol = \"tcp\"\n"
+         [[service.frontend]]\naddress = \"10.0.0.100:80\"\nprotocol = \"tcp\"\n\n\
+         [[service.frontend]]\naddress = \"10.0.0.101:80\"\nprotocol = \"tcp\"\n"
     );
     for b in 1..=3 {
         toml += &format!("\n[[service.backend]]\naddress = \"10.0.1.{b}:8080\"\n");
@@ -186,7 +190,7 @@ fn testpmd(dir: &Dir) -> Device {
 /// Runs `lb-bench gen` against the device (64 flows from 4 clients, 20k
 /// client packets a second, 2 s measured); returns its exit code, output
 /// and JSON summary.
-fn gen(dir: &Dir, dut: &str) -> (Option<i32>, String, serde_json::Value) {
+fn gen(dir: &Dir, dut: &str, extra: &[&str]) -> (Option<i32>, String, serde_json::Value) {
     let json = dir.0.join("summary.json");
     let mut child = Command::new(gen_bin())
         .args([
@@ -211,6 +215,7 @@ fn gen(dir: &Dir, dut: &str) -> (Option<i32>, String, serde_json::Value) {
             "--warmup",
             "0.5",
         ])
+        .args(extra)
         .arg(format!("--file-prefix=lbbt-gen-{}", std::process::id()))
         .arg(format!("--vdev=net_memif0,role=client,socket={}", socket(dir)))
         .arg("--json")
@@ -269,9 +274,38 @@ fn lbd_fullnat_and_dnat_pass_every_check() {
     for mode in ["fullnat", "dnat"] {
         let dir = Dir::new(mode);
         let dev = lbd(&dir, mode);
-        let (code, out, s) = gen(&dir, mode);
+        let (code, out, s) = gen(&dir, mode, &[]);
         assert_clean(code, &out, &s, &dev);
     }
+}
+
+#[test]
+fn two_frontends_with_new_connections_mixed_in() {
+    let _g = serial();
+    let dir = Dir::new("mix");
+    let dev = lbd(&dir, "fullnat");
+    let args = [
+        "--vip",
+        "10.0.0.100:80",
+        "--vip",
+        "10.0.0.101:80",
+        "--new-share",
+        "0.1",
+    ];
+    let (code, out, s) = gen(&dir, "fullnat", &args);
+    let ctx = format!("lb-bench:\n{out}\ndevice:\n{}", dev.log());
+    assert_eq!(code, Some(0), "{ctx}");
+    assert_eq!(s["violations"], 0, "{ctx}");
+    let (tf, rf) = (counter(&s, "tx_forward"), counter(&s, "rx_forward"));
+    let (tr, rr) = (counter(&s, "tx_reply"), counter(&s, "rx_reply"));
+    assert_eq!(rf, tf, "forward packets lost; {ctx}");
+    assert_eq!(rr, tr, "replies lost; {ctx}");
+    // One packet in ten is a new connection's SYN, which is not answered.
+    let syns = rf - tr;
+    assert!(
+        syns * 100 >= tf * 9 && syns * 100 <= tf * 11,
+        "{syns} SYNs of {tf}; {ctx}"
+    );
 }
 
 #[test]
@@ -280,7 +314,7 @@ fn a_wrong_source_is_a_violation() {
     let dir = Dir::new("wrong");
     let dev = lbd(&dir, "fullnat");
     // lbd does full-NAT; lb-bench expects the client as the source.
-    let (code, out, s) = gen(&dir, "dnat");
+    let (code, out, s) = gen(&dir, "dnat", &[]);
     assert_eq!(code, Some(3), "lb-bench:\n{out}\ndevice:\n{}", dev.log());
     let wrong = counter(&s, "wrong_source");
     assert!(wrong > 0 && wrong == counter(&s, "rx_forward"), "{s}");
@@ -293,6 +327,6 @@ fn testpmd_io_forwarding_is_the_baseline() {
     let _g = serial();
     let dir = Dir::new("testpmd");
     let dev = testpmd(&dir);
-    let (code, out, s) = gen(&dir, "reflect");
+    let (code, out, s) = gen(&dir, "reflect", &[]);
     assert_clean(code, &out, &s, &dev);
 }
