@@ -175,6 +175,10 @@ struct State<'a> {
     /// flow reached a backend yet), `ANSWERED` once a reply of the flow
     /// reached its client.
     backend_of: Vec<u8>,
+    /// Full-NAT, established flows: `snat_owner[snat index * 65536 +
+    /// port]` is the flow (+ 1) that SNAT endpoint was seen on, to catch
+    /// one endpoint given to two live flows toward the same backend.
+    snat_owner: Vec<u32>,
     c: Counters,
     lat: Histogram,
     tx: Burst,
@@ -303,6 +307,11 @@ impl<'a> Generator<'a> {
                 plan,
                 dut_mac: [0xff; 6],
                 backend_of: vec![0; flows as usize],
+                snat_owner: if plan.dut == Dut::FullNat {
+                    vec![0; plan.snat_count as usize * 65536]
+                } else {
+                    Vec::new()
+                },
                 c: Counters::default(),
                 lat: Histogram::default(),
                 tx: Burst::new(),
@@ -501,6 +510,7 @@ fn diff(c: &Counters, b: &Counters) -> Counters {
         wrong_backend: c.wrong_backend - b.wrong_backend,
         backend_changed: c.backend_changed - b.backend_changed,
         wrong_source: c.wrong_source - b.wrong_source,
+        snat_reused: c.snat_reused - b.snat_reused,
         wrong_reply: c.wrong_reply - b.wrong_reply,
     }
 }
@@ -603,6 +613,8 @@ fn forward_arrival(st: &mut State<'_>, s: &Seen) {
             };
             if !want_src {
                 st.c.wrong_source += 1;
+            } else if plan.dut == Dut::FullNat && plan.traffic == Traffic::Established {
+                snat_reuse(st, s, flow, b);
             }
             (s.dst, s.src)
         }
@@ -627,6 +639,29 @@ fn forward_arrival(st: &mut State<'_>, s: &Seen) {
         len: plan.frame_len,
     };
     st.reply.push(spec);
+}
+
+/// Full-NAT keeps established flows open for the whole run, so an SNAT
+/// endpoint first seen on one flow and now on another flow to the same
+/// backend means the balancer gave a port in use to a second connection.
+/// Mixed-in new connections are not tracked: their ports are legitimately
+/// reused once evicted.
+fn snat_reuse(st: &mut State<'_>, s: &Seen, flow: u32, backend: usize) {
+    let Some(tag) = st.backend_of.get(flow as usize).map(|_| flow + 1) else {
+        return;
+    };
+    let i = (u32::from(s.src.0) - u32::from(st.plan.snat)) as usize * 65536 + usize::from(s.src.1);
+    let Some(owner) = st.snat_owner.get_mut(i) else {
+        return;
+    };
+    if *owner == 0 {
+        *owner = tag;
+    } else if *owner != tag {
+        let other = st.backend_of[(*owner - 1) as usize] & !ANSWERED;
+        if usize::from(other) == backend + 1 {
+            st.c.snat_reused += 1;
+        }
+    }
 }
 
 fn reply_arrival(st: &mut State<'_>, s: &Seen) {
@@ -703,4 +738,112 @@ fn arp_request(st: &mut State<'_>, pool: &Mempool, sender: Ipv4Addr, target: Ipv
     buf[28..32].copy_from_slice(&sender.octets());
     buf[38..42].copy_from_slice(&target.octets());
     push_arp(st, m);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(dut: Dut) -> Plan {
+        Plan {
+            dut,
+            traffic: Traffic::Established,
+            proto: Proto::Tcp,
+            vips: vec![(Ipv4Addr::new(10, 0, 0, 100), 80)],
+            backends: (1..=3).map(|i| (Ipv4Addr::new(10, 0, 1, i), 8080)).collect(),
+            snat: Ipv4Addr::new(10, 0, 0, 200),
+            snat_count: 2,
+            client_base: Ipv4Addr::new(10, 128, 0, 1),
+            clients: 4,
+            ports: 16,
+            frame_len: 60,
+            reply: true,
+            new_share: 0.0,
+        }
+    }
+
+    /// A forward packet of `flow` as the emulated backend receives it.
+    fn fwd(plan: &Plan, flow: u32, src: (Ipv4Addr, u16), backend: usize) -> Seen {
+        Seen {
+            src_mac: [2; 6],
+            src,
+            dst: plan.backends[backend],
+            proto: Proto::Tcp,
+            flags: ACK,
+            words: (7, flow),
+        }
+    }
+
+    #[test]
+    fn the_checker_counts_each_kind_of_violation() {
+        let p = plan(Dut::FullNat);
+        let mut g = Generator::new(&p);
+        let st = &mut g.st;
+        let snat = (Ipv4Addr::new(10, 0, 0, 201), 5000);
+        forward_arrival(st, &fwd(&p, 3, snat, 0));
+        forward_arrival(st, &fwd(&p, 3, snat, 0));
+        assert_eq!(st.c.violations(), 0, "{:?}", st.c);
+        assert_eq!(st.reply.len(), 2, "each forward packet is answered");
+        // The same SNAT endpoint on another flow: fine toward another
+        // backend, a reuse toward the same one.
+        forward_arrival(st, &fwd(&p, 4, snat, 1));
+        assert_eq!(st.c.violations(), 0, "{:?}", st.c);
+        forward_arrival(st, &fwd(&p, 5, snat, 0));
+        assert_eq!(st.c.snat_reused, 1);
+        // Flow 3 on another backend.
+        forward_arrival(st, &fwd(&p, 3, snat, 2));
+        assert_eq!(st.c.backend_changed, 1);
+        // Not an SNAT address (the client's own).
+        forward_arrival(st, &fwd(&p, 6, p.client(6), 0));
+        assert_eq!(st.c.wrong_source, 1);
+        // Not a backend.
+        let mut s = fwd(&p, 7, snat, 0);
+        s.dst.1 = 8081;
+        forward_arrival(st, &s);
+        assert_eq!(st.c.wrong_backend, 1);
+        // A reply from the VIP to the flow's client is fine; from elsewhere,
+        // or to another flow's client, it is not.
+        let reply = |src, flow: u32, to| Seen {
+            src_mac: [2; 6],
+            src,
+            dst: to,
+            proto: Proto::Tcp,
+            flags: ACK,
+            words: (flow, 7),
+        };
+        reply_arrival(st, &reply(p.vips[0], 3, p.client(3)));
+        assert_eq!((st.c.rx_reply, st.c.wrong_reply), (1, 0));
+        reply_arrival(st, &reply(p.backends[0], 3, p.client(3)));
+        reply_arrival(st, &reply(p.vips[0], 3, p.client(4)));
+        assert_eq!(st.c.wrong_reply, 2);
+        assert_eq!(st.c.violations(), 6, "{:?}", st.c);
+    }
+
+    #[test]
+    fn dnat_wants_the_client_as_the_source() {
+        let p = plan(Dut::Dnat);
+        let mut g = Generator::new(&p);
+        let st = &mut g.st;
+        forward_arrival(st, &fwd(&p, 9, p.client(9), 1));
+        assert_eq!(st.c.violations(), 0, "{:?}", st.c);
+        forward_arrival(st, &fwd(&p, 9, p.client(10), 1));
+        forward_arrival(st, &fwd(&p, 9, (Ipv4Addr::new(10, 0, 0, 200), 5000), 1));
+        assert_eq!(st.c.wrong_source, 2);
+    }
+
+    #[test]
+    fn mixed_in_syns_are_not_answered_and_not_tracked() {
+        let mut p = plan(Dut::FullNat);
+        p.new_share = 0.5;
+        let mut g = Generator::new(&p);
+        let st = &mut g.st;
+        let new_flow = p.flows() as u32 + 5;
+        let mut s = fwd(&p, new_flow, (Ipv4Addr::new(10, 0, 0, 200), 6000), 0);
+        s.flags = SYN;
+        forward_arrival(st, &s);
+        forward_arrival(st, &s);
+        assert_eq!(st.c.violations(), 0, "{:?}", st.c);
+        assert!(st.reply.is_empty());
+        assert_eq!(p.flow_of(p.client(new_flow)), Some(new_flow));
+    }
 }

@@ -99,6 +99,9 @@ pub struct Counters {
     /// Full-NAT packets whose source is not the SNAT address (DNAT: not
     /// the client).
     pub wrong_source: u64,
+    /// Full-NAT: an SNAT address and port seen on two established flows to
+    /// the same backend.
+    pub snat_reused: u64,
     /// Replies not addressed to the flow's client or not from the VIP.
     pub wrong_reply: u64,
 }
@@ -106,7 +109,12 @@ pub struct Counters {
 impl Counters {
     /// All violations together.
     pub fn violations(&self) -> u64 {
-        self.bad_checksum + self.wrong_backend + self.backend_changed + self.wrong_source + self.wrong_reply
+        self.bad_checksum
+            + self.wrong_backend
+            + self.backend_changed
+            + self.wrong_source
+            + self.snat_reused
+            + self.wrong_reply
     }
 }
 
