@@ -1,0 +1,273 @@
+#!/usr/bin/env bash
+# End-to-end benchmark of lbd against the I/O limit of the same link, in one
+# run. Two processes joined by a memif pair:
+#
+#   lb-bench gen (CPU 0) <== memif ==> lbd, one worker (CPU 1)
+#   lb-bench gen (CPU 0) <== memif ==> dpdk-testpmd --forward-mode=io (CPU 1)
+#
+# lb-bench plays the clients and the backends: it sends client packets to
+# the VIP, checks every packet that comes back, answers each forward packet
+# as its backend would, and counts what returns (README.md beside this file).
+# Each scenario runs the baseline and lbd alternately (A B A B ...) and the
+# table quotes medians and the ratio lbd/baseline of packets a second
+# through the device (both directions). Last, a churn run: a backend of the
+# measured service changes 100 times a second through lbd's gRPC API while
+# established flows run at a fixed rate; loss and violations must be zero.
+#
+#   bench/run.sh [--rounds N] [--seconds S] [--steps N] [--only NAME[,NAME...]] [--quick]
+#   (defaults: 3 rounds, 2 s trials, 6 search steps; --quick: 1 round, 3 steps)
+#
+# Needs root (hugepages, /run); uses hugepages when setup could reserve
+# them, else --no-huge. Results: a table on stdout, every run's JSON, logs
+# and the table in bench/out/<date>/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+
+ROUNDS=3
+SECONDS_MEASURED=2
+WARMUP=1
+SEARCH_STEPS=6
+PDR_LOSS=0.005
+ONLY=""
+CHURN_RATE_MPPS=0.2
+CHURN_SECONDS=10
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --rounds) ROUNDS=$2; shift 2 ;;
+        --seconds) SECONDS_MEASURED=$2; shift 2 ;;
+        --steps) SEARCH_STEPS=$2; shift 2 ;;
+        --only) ONLY=$2; shift 2 ;;
+        --quick) ROUNDS=1; SEARCH_STEPS=3; shift ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        *) echo "bench/run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+[ "$(id -u)" -eq 0 ] || { echo "bench/run.sh: run as root (hugepages, memif sockets)" >&2; exit 1; }
+[ "$(nproc)" -ge 2 ] || { echo "bench/run.sh: needs 2 CPUs (generator and device on their own)" >&2; exit 1; }
+
+scripts/setup.sh
+echo "bench: building lbd and lb-bench in release"
+cargo build --release --quiet -p lbd -p lb-bench
+LBD=target/release/lbd
+GEN=target/release/lb-bench
+TESTPMD=$(command -v dpdk-testpmd)
+
+OUT=bench/out/$(date -u +%Y%m%dT%H%M%SZ)
+mkdir -p "$OUT"
+RUN=$(mktemp -d /tmp/lb-bench.XXXXXX)
+SOCK=/run/lb-bench-memif.sock
+DUT_PID=""
+cleanup() {
+    if [ -n "$DUT_PID" ] && kill -0 "$DUT_PID" 2>/dev/null; then
+        kill -TERM "$DUT_PID" 2>/dev/null || true
+        wait "$DUT_PID" 2>/dev/null || true
+    fi
+    rm -rf "$RUN"
+}
+trap cleanup EXIT
+
+HUGE=()
+free_pages=$(cat /sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages 2>/dev/null || echo 0)
+if [ "$free_pages" -ge 512 ] && grep -q ' /dev/hugepages hugetlbfs ' /proc/mounts; then
+    echo "bench: hugepages: $free_pages free x 2 MiB"
+else
+    echo "bench: fewer than 512 free hugepages: running with --no-huge (slower, noisier)"
+    HUGE=(--no-huge)
+fi
+# DPDK leaves hugepage files of exited processes; clear ours before each run.
+clear_huge() { rm -f /dev/hugepages/lbb-* 2>/dev/null || true; }
+
+SNAT_COUNT=32
+# lbd's config for one scenario: one interface on the memif link (clients
+# 10.128.0.0/9 and backends 10.0.1.1-3 on-link), the VIP 10.0.0.100:80/tcp
+# in MODE, 32 SNAT addresses (1M full-NAT flows need more than 16; 32 give
+# 2M ports, more than the default 1M connections tracked, so a SYN flood
+# meets conntrack pressure, which evicts embryonic entries, before SNAT port
+# exhaustion, which drops).
+write_config() { # MODE FILE
+    {
+        echo '[[interface]]'
+        echo 'address = "10.0.0.1/8"'
+        echo
+        echo '[snat]'
+        printf 'addresses = ['
+        for i in $(seq 0 $((SNAT_COUNT - 1))); do
+            [ "$i" -gt 0 ] && printf ', '
+            printf '"10.0.0.%d"' $((200 + i))
+        done
+        echo ']'
+        echo
+        echo '[[service]]'
+        echo 'name = "bench/web"'
+        echo "mode = \"$1\""
+        echo
+        echo '[[service.frontend]]'
+        echo 'address = "10.0.0.100:80"'
+        echo 'protocol = "tcp"'
+        for b in 1 2 3; do
+            echo
+            echo '[[service.backend]]'
+            echo "address = \"10.0.1.$b:8080\""
+        done
+    } > "$2"
+}
+
+# Starts the device under test (memif server) on CPU 1 and waits until it
+# forwards. DUT: testpmd, or lbd-MODE.
+start_dut() { # DUT LOG [RSIZE]
+    local dut=$1 log=$2 rsize=${3:-10}
+    local vdev="net_memif0,role=server,socket=$SOCK,rsize=$rsize"
+    clear_huge
+    if [ "$dut" = testpmd ]; then
+        # Without --stats-period, testpmd's main lcore blocks reading stdin
+        # (an open FIFO) instead of spinning on the forwarding CPU; stdbuf makes
+        # its "Press enter" line reach the log at once.
+        [ -p "$RUN/testpmd.in" ] || mkfifo "$RUN/testpmd.in"
+        exec 3<>"$RUN/testpmd.in"
+        taskset -c 1 stdbuf -oL "$TESTPMD" --lcores '0@1,1@1' --file-prefix lbb-dut --no-pci --no-telemetry \
+            "${HUGE[@]}" $([ ${#HUGE[@]} -gt 0 ] && echo -m 512) --vdev "$vdev" -- \
+            --forward-mode=io --port-topology=loop --nb-cores=1 --total-num-mbufs=32768 \
+            --disable-link-check \
+            < "$RUN/testpmd.in" > "$log" 2>&1 &
+        DUT_PID=$!
+        ready="Press enter to exit"
+    else
+        local mode=${dut#lbd-}
+        write_config "$mode" "$RUN/lbd.toml"
+        taskset -c 1 "$LBD" --lcores '0@1,1@1' --file-prefix lbb-dut "${HUGE[@]}" \
+            --vdev "$vdev" --config "$RUN/lbd.toml" --grpc "$RUN/lbd.sock" \
+            > "$log" 2>&1 &
+        DUT_PID=$!
+        ready="lbd running"
+    fi
+    for _ in $(seq 1 100); do
+        grep -q "$ready" "$log" && return 0
+        kill -0 "$DUT_PID" 2>/dev/null || { echo "bench: $dut exited at start:"; tail -5 "$log"; return 1; }
+        sleep 0.1
+    done
+    echo "bench: $dut did not come up in 10 s:"; tail -5 "$log"; return 1
+}
+
+stop_dut() {
+    kill -TERM "$DUT_PID" 2>/dev/null || true
+    wait "$DUT_PID" 2>/dev/null || true
+    DUT_PID=""
+}
+
+# One lb-bench run against the device (GEN_SECONDS: each trial's length).
+gen() { # NAME DUT-ARG JSON LOG ARGS...
+    local name=$1 dut=$2 json=$3 log=$4; shift 4
+    taskset -c 0 "$GEN" gen --vdev "net_memif0,role=client,socket=$SOCK" --lcore 0 \
+        --file-prefix lbb-gen "${HUGE[@]}" --dut "$dut" --scenario "$name" \
+        --seconds "${GEN_SECONDS:-$SECONDS_MEASURED}" --warmup "$WARMUP" --snat 10.0.0.200 \
+        --snat-count "$SNAT_COUNT" --json "$json" "$@" > "$log" 2>&1
+}
+
+# One device, one scenario, one lb-bench run: first as fast as the link
+# takes packets (MRR: what comes back under overload), then a bisection of
+# the client rate for the highest one whose loss stays within PDR_LOSS (the
+# partial drop rate of RFC 2544 / FD.io CSIT), SEARCH_STEPS steps, a lossy
+# trial repeated once. Appends a row to RESULTS.
+measure() { # NAME ROUND DUT DUT-ARG GEN-ARGS...
+    local name=$1 r=$2 dut=$3 dutarg=$4; shift 4
+    local tag="$name.$r.${dut%%-*}"
+    start_dut "$dut" "$OUT/$tag.dut.log"
+    if ! gen "$name" "$dutarg" "$OUT/$tag.json" "$OUT/$tag.gen.log" \
+        --pdr "$PDR_LOSS" --steps "$SEARCH_STEPS" "$@"; then
+        echo "bench: $tag: lb-bench failed:"; tail -5 "$OUT/$tag.gen.log"; stop_dut; exit 1
+    fi
+    stop_dut
+    python3 - "$OUT/$tag.json" "$name" "$r" "${dut%%-*}" >> "$RESULTS" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+p = s["pdr"] or {"through_mpps": 0.0, "latency_us": {"p50": 0.0, "p99": 0.0}}
+print("\t".join(map(str, [sys.argv[2], sys.argv[3], sys.argv[4], s["mrr"]["through_mpps"],
+      p["through_mpps"], s["violations"], p["latency_us"]["p50"], p["latency_us"]["p99"]])))
+EOF
+    printf 'bench: %-20s round %s %-8s %s\n' "$name" "$r" "${dut%%-*}" "$(tail -1 "$OUT/$tag.gen.log")"
+}
+
+# scenario NAME MODE GEN-ARGS...: baseline and lbd alternately, ROUNDS each.
+RESULTS=$OUT/results.tsv
+printf 'scenario\tround\tdut\tmrr_mpps\tpdr_mpps\tviolations\tp50_us\tp99_us\n' > "$RESULTS"
+scenario() {
+    local name=$1 mode=$2; shift 2
+    case ",$ONLY," in ",,"|*",$name,"*) ;; *) return 0 ;; esac
+    for r in $(seq 1 "$ROUNDS"); do
+        measure "$name" "$r" testpmd reflect "$@"
+        measure "$name" "$r" "lbd-$mode" "$mode" "$@"
+    done
+}
+
+# Flows: clients x ports. 1k = 16 x 64; 1M = 16 x 64,000 (1,024,000);
+# new flows cycle through 256 x 64,000 tuples, more than lbd tracks, so
+# every SYN is a new connection.
+scenario est-1k-64-fullnat fullnat --traffic established --clients 16 --ports 64 --size 64
+scenario est-1m-64-fullnat fullnat --traffic established --clients 16 --ports 64000 --size 64
+scenario est-1k-512-fullnat fullnat --traffic established --clients 16 --ports 64 --size 512
+scenario est-1k-64-dnat dnat --traffic established --clients 16 --ports 64 --size 64
+scenario est-1m-64-dnat dnat --traffic established --clients 16 --ports 64000 --size 64
+scenario new-64-fullnat fullnat --traffic new --clients 256 --ports 64000 --size 64
+scenario new-64-dnat dnat --traffic new --clients 256 --ports 64000 --size 64
+
+# Churn: lbd only, established full-NAT at a fixed rate, deep memif rings
+# (the control thread shares lbd's CPU), one backend toggled between
+# maintenance and active 100 times a second for the whole run.
+CHURN_OK=skipped
+case ",$ONLY," in ",,"|*",churn,"*)
+    tag=churn
+    start_dut lbd-fullnat "$OUT/$tag.dut.log" 14
+    taskset -c 0 "$GEN" churn --server "$RUN/lbd.sock" --backend 10.0.1.3:8080 --rate 100 \
+        --seconds "$((CHURN_SECONDS + WARMUP + 2))" > "$OUT/$tag.churn.log" 2>&1 &
+    churn_pid=$!
+    GEN_SECONDS=$CHURN_SECONDS gen churn fullnat "$OUT/$tag.json" "$OUT/$tag.gen.log" \
+        --traffic established --clients 16 --ports 64 --size 64 --rate "$CHURN_RATE_MPPS" \
+        || { echo "bench: churn: lb-bench failed:"; tail -5 "$OUT/$tag.gen.log"; }
+    wait "$churn_pid" || { echo "bench: churn: the gRPC client failed:"; tail -3 "$OUT/$tag.churn.log"; }
+    stop_dut
+    echo "bench: churn: $(tail -1 "$OUT/$tag.gen.log")"
+    echo "bench: churn: $(tail -1 "$OUT/$tag.churn.log")"
+    CHURN_OK=$(python3 - "$OUT/$tag.json" "$CHURN_RATE_MPPS" "$(tail -1 "$OUT/$tag.churn.log")" <<'EOF'
+import json, sys
+try:
+    s = json.load(open(sys.argv[1]))
+except (OSError, ValueError):
+    print("FAIL (no result)")
+    sys.exit()
+c = s["counters"]
+lost = c["tx_forward"] - c["rx_forward"] + c["tx_reply"] - c["rx_reply"]
+verdict = "pass" if lost == 0 and s["violations"] == 0 else "FAIL"
+print(f"{verdict}: {sys.argv[2]} Mpps of clients over {s['seconds']:.1f} s, {lost} lost, "
+      f"{s['violations']} violations, RTT p50/p99 {s['latency_us']['p50']:.0f}/{s['latency_us']['p99']:.0f} us ({sys.argv[3]})")
+EOF
+)
+;; esac
+
+# The table: medians per scenario and device, ratio lbd/baseline.
+python3 - "$RESULTS" "$CHURN_OK" "$PDR_LOSS" <<'EOF' | tee "$OUT/table.md"
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+by = {}
+for r in rows:
+    by.setdefault(r["scenario"], {}).setdefault(r["dut"], []).append(r)
+def med(d, dut, k):
+    xs = [float(x[k]) for x in d.get(dut, [])]
+    return statistics.median(xs) if xs else float("nan")
+def ratio(a, b):
+    return f"{a / b * 100:.0f}%" if b > 0 else "-"
+loss = float(sys.argv[3]) * 100
+print(f"Mpps through the device, both directions; PDR: highest rate with loss <= {loss:g}%; "
+      "MRR: received under overload. Medians over the rounds; lbd's runs listed.\n")
+print("| scenario | baseline PDR | lbd PDR | lbd/baseline PDR | lbd PDR runs | baseline MRR | lbd MRR | lbd/baseline MRR | lbd violations | lbd RTT p50/p99 at PDR (us) |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for name, d in by.items():
+    bp, lp = med(d, "testpmd", "pdr_mpps"), med(d, "lbd", "pdr_mpps")
+    bm, lm = med(d, "testpmd", "mrr_mpps"), med(d, "lbd", "mrr_mpps")
+    runs = " ".join(f'{float(x["pdr_mpps"]):.2f}' for x in d.get("lbd", []))
+    viol = sum(int(x["violations"]) for x in d.get("lbd", []))
+    print(f"| {name} | {bp:.2f} | {lp:.2f} | {ratio(lp, bp)} | {runs} | {bm:.2f} | {lm:.2f} | {ratio(lm, bm)} | "
+          f"{viol} | {med(d, 'lbd', 'p50_us'):.0f}/{med(d, 'lbd', 'p99_us'):.0f} |")
+print(f"\nchurn (one backend of the service toggled 100 times a second): {sys.argv[2]}")
+EOF
+echo "bench: results in $OUT"
