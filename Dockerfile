@@ -2,7 +2,8 @@
 # hugepages and the NIC passed through, e.g.
 #   docker run --privileged --network host -v /dev/hugepages:/dev/hugepages \
 #     -v /sys/bus/pci:/sys/bus/pci -v /dev/vfio:/dev/vfio \
-#     -v /etc/lbd:/etc/lbd lbd --lcores 2-7 --pci 0000:03:00.0 --config /etc/lbd/lbd.toml
+#     -v /etc/lbd:/etc/lbd -v /run/lbd:/run/lbd lbd --lcores 2-7 --pci 0000:03:00.0 --config /etc/lbd/lbd.toml
+# and lbctl beside it: docker exec <container> lbctl info
 FROM debian:12 AS build
 RUN apt-get update && apt-get install -y --no-install-recommends \
         ca-certificates curl build-essential pkg-config libdpdk-dev libclang-dev protobuf-compiler \
@@ -11,10 +12,10 @@ RUN curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
 ENV PATH=/root/.cargo/bin:$PATH
 WORKDIR /src
 COPY . .
-RUN cargo build --release -p lbd
+RUN cargo build --release -p lbd -p lb-control
 
 FROM debian:12-slim
 RUN apt-get update && apt-get install -y --no-install-recommends dpdk iproute2 \
     && rm -rf /var/lib/apt/lists/*
-COPY --from=build /src/target/release/lbd /usr/local/bin/lbd
+COPY --from=build /src/target/release/lbd /src/target/release/lbctl /usr/local/bin/
 ENTRYPOINT ["/usr/local/bin/lbd"]
