@@ -220,10 +220,14 @@ impl Parser<'_> {
                         self.service(i, item)?;
                     }
                 }
-                // lbd's own per-port settings, parsed by lbd.
-                "interface" => {}
+                // lbd's own settings (node name, per-port addresses), parsed by lbd.
+                "interface" | "node" => {}
                 other => {
-                    return Err(self.err("", other, "unknown key (expected snat, service or interface)"))
+                    return Err(self.err(
+                        "",
+                        other,
+                        "unknown key (expected snat, service, node or interface)",
+                    ))
                 }
             }
         }

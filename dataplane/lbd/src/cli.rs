@@ -72,6 +72,12 @@ pub struct Cli {
     #[arg(long, value_name = "FILE")]
     pub state_file: Option<PathBuf>,
 
+    /// This node's name: services with `traffic_policy = "local"` send new
+    /// connections only to backends whose `node` is this name. Overrides
+    /// the config file's `node`.
+    #[arg(long, value_name = "NAME", value_parser = node_name)]
+    pub node_name: Option<String>,
+
     /// Connections tracked per worker (IPv4; IPv6 gets a sixteenth), fixed
     /// at start: about 80 bytes each.
     #[arg(long, value_name = "N", default_value_t = 1 << 20, value_parser = clap::value_parser!(u32).range(1024..=(1 << 26)))]
@@ -80,6 +86,10 @@ pub struct Cli {
     /// Further arguments for EAL, passed through untouched.
     #[arg(last = true, value_name = "EAL ARGS")]
     pub eal_args: Vec<String>,
+}
+
+fn node_name(s: &str) -> Result<String, String> {
+    crate::config::check_node_name(s)
 }
 
 /// The lcores of `--lcores`, in the order given.

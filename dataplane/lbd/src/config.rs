@@ -1,13 +1,17 @@
 //! The configuration file (TOML).
 //!
-//! `[[interface]]`: one table per DPDK port, in port order, each with the
-//! port's address and prefix and an optional gateway. `[snat]` and
+//! `node`: this node's name, which services with `traffic_policy =
+//! "local"` match against their backends' `node` (optional; `--node-name`
+//! overrides it). `[[interface]]`: one table per DPDK port, in port order,
+//! each with the port's address and prefix and an optional gateway. `[snat]` and
 //! `[[service]]` are the services file of `lbctl apply -f` (parsed by
 //! `lb_control::services_file`): the node's full-NAT source addresses and
 //! the services of the `config` source, resynced at every start. Unknown
 //! keys are errors, so a typo cannot silently change behaviour.
 //!
 //! ```toml
+//! node = "gw-1"              # optional
+//!
 //! [[interface]]
 //! address = "10.0.0.1/24"
 //! gateway = "10.0.0.254"     # optional
@@ -46,6 +50,16 @@ pub enum ConfigError {
         /// The parser's message, flattened to one line.
         msg: String,
     },
+    /// A top-level value is invalid.
+    #[error("config {path}: {field}: {msg}")]
+    Field {
+        /// The file.
+        path: PathBuf,
+        /// The key.
+        field: &'static str,
+        /// What is wrong.
+        msg: String,
+    },
     /// The `[snat]` or `[[service]]` part is invalid.
     #[error("config {0}")]
     Services(#[from] ServicesFileError),
@@ -66,6 +80,7 @@ pub enum ConfigError {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
+    node: Option<String>,
     #[serde(default)]
     interface: Vec<RawInterface>,
     // Checked by `ServicesFile::parse`.
@@ -139,6 +154,8 @@ pub struct Interface {
 /// The whole configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Config {
+    /// This node's name, for services with the local traffic policy.
+    pub node: Option<String>,
     /// Per port, in port order.
     pub interfaces: Vec<Interface>,
     /// `[snat]` and `[[service]]`: the `config` source.
@@ -191,10 +208,36 @@ impl Config {
             };
             interfaces.push(Interface { address, gateway });
         }
+        let node = match raw.node {
+            Some(n) => Some(check_node_name(&n).map_err(|msg| ConfigError::Field {
+                path: path.to_path_buf(),
+                field: "node",
+                msg,
+            })?),
+            None => None,
+        };
         let _ = (raw.snat, raw.service);
         let services = ServicesFile::parse(text, path, Source::Config)?;
-        Ok(Config { interfaces, services })
+        Ok(Config {
+            node,
+            interfaces,
+            services,
+        })
     }
+}
+
+/// A node name as backends carry it (`node`): 1 to
+/// [`MAX_LABEL_LEN`](lb_control::model::MAX_LABEL_LEN) characters, no
+/// surrounding white space (a backend's `node` must equal it exactly).
+pub fn check_node_name(name: &str) -> Result<String, String> {
+    let max = lb_control::model::MAX_LABEL_LEN;
+    if name.is_empty() || name.len() > max {
+        return Err(format!("{name:?} must be 1-{max} characters"));
+    }
+    if name.trim() != name || name.chars().any(char::is_control) {
+        return Err(format!("{name:?} has white space or control characters"));
+    }
+    Ok(name.to_string())
 }
 
 #[cfg(test)]
@@ -216,6 +259,18 @@ mod tests {
         assert_eq!(c.interfaces[0].gateway, Some("10.0.0.254".parse().unwrap()));
         assert_eq!(c.interfaces[1].gateway, None);
         assert_eq!(parse("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn node_name() {
+        let c = parse("node = \"gw-1\"\n").unwrap();
+        assert_eq!(c.node.as_deref(), Some("gw-1"));
+        assert_eq!(parse("").unwrap().node, None);
+        for bad in ["\"\"", "\" gw-1\"", &format!("\"{}\"", "a".repeat(254))] {
+            let e = parse(&format!("node = {bad}\n")).unwrap_err();
+            assert!(e.starts_with("config t.toml: node: "), "{e}");
+        }
+        assert!(parse("node = 5\n").unwrap_err().contains("node"));
     }
 
     #[test]

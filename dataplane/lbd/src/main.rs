@@ -158,6 +158,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
     let mut ports = Vec::new();
     let mut node = NodeConfig {
+        node_name: cli.node_name.clone().or_else(|| config.node.clone()),
         snat_addresses: config.services.snat.clone(),
         ..NodeConfig::default()
     };
@@ -205,6 +206,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
     // The desired state before anything forwards: the state file, then the
     // config file's services (the `config` source).
+    match &node.node_name {
+        Some(n) => tracing::info!(node = %n, "node name (for traffic_policy = \"local\")"),
+        None => tracing::info!(
+            "no node name (--node-name or node in the config): services with traffic_policy = \"local\" take no new connections"
+        ),
+    }
     let mut plane = ControlPlane::open(node, cli.state_file.as_deref())?;
     let sf = &config.services;
     let out = plane

@@ -358,3 +358,36 @@ fn state_file_survives_sigkill() {
     let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(10));
     assert_eq!(code, Some(0), "{}", lbd.log_text());
 }
+
+/// `traffic_policy = "local"`: new connections go only to the backends on
+/// this node (`--node-name`, which overrides the config file's `node`).
+#[test]
+fn local_traffic_policy_uses_this_nodes_backends() {
+    let _g = serial();
+    let lab = Lab::new("elp", 66);
+    let mut svc = format!(
+        "\n[[service]]\nname = \"default/web\"\nmode = \"fullnat\"\ntraffic_policy = \"local\"\n\n[[service.frontend]]\naddress = \"{}:80\"\nprotocol = \"tcp\"\n",
+        lab.vip()
+    );
+    for (i, node) in [(1, "node-b"), (2, "node-a"), (3, "node-a")] {
+        svc += &format!(
+            "\n[[service.backend]]\naddress = \"{}:8080\"\nnode = \"{node}\"\n",
+            lab.backend_addr(i)
+        );
+    }
+    let cfg = lab.file(
+        "lbd.toml",
+        &(format!("node = \"node-z\"\n\n{}", lab.interfaces_toml()) + &svc),
+    );
+    let mut lbd = lab.start_lbd("0", 1, &["--config", &cfg, "--node-name", "node-a"]);
+    lab.wait_for_service(Duration::from_secs(15));
+    let m = spread(&lab.requests(60));
+    assert_eq!(
+        m.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["backend-2", "backend-3"],
+        "only node-a's backends: {m:?}"
+    );
+    let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{}", lbd.log_text());
+    assert!(lbd.log_text().contains("node=node-a"), "{}", lbd.log_text());
+}
