@@ -9,6 +9,8 @@ HTTP/1.1 with keep-alive on HTTP_PORT (default 8080):
   GET /bytes/N       -> N bytes of a fixed pattern (byte i is i*7 % 251)
   GET /slow/N        -> the same N bytes, 64 KiB every 50 ms (a long download)
 UDP echo on UDP_PORT (default 5353): answers "NAME SOURCE_ADDRESS " + payload.
+Both listen on IPv4 and IPv6; an IPv4 source is shown as such (10.0.0.1,
+not ::ffff:10.0.0.1).
 """
 import http.server
 import socket
@@ -21,6 +23,18 @@ HTTP_PORT = int(sys.argv[2]) if len(sys.argv) > 2 else 8080
 UDP_PORT = int(sys.argv[3]) if len(sys.argv) > 3 else 5353
 PATTERN = bytes((i * 7) % 251 for i in range(251 * 256))
 CHUNK = 64 * 1024
+
+
+def source(addr):
+    """An address as the peer sent it: IPv4-mapped IPv6 shown as IPv4."""
+    return addr[7:] if addr.startswith("::ffff:") else addr
+
+
+def dual_stack(kind):
+    """A socket of `kind` for [::] that takes IPv4 too."""
+    s = socket.socket(socket.AF_INET6, kind)
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    return s
 
 
 def pattern(n):
@@ -39,7 +53,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         parts = self.path.strip("/").split("/")
         if parts[0] == "whoami":
-            body = f"{NAME} {self.client_address[0]}\n".encode()
+            body = f"{NAME} {source(self.client_address[0])}\n".encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(body)))
@@ -64,14 +78,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 
 def udp_echo():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("0.0.0.0", UDP_PORT))
+    s = dual_stack(socket.SOCK_DGRAM)
+    s.bind(("::", UDP_PORT))
     while True:
         data, addr = s.recvfrom(65535)
-        s.sendto(f"{NAME} {addr[0]} ".encode() + data, addr)
+        s.sendto(f"{NAME} {source(addr[0])} ".encode() + data, addr)
 
 
 threading.Thread(target=udp_echo, daemon=True).start()
-server = http.server.ThreadingHTTPServer(("0.0.0.0", HTTP_PORT), Handler)
+class Server(http.server.ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+    def server_bind(self):
+        self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
+
+
+server = Server(("::", HTTP_PORT), Handler)
 server.daemon_threads = True
 server.serve_forever()

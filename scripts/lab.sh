@@ -11,6 +11,11 @@
 #   backends TAG-b1..b3 on a bridge (ns TAG-br) ---- TAGs  lbd port 1: 10.NET.2.1/24
 #     eth0 10.NET.2.11-13/24, default route via lbd      SNAT 10.NET.2.100
 #
+# The namespaces also have IPv6 addresses for an lbd configured with IPv6
+# ports: client fd00:NET:1::2/64 (default via fd00:NET:1::1), backends
+# fd00:NET:2::11-13/64 (default via fd00:NET:2::1); the backends listen on
+# both families.
+#
 # lbd attaches to the root-namespace ends TAGc and TAGs with net_af_packet.
 # Each backend runs scripts/backend.py (HTTP on 8080, UDP echo on 5353),
 # named backend-1..3. Checksum and segmentation offloads are off on every
@@ -63,6 +68,8 @@ up() {
     ip netns exec "$tag-c" ip link set eth0 up
     ip netns exec "$tag-c" ip link set lo up
     ip netns exec "$tag-c" ip route add default via "$c.1"
+    ip netns exec "$tag-c" ip addr add "fd00:$net:1::2/64" dev eth0 nodad
+    ip netns exec "$tag-c" ip -6 route add default via "fd00:$net:1::1"
     offloads_off "$tag-c" eth0
 
     # Server side: a bridge in its own namespace, lbd's port on it.
@@ -86,6 +93,8 @@ up() {
         ip netns exec "$ns" ip link set eth0 up
         ip netns exec "$ns" ip link set lo up
         ip netns exec "$ns" ip route add default via "$s.1"
+        ip netns exec "$ns" ip addr add "fd00:$net:2::1$i/64" dev eth0 nodad
+        ip netns exec "$ns" ip -6 route add default via "fd00:$net:2::1"
         offloads_off "$ns" eth0
         ip netns exec "$ns" python3 "$here/backend.py" "backend-$i" 8080 5353 \
             >"$run/backend-$i.log" 2>&1 &

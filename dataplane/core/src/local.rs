@@ -489,6 +489,60 @@ pub fn write_arp_request(
         })
 }
 
+/// Write a neighbor solicitation asking for `target`'s link-layer address
+/// (RFC 4861 §7.2.2: from `src`, an address of the sending port, to the
+/// target's solicited-node multicast group, hop limit 255, with our
+/// link-layer address so the answer can come straight back), the IPv6
+/// counterpart of [`write_arp_request`]; returns the frame length.
+pub fn write_neighbor_solicitation(
+    buf: &mut [u8],
+    mac: MacAddr,
+    src: &Ipv6Addr,
+    target: &Ipv6Addr,
+    vlan: Option<u16>,
+) -> Result<usize, BuildError> {
+    let t = target.octets();
+    let group = Ipv6Addr::new(
+        0xff02,
+        0,
+        0,
+        0,
+        0,
+        1,
+        0xff00 | u16::from(t[13]),
+        u16::from_be_bytes([t[14], t[15]]),
+    );
+    let hdr = ethernet::HEADER_LEN + if vlan.is_some() { ethernet::VLAN_TAG_LEN } else { 0 };
+    let need = hdr + ipv6::HEADER_LEN + icmpv6::ND_LEN + 8;
+    let have = buf.len();
+    let frame = buf
+        .get_mut(..need)
+        .ok_or(BuildError::BufferTooSmall { need, have })?;
+    ethernet::emit_header(
+        frame,
+        MacAddr::ipv6_multicast(&group.octets()),
+        mac,
+        vlan,
+        ETHERTYPE_IPV6,
+    );
+    let mut ip6 = Ipv6Packet::new_unchecked(&mut frame[hdr..]);
+    ip6.set_version_tc_flow(0, 0);
+    ip6.set_payload_len((icmpv6::ND_LEN + 8) as u16);
+    ip6.set_next_header(ip_proto::ICMPV6);
+    ip6.set_hop_limit(ND_HOP_LIMIT);
+    ip6.set_src_addr(src);
+    ip6.set_dst_addr(&group);
+    let mut ns = Icmpv6Packet::new_unchecked(&mut frame[hdr + ipv6::HEADER_LEN..]);
+    ns.set_msg_type(v6type::NEIGHBOR_SOLICIT);
+    ns.set_code(0);
+    // The reserved word.
+    ns.set_na_flags(0);
+    ns.set_nd_target(target);
+    icmpv6::emit_link_layer_option(&mut ns.quoted_mut()[16..], nd_option::SOURCE_LL_ADDR, mac);
+    ns.fill_checksum(src, &group);
+    Ok(need)
+}
+
 /// Write an unsolicited neighbor advertisement for `ip` (RFC 4861 §7.2.6:
 /// to all-nodes, Override set, with our link-layer address), the IPv6
 /// counterpart of [`write_gratuitous_arp`]; returns the frame length.

@@ -453,6 +453,51 @@ fn builders() {
 }
 
 #[test]
+fn neighbor_solicitation_is_answered_and_the_answer_learned() {
+    let mut buf = [0u8; 128];
+    let target: Ipv6Addr = "fd00:1::abcd:1234".parse().unwrap();
+    let n = write_neighbor_solicitation(&mut buf, OUR_MAC, &our_v6(), &target, None).unwrap();
+    assert_eq!(n, 14 + 40 + 32);
+    assert_checksums_valid(&buf[..n]);
+    // To the solicited-node group of the target and its multicast MAC.
+    let group: Ipv6Addr = "ff02::1:ffcd:1234".parse().unwrap();
+    assert_eq!(&buf[..6], &MacAddr::ipv6_multicast(&group.octets()).0);
+    {
+        let e = SlicedPacket::from_ethernet(&buf[..n]).unwrap();
+        let Some(etherparse::NetSlice::Ipv6(ip)) = &e.net else {
+            panic!("not IPv6: {e:?}")
+        };
+        assert_eq!(
+            (
+                ip.header().source_addr(),
+                ip.header().destination_addr(),
+                ip.header().hop_limit()
+            ),
+            (our_v6(), group, 255)
+        );
+    }
+    // The target's own handling answers it, to us, with its MAC...
+    let their_mac = MacAddr([2, 0, 0, 0, 0, 0xcc]);
+    let neighbor = LocalAddrs::new(their_mac, [IpAddr::V6(target)]).unwrap();
+    let LocalVerdict::Reply { len } = handle_local(&mut buf[..n], &neighbor) else {
+        panic!("the solicitation was not answered")
+    };
+    // ... which we learn.
+    let ours = LocalAddrs::new(OUR_MAC, [IpAddr::V6(our_v6())]).unwrap();
+    assert_eq!(
+        handle_local(&mut buf[..len], &ours),
+        LocalVerdict::Neighbor {
+            ip: IpAddr::V6(target),
+            mac: their_mac
+        }
+    );
+    let n = write_neighbor_solicitation(&mut buf, OUR_MAC, &our_v6(), &target, Some(7)).unwrap();
+    assert_eq!(n, 18 + 40 + 32);
+    assert_checksums_valid(&buf[..n]);
+    assert!(write_neighbor_solicitation(&mut buf[..85], OUR_MAC, &our_v6(), &target, None).is_err());
+}
+
+#[test]
 fn local_addrs_validation() {
     assert_eq!(
         LocalAddrs::new(MacAddr::BROADCAST, []),

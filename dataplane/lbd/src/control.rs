@@ -6,21 +6,23 @@
 //! snapshot whatever happens here. What it does for them, every
 //! [`NEIGHBOR_PERIOD`]:
 //! - takes the frames workers could not send for want of a next-hop MAC
-//!   and holds them in the [`NeighborTable`], asking with ARP;
-//! - feeds the ARP replies workers saw into the table, releases the held
+//!   and holds them in the [`NeighborTable`], asking with ARP (IPv4) or a
+//!   neighbor solicitation (IPv6);
+//! - feeds the ARP replies and neighbor advertisements workers saw into
+//!   the table, releases the held
 //!   frames with the learned MAC, and publishes the resolved neighbors into
 //!   the snapshot (`ControlPlane::set_neighbors`) when they change;
 //! - keeps gateways and backends on connected subnets resolved ahead of
 //!   traffic, refreshing them before they age out;
-//! - announces every owned IPv4 address (interface, VIP, SNAT) with a
-//!   gratuitous ARP at start and whenever a new one appears.
+//! - announces every owned address (interface, VIP, SNAT) at start and
+//!   whenever a new one appears: IPv4 with a gratuitous ARP, IPv6 with an
+//!   unsolicited neighbor advertisement.
 //!
 //! Frames it sends go through worker 0's control ring, with the port in the
-//! mbuf. IPv6 next hops are not resolved (no neighbor solicitation yet):
-//! frames toward an unresolved IPv6 next hop are dropped as `no_neighbor`.
+//! mbuf.
 
 use std::collections::HashSet;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
@@ -30,7 +32,9 @@ use dpdk::ring::{Consumer, Producer};
 use dpdk::{Burst, Mbuf, Mempool};
 use lb_control::grpc::{ServerInfo, SharedPlane};
 use lb_control::listen::Listener;
-use lb_dataplane::local::{write_arp_request, write_gratuitous_arp};
+use lb_dataplane::local::{
+    write_arp_request, write_gratuitous_arp, write_neighbor_solicitation, write_unsolicited_na,
+};
 use lb_dataplane::snapshot::Snapshot;
 use lb_dataplane::wire::{self, MacAddr};
 
@@ -47,12 +51,16 @@ pub struct ControlStats {
     pub arp_requests: AtomicU64,
     /// Gratuitous ARPs sent.
     pub gratuitous_arps: AtomicU64,
+    /// Neighbor solicitations sent (IPv6 next hops).
+    pub neighbor_solicitations: AtomicU64,
+    /// Unsolicited neighbor advertisements sent (owned IPv6 addresses).
+    pub unsolicited_nas: AtomicU64,
     /// Frames held for an unresolved next hop.
     pub held: AtomicU64,
     /// Held frames sent once their next hop answered.
     pub released: AtomicU64,
     /// Held frames dropped: the next hop never answered, the hold queue was
-    /// full, or the next hop is IPv6 (`no_neighbor`).
+    /// full, or there is no next hop (`no_neighbor`).
     pub neighbor_drops: AtomicU64,
     /// Frames the control thread could not pass to worker 0 (ring full) or
     /// could not build (no mbuf).
@@ -150,8 +158,8 @@ struct Neighbors {
     news: Receiver<(IpAddr, [u8; 6])>,
     stats: Arc<ControlStats>,
     table: NeighborTable<Mbuf>,
-    /// (port, address) pairs already announced with gratuitous ARP.
-    announced: HashSet<(u16, Ipv4Addr)>,
+    /// (port, address) pairs already announced.
+    announced: HashSet<(u16, IpAddr)>,
     /// The snapshot revision `set_wanted` last saw.
     wanted_revision: Option<u64>,
     requests: Vec<Request>,
@@ -170,12 +178,10 @@ impl Neighbors {
             self.table.set_wanted(&wanted(&snap));
             self.announce(&snap);
         }
-        // ARP replies: release what waited for them.
+        // ARP replies and neighbor advertisements: release what waited.
         while let Ok((ip, mac)) = self.news.try_recv() {
-            if let IpAddr::V4(ip) = ip {
-                for m in self.table.learn(ip, mac, now) {
-                    self.release(m, mac);
-                }
+            for m in self.table.learn(ip, mac, now) {
+                self.release(m, mac);
             }
         }
         // Frames waiting for a next hop.
@@ -202,12 +208,7 @@ impl Neighbors {
             .neighbor_entries
             .store(self.table.len() as u64, Ordering::Relaxed);
         if self.table.take_changed() {
-            let resolved: Vec<(IpAddr, [u8; 6])> = self
-                .table
-                .resolved()
-                .into_iter()
-                .map(|(ip, mac)| (IpAddr::V4(ip), mac))
-                .collect();
+            let resolved = self.table.resolved();
             self.stats
                 .neighbors
                 .store(resolved.len() as u64, Ordering::Relaxed);
@@ -222,7 +223,7 @@ impl Neighbors {
     /// A frame whose next hop had no MAC: hold it, or send it if the MAC
     /// arrived since.
     fn hold(&mut self, snap: &Snapshot, m: Mbuf) {
-        let Some((via, via_port)) = wire::parse(m.data()).ok().and_then(|p| next_hop_v4(snap, p.dst)) else {
+        let Some((via, via_port)) = wire::parse(m.data()).ok().and_then(|p| next_hop(snap, p.dst)) else {
             ControlStats::inc(&self.stats.neighbor_drops);
             return;
         };
@@ -242,35 +243,56 @@ impl Neighbors {
         self.send(m);
     }
 
+    /// Asks for `r.target` from the port's own address of its family (a
+    /// port without one cannot ask; its entry then gives up, `no_neighbor`).
     fn request(&mut self, snap: &Snapshot, r: Request) {
         let Some(pc) = snap.port(r.port) else { return };
-        let Some(src_ip) = pc.cidrs().iter().find_map(|c| match c.addr() {
-            IpAddr::V4(a) => Some(a),
-            IpAddr::V6(_) => None,
-        }) else {
+        let Some(src) = pc
+            .cidrs()
+            .iter()
+            .map(|c| c.addr())
+            .find(|a| a.is_ipv4() == r.target.is_ipv4())
+        else {
             return;
         };
         let mac = MacAddr(pc.mac());
-        let sent = self.build(r.port, |buf| {
-            write_arp_request(buf, mac, src_ip, r.target, None).ok()
-        });
-        if sent {
-            ControlStats::inc(&self.stats.arp_requests);
+        let counter = match (src, r.target) {
+            (IpAddr::V4(src), IpAddr::V4(target)) => self
+                .build(r.port, |buf| write_arp_request(buf, mac, src, target, None).ok())
+                .then_some(&self.stats.arp_requests),
+            (IpAddr::V6(src), IpAddr::V6(target)) => self
+                .build(r.port, |buf| {
+                    write_neighbor_solicitation(buf, mac, &src, &target, None).ok()
+                })
+                .then_some(&self.stats.neighbor_solicitations),
+            _ => None,
+        };
+        if let Some(c) = counter {
+            ControlStats::inc(c);
         }
     }
 
-    /// Gratuitous ARP for every owned IPv4 address not yet announced on
-    /// its port.
+    /// Gratuitous ARP for every owned IPv4 address, an unsolicited
+    /// neighbor advertisement for every owned IPv6 one, not yet announced
+    /// on its port.
     fn announce(&mut self, snap: &Snapshot) {
         for port in 0..snap.port_count() as u16 {
             let Some(pc) = snap.port(port) else { continue };
             let mac = MacAddr(pc.mac());
             for &ip in pc.local_addrs().ipv4() {
-                if !self.announced.insert((port, ip)) {
+                if !self.announced.insert((port, IpAddr::V4(ip))) {
                     continue;
                 }
                 if self.build(port, |buf| write_gratuitous_arp(buf, mac, ip, None).ok()) {
                     ControlStats::inc(&self.stats.gratuitous_arps);
+                }
+            }
+            for ip in pc.local_addrs().ipv6() {
+                if !self.announced.insert((port, IpAddr::V6(*ip))) {
+                    continue;
+                }
+                if self.build(port, |buf| write_unsolicited_na(buf, mac, ip, None).ok()) {
+                    ControlStats::inc(&self.stats.unsolicited_nas);
                 }
             }
         }
@@ -282,7 +304,9 @@ impl Neighbors {
             ControlStats::inc(&self.stats.send_failures);
             return false;
         };
-        let Some(buf) = m.append(64) else {
+        // Room for the largest frame built here: an NS or NA with its
+        // option, 86 bytes (90 with a VLAN tag); ARP needs 60.
+        let Some(buf) = m.append(128) else {
             ControlStats::inc(&self.stats.send_failures);
             return false;
         };
@@ -313,28 +337,36 @@ impl Neighbors {
     }
 }
 
-/// The IPv4 next hop toward `dst` and its port: `dst` itself when a port's
-/// prefix holds it, else the IPv4 gateway (of the lowest port that has
-/// one), as `Snapshot::next_hop` chooses.
-fn next_hop_v4(snap: &Snapshot, dst: IpAddr) -> Option<(Ipv4Addr, u16)> {
-    let IpAddr::V4(d) = dst else { return None };
+/// The next hop toward `dst` and its port: `dst` itself when a port's
+/// prefix holds it, else the gateway of its family (of the lowest port
+/// that has one), as `Snapshot::next_hop` chooses.
+fn next_hop(snap: &Snapshot, dst: IpAddr) -> Option<(IpAddr, u16)> {
     if let Some(port) = snap.connected_port(dst) {
-        return Some((d, port));
+        return Some((dst, port));
     }
-    (0..snap.port_count() as u16).find_map(|p| Some((snap.port(p)?.gateway_v4()?, p)))
+    (0..snap.port_count() as u16).find_map(|p| Some((gateway(snap, p, dst.is_ipv4())?, p)))
+}
+
+/// Port `p`'s gateway of one family.
+fn gateway(snap: &Snapshot, p: u16, v4: bool) -> Option<IpAddr> {
+    let pc = snap.port(p)?;
+    if v4 {
+        pc.gateway_v4().map(IpAddr::V4)
+    } else {
+        pc.gateway_v6().map(IpAddr::V6)
+    }
 }
 
 /// Gateways, and backends on connected subnets: resolved ahead of traffic.
-fn wanted(snap: &Snapshot) -> Vec<(Ipv4Addr, u16)> {
-    let mut v: Vec<(Ipv4Addr, u16)> = (0..snap.port_count() as u16)
-        .filter_map(|p| Some((snap.port(p)?.gateway_v4()?, p)))
+fn wanted(snap: &Snapshot) -> Vec<(IpAddr, u16)> {
+    let mut v: Vec<(IpAddr, u16)> = (0..snap.port_count() as u16)
+        .flat_map(|p| [gateway(snap, p, true), gateway(snap, p, false)].map(|g| g.map(|g| (g, p))))
+        .flatten()
         .collect();
     for s in snap.services() {
         for b in s.backends() {
-            if let IpAddr::V4(a) = b.addr {
-                if let Some(p) = snap.connected_port(b.addr) {
-                    v.push((a, p));
-                }
+            if let Some(p) = snap.connected_port(b.addr) {
+                v.push((b.addr, p));
             }
         }
     }

@@ -550,9 +550,11 @@ fn print_summary(ports: &[Port], workers: &[Worker], ctl: &ControlStats) {
     }
     let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     println!(
-        "  control: arp_requests {} gratuitous_arps {} held {} released {} neighbor_drops {} send_failures {} neighbors {}",
+        "  control: arp_requests {} gratuitous_arps {} neighbor_solicitations {} unsolicited_nas {} held {} released {} neighbor_drops {} send_failures {} neighbors {}",
         g(&ctl.arp_requests),
         g(&ctl.gratuitous_arps),
+        g(&ctl.neighbor_solicitations),
+        g(&ctl.unsolicited_nas),
         g(&ctl.held),
         g(&ctl.released),
         g(&ctl.neighbor_drops),

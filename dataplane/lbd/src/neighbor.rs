@@ -1,5 +1,5 @@
-//! The neighbor table: IPv4 next hops resolved with ARP, owned by the
-//! control thread.
+//! The neighbor table: next hops resolved with ARP (IPv4) and neighbor
+//! solicitation (IPv6), owned by the control thread.
 //!
 //! Workers never look here: they read next hops from the published
 //! [`Snapshot`](lb_dataplane::snapshot::Snapshot), into which the control
@@ -22,12 +22,13 @@
 //!   answering for long.
 //!
 //! Only entries the table created (because something needed that next hop)
-//! learn from ARP replies: an unsolicited reply cannot plant an entry.
+//! learn from ARP replies and neighbor advertisements: an unsolicited one
+//! cannot plant an entry.
 //!
 //! Generic over the held frame type `P` so it can be tested without DPDK.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 /// Timers and limits.
@@ -84,7 +85,7 @@ pub struct Request {
     /// Port to send on.
     pub port: u16,
     /// The address asked for.
-    pub target: Ipv4Addr,
+    pub target: IpAddr,
 }
 
 /// What [`NeighborTable::hold`] did with a frame.
@@ -103,7 +104,7 @@ pub enum Hold<P> {
 #[derive(Debug)]
 pub struct NeighborTable<P> {
     timers: Timers,
-    entries: HashMap<Ipv4Addr, Entry<P>>,
+    entries: HashMap<IpAddr, Entry<P>>,
     changed: bool,
 }
 
@@ -117,7 +118,7 @@ impl<P> NeighborTable<P> {
         }
     }
 
-    fn entry(&mut self, ip: Ipv4Addr, port: u16) -> Option<&mut Entry<P>> {
+    fn entry(&mut self, ip: IpAddr, port: u16) -> Option<&mut Entry<P>> {
         if !self.entries.contains_key(&ip) && self.entries.len() >= self.timers.max_entries {
             return None;
         }
@@ -137,7 +138,7 @@ impl<P> NeighborTable<P> {
 
     /// Marks exactly `wanted` (address, port) as the addresses to keep
     /// resolved (gateways, connected backends); others lose the mark.
-    pub fn set_wanted(&mut self, wanted: &[(Ipv4Addr, u16)]) {
+    pub fn set_wanted(&mut self, wanted: &[(IpAddr, u16)]) {
         for e in self.entries.values_mut() {
             e.wanted = false;
         }
@@ -149,7 +150,7 @@ impl<P> NeighborTable<P> {
     }
 
     /// Holds `frame` until `via` (reached through `port`) resolves.
-    pub fn hold(&mut self, via: Ipv4Addr, port: u16, frame: P) -> Hold<P> {
+    pub fn hold(&mut self, via: IpAddr, port: u16, frame: P) -> Hold<P> {
         let limit = self.timers.hold;
         let Some(e) = self.entry(via, port) else {
             return Hold::Full(frame);
@@ -170,10 +171,10 @@ impl<P> NeighborTable<P> {
         Hold::Waiting
     }
 
-    /// An ARP reply: `ip` is at `mac`. Returns the frames held for `ip`,
+    /// An ARP reply or neighbor advertisement: `ip` is at `mac`. Returns the frames held for `ip`,
     /// to send with `mac`. Ignored (nothing returned) for addresses the
     /// table did not ask for.
-    pub fn learn(&mut self, ip: Ipv4Addr, mac: [u8; 6], now: Instant) -> Vec<P> {
+    pub fn learn(&mut self, ip: IpAddr, mac: [u8; 6], now: Instant) -> Vec<P> {
         let Some(e) = self.entries.get_mut(&ip) else {
             return Vec::new();
         };
@@ -239,7 +240,7 @@ impl<P> NeighborTable<P> {
     }
 
     /// The resolved entries, for the snapshot.
-    pub fn resolved(&self) -> Vec<(Ipv4Addr, [u8; 6])> {
+    pub fn resolved(&self) -> Vec<(IpAddr, [u8; 6])> {
         let mut v: Vec<_> = self
             .entries
             .iter()
@@ -272,7 +273,7 @@ mod tests {
     const MAC: [u8; 6] = [2, 0, 0, 0, 0, 9];
     const MAC2: [u8; 6] = [2, 0, 0, 0, 0, 10];
 
-    fn ip(s: &str) -> Ipv4Addr {
+    fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
     }
 
@@ -305,6 +306,27 @@ mod tests {
         assert_eq!(t.resolved(), vec![(ip("10.0.0.5"), MAC)]);
         // Resolved: frames go straight out.
         assert!(matches!(t.hold(ip("10.0.0.5"), 1, 3), Hold::Ready(3, MAC)));
+    }
+
+    #[test]
+    fn ipv4_and_ipv6_next_hops_live_side_by_side() {
+        let t0 = Instant::now();
+        let mut t = NeighborTable::new(Timers::default());
+        t.set_wanted(&[(ip("fd00:2::1"), 1)]);
+        assert!(matches!(t.hold(ip("fd00:1::5"), 0, 1), Hold::Waiting));
+        assert!(matches!(t.hold(ip("10.0.0.5"), 0, 2), Hold::Waiting));
+        let (mut req, _) = poll(&mut t, t0);
+        req.sort_by_key(|r| r.target);
+        assert_eq!(
+            req.iter().map(|r| (r.port, r.target)).collect::<Vec<_>>(),
+            vec![(0, ip("10.0.0.5")), (0, ip("fd00:1::5")), (1, ip("fd00:2::1"))]
+        );
+        assert_eq!(t.learn(ip("fd00:1::5"), MAC, t0), vec![1]);
+        assert_eq!(t.learn(ip("fd00:2::1"), MAC2, t0), Vec::<u32>::new());
+        let mut r = t.resolved();
+        r.sort();
+        assert_eq!(r, vec![(ip("fd00:1::5"), MAC), (ip("fd00:2::1"), MAC2)]);
+        assert_eq!(t.held(), 1);
     }
 
     #[test]

@@ -391,3 +391,96 @@ fn local_traffic_policy_uses_this_nodes_backends() {
     assert_eq!(code, Some(0), "{}", lbd.log_text());
     assert!(lbd.log_text().contains("node=node-a"), "{}", lbd.log_text());
 }
+
+/// IPv6 end to end: lbd's ports have only IPv6 addresses, so every next
+/// hop (the client, the backends) is resolved with neighbor solicitations.
+/// A full-NAT HTTP service (the backends see the IPv6 SNAT address) and a
+/// DNAT UDP service (they see the client), ping6 to the VIP.
+#[test]
+fn ipv6_services_resolve_next_hops_with_neighbor_discovery() {
+    let _g = serial();
+    let lab = Lab::new("e6", 67);
+    let n = 67;
+    let (vip, client, snat) = (
+        format!("fd00:{n}:1::100"),
+        format!("fd00:{n}:1::2"),
+        format!("fd00:{n}:2::100"),
+    );
+    let mut cfg = format!(
+        "[[interface]]\naddress = \"fd00:{n}:1::1/64\"\n\n[[interface]]\naddress = \"fd00:{n}:2::1/64\"\n\n[snat]\naddresses = [\"{snat}\"]\n"
+    );
+    for (name, mode, port, proto, bport) in [
+        ("web", "fullnat", 80, "tcp", 8080),
+        ("dns", "dnat", 53, "udp", 5353),
+    ] {
+        cfg += &format!(
+            "\n[[service]]\nname = \"default/{name}\"\nmode = \"{mode}\"\n\n[[service.frontend]]\naddress = \"[{vip}]:{port}\"\nprotocol = \"{proto}\"\n"
+        );
+        for i in 1..=3 {
+            cfg += &format!("\n[[service.backend]]\naddress = \"[fd00:{n}:2::1{i}]:{bport}\"\n");
+        }
+    }
+    let cfg = lab.file("lbd.toml", &cfg);
+    let mut lbd = lab.start_lbd("0", 1, &["--config", &cfg]);
+
+    let url = format!("http://[{vip}]/whoami");
+    let t0 = std::time::Instant::now();
+    while !lab.exec("c", &format!("curl -s -m 2 -g {url}")).status.success() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "no answer over IPv6 within 15 s: {}",
+            lbd.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let out = lab.client(&format!(
+        "for i in $(seq 60); do curl -s -m 5 -g --no-keepalive {url} || echo FAIL; done"
+    ));
+    let answers: Vec<(String, String)> = out
+        .lines()
+        .map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next().unwrap_or("").into(), w.next().unwrap_or("").into())
+        })
+        .collect();
+    assert_eq!(spread(&answers).len(), 3, "all three backends: {out}");
+    assert!(
+        answers.iter().all(|(_, src)| *src == snat),
+        "full-NAT: backends see {snat}: {out}"
+    );
+
+    let udp = lab.client(&format!(
+        "python3 -c \"
+import socket
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+s.settimeout(1)
+for _ in range(5):
+    s.sendto(b'hello6', ('{vip}', 53))
+    try:
+        print(s.recvfrom(2048)[0].decode()); break
+    except socket.timeout:
+        pass
+else:
+    raise SystemExit('no UDP answer')
+\""
+    ));
+    assert!(
+        udp.starts_with("backend-") && udp.contains(&format!("{client} hello6")),
+        "DNAT over IPv6: the backend sees the client: {udp}"
+    );
+    lab.client(&format!("ping -6 -c 2 -i 0.2 -W 2 {vip}"));
+
+    let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(10));
+    let log = lbd.log_text();
+    assert_eq!(code, Some(0), "{log}");
+    let solicitations: u64 = log
+        .split("neighbor_solicitations ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        solicitations >= 4,
+        "the client and three backends were solicited: {log}"
+    );
+}
