@@ -276,6 +276,9 @@ fn lbd_fullnat_and_dnat_pass_every_check() {
         let dev = lbd(&dir, mode);
         let (code, out, s) = gen(&dir, mode, &[]);
         assert_clean(code, &out, &s, &dev);
+        // memif's link comes up when the generator connects; lbd notices
+        // within a second and says so.
+        assert!(dev.log().contains("port link up"), "{}", dev.log());
     }
 }
 

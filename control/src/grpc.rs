@@ -22,6 +22,7 @@
 
 use std::net::IpAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use lb_proto::v1 as pb;
@@ -46,8 +47,41 @@ pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 /// between the broadcast and the HTTP/2 stream).
 const WATCH_QUEUE: usize = 64;
 
+/// A port's link as lbd last saw it: the owner of the port updates it
+/// while lbd runs (lbd: every second), GetInfo reads it.
+#[derive(Debug, Default)]
+pub struct PortLink {
+    up: AtomicBool,
+    speed_mbps: AtomicU32,
+}
+
+impl PortLink {
+    /// A link in this state.
+    pub fn new(up: bool, speed_mbps: u32) -> Arc<PortLink> {
+        Arc::new(PortLink {
+            up: AtomicBool::new(up),
+            speed_mbps: AtomicU32::new(speed_mbps),
+        })
+    }
+
+    /// Records the current state; true when it differs from the last one.
+    pub fn set(&self, up: bool, speed_mbps: u32) -> bool {
+        let was_up = self.up.swap(up, Ordering::Relaxed);
+        let was_speed = self.speed_mbps.swap(speed_mbps, Ordering::Relaxed);
+        (was_up, was_speed) != (up, speed_mbps)
+    }
+
+    /// (up, speed in Mb/s).
+    pub fn get(&self) -> (bool, u32) {
+        (
+            self.up.load(Ordering::Relaxed),
+            self.speed_mbps.load(Ordering::Relaxed),
+        )
+    }
+}
+
 /// One DPDK port, for GetInfo.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct PortInfo {
     /// DPDK port id.
     pub id: u16,
@@ -57,14 +91,13 @@ pub struct PortInfo {
     pub driver: String,
     /// MAC address.
     pub mac: [u8; 6],
-    /// Link state when lbd started.
-    pub link_up: bool,
-    /// Link speed when lbd started.
-    pub speed_mbps: u32,
+    /// Link state and speed, kept current by the port's owner.
+    pub link: Arc<PortLink>,
 }
 
-/// What GetInfo reports besides the plane's revisions: fixed for one run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What GetInfo reports besides the plane's revisions: fixed for one run
+/// but for the ports' links.
+#[derive(Debug, Clone)]
 pub struct ServerInfo {
     /// lbd's version.
     pub version: String,
@@ -452,13 +485,16 @@ impl LoadBalancer for LoadBalancerService {
             ports: info
                 .ports
                 .iter()
-                .map(|port| pb::PortInfo {
-                    id: port.id.into(),
-                    name: port.name.clone(),
-                    driver: port.driver.clone(),
-                    mac: format_mac(port.mac),
-                    link_up: port.link_up,
-                    speed_mbps: port.speed_mbps,
+                .map(|port| {
+                    let (link_up, speed_mbps) = port.link.get();
+                    pb::PortInfo {
+                        id: port.id.into(),
+                        name: port.name.clone(),
+                        driver: port.driver.clone(),
+                        mac: format_mac(port.mac),
+                        link_up,
+                        speed_mbps,
+                    }
                 })
                 .collect(),
             workers: info.workers,

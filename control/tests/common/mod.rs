@@ -37,8 +37,7 @@ pub fn ports() -> Vec<PortInfo> {
             name: format!("net_null{id}"),
             driver: "net_null".into(),
             mac: [0x02, 0, 0, 0, 0, id as u8 + 1],
-            link_up: true,
-            speed_mbps: 10_000,
+            link: lb_control::grpc::PortLink::new(true, 10_000),
         })
         .collect()
 }

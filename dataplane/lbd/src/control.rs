@@ -18,6 +18,9 @@
 //!   whenever a new one appears: IPv4 with a gratuitous ARP, IPv6 with an
 //!   unsolicited neighbor advertisement.
 //!
+//! Every [`LINK_PERIOD`] it also reads each port's link state for GetInfo
+//! and logs changes (`port link up` / `port link down`).
+//!
 //! Frames it sends go through worker 0's control ring, with the port in the
 //! mbuf.
 
@@ -29,8 +32,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dpdk::ring::{Consumer, Producer};
-use dpdk::{Burst, Mbuf, Mempool};
-use lb_control::grpc::{ServerInfo, SharedPlane};
+use dpdk::{Burst, Mbuf, Mempool, Port};
+use lb_control::grpc::{PortLink, ServerInfo, SharedPlane};
 use lb_control::listen::Listener;
 use lb_dataplane::local::{
     write_arp_request, write_gratuitous_arp, write_neighbor_solicitation, write_unsolicited_na,
@@ -42,6 +45,9 @@ use crate::neighbor::{Hold, NeighborTable, Request, Timers};
 
 /// How often the neighbor work runs.
 pub const NEIGHBOR_PERIOD: Duration = Duration::from_millis(5);
+
+/// How often the ports' link states are read.
+pub const LINK_PERIOD: Duration = Duration::from_secs(1);
 
 /// The control thread's own counters (the workers' are in their
 /// `WorkerCounters`).
@@ -98,6 +104,8 @@ pub struct Control {
     pub news: Receiver<(IpAddr, [u8; 6])>,
     /// Its counters.
     pub stats: Arc<ControlStats>,
+    /// Each port with the link state GetInfo reports.
+    pub links: Vec<(Port, Arc<PortLink>)>,
 }
 
 /// Runs the control thread until `stop` is set and the gRPC server has
@@ -113,6 +121,7 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> anyhow::Result<()> {
         held_in,
         news,
         stats,
+        links,
     } = c;
     let mut nb = Neighbors {
         plane: Arc::clone(&plane),
@@ -144,7 +153,15 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> anyhow::Result<()> {
             }
             nb.shutdown();
         };
-        let (r, ()) = tokio::join!(server, neighbors);
+        let link_watch = async {
+            let mut tick = tokio::time::interval(LINK_PERIOD);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            while !stop.load(Ordering::Relaxed) {
+                tick.tick().await;
+                watch_links(&links);
+            }
+        };
+        let (r, (), ()) = tokio::join!(server, neighbors, link_watch);
         r
     })?;
     Ok(())
@@ -334,6 +351,20 @@ impl Neighbors {
         let n = self.table.held();
         drop(self.table.clear_held());
         self.stats.neighbor_drops.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// Reads each port's link; logs and records a change.
+fn watch_links(links: &[(Port, Arc<PortLink>)]) {
+    for (p, link) in links {
+        let l = p.link();
+        if link.set(l.up, l.speed_mbps) {
+            if l.up {
+                tracing::info!(port = p.id(), speed_mbps = l.speed_mbps, "port link up");
+            } else {
+                tracing::warn!(port = p.id(), "port link down");
+            }
+        }
     }
 }
 
