@@ -1,30 +1,65 @@
-//! The state file: every commit is written atomically, so `lbd` restarts
-//! with the last committed state and forwards before any controller
-//! reconnects.
+//! The state file: every commit is made durable before it is published,
+//! so `lbd` restarts with the last committed state and forwards before any
+//! controller reconnects.
 //!
-//! Format (JSON): `{ "version": 1, "revision": N, "state": <DesiredState> }`.
+//! Two files:
+//! - the **base** `<file>`: JSON `{ "version": 1, "revision": N, "state":
+//!   <DesiredState> }`, the whole state at revision N;
+//! - the **journal** `<file>.journal`: one JSON line per commit after the
+//!   base, `{"revision": N, "changes": [<Change>...]}`, the effective
+//!   changes of that commit in order (cascades included), appended and
+//!   `fdatasync`ed before the commit is published.
 //!
-//! Atomicity: write `<file>.tmp` in the same directory, fsync it, rename it
-//! over the state file, fsync the directory. A crash leaves either the old
-//! or the new file, never a mix; a failed write leaves the old file and
-//! rejects the commit.
+//! A commit costs the size of its change, not of the state (a full rewrite
+//! of a 10,000-service state is ~13 MB). When the journal outgrows
+//! `max(`[`COMPACT_MIN_BYTES`]`, base size)`, or after a failed append,
+//! the next commit **compacts** instead: it writes the whole state as the
+//! new base and removes the journal.
 //!
-//! Loading: a missing file is an empty state at revision 0 (first start);
-//! anything else that is wrong (unreadable, not JSON, unknown version) is an
-//! error naming the file, never silently an empty state: starting empty
-//! would withdraw every service of a node that merely has a typo on disk.
-//! The caller validates and compiles what was loaded.
+//! Base atomicity: write `<file>.tmp` in the same directory, fsync it,
+//! rename it over the base, fsync the directory. A crash leaves the old or
+//! the new base, never a mix. A crash between the rename and the journal's
+//! removal leaves journal lines at or below the base's revision: loading
+//! skips them. A failed write rejects the commit and leaves both files as
+//! they were (a partly appended line is cut off again).
+//!
+//! Loading: a missing base is an empty state at revision 0 (first start);
+//! the journal's lines are then replayed in order, each the next revision.
+//! A last line cut short (a crash during an append, so never acknowledged)
+//! is ignored with a warning. Anything else that is wrong (unreadable, not
+//! JSON, unknown version, a gap in the revisions, a change that does not
+//! apply) is an error naming the file, never silently an empty state:
+//! starting empty would withdraw every service of a node that merely has a
+//! typo on disk. The caller validates and compiles what was loaded.
 
+use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, ErrorKind, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::DesiredState;
+use crate::model::{Change, DesiredState};
+use crate::store::Txn;
 
 /// The only format version written and read.
 pub const FORMAT_VERSION: u32 = 1;
+
+/// The journal is compacted into the base once it is larger than this and
+/// than the base.
+pub const COMPACT_MIN_BYTES: u64 = 4 << 20;
+
+#[derive(Serialize)]
+struct LineOut<'a> {
+    revision: u64,
+    changes: &'a [Change],
+}
+
+#[derive(Deserialize)]
+struct LineIn {
+    revision: u64,
+    changes: Vec<Change>,
+}
 
 #[derive(Serialize)]
 struct FileOut<'a> {
@@ -103,7 +138,8 @@ pub fn load(path: &Path) -> Result<Option<(u64, DesiredState)>, PersistError> {
 }
 
 /// Writes `state` at `revision` atomically (see the module doc).
-pub fn store(path: &Path, revision: u64, state: &DesiredState) -> Result<(), PersistError> {
+/// Returns the file's size.
+pub fn store(path: &Path, revision: u64, state: &DesiredState) -> Result<u64, PersistError> {
     let err = |source| PersistError::Write {
         path: path.to_path_buf(),
         source,
@@ -115,7 +151,7 @@ pub fn store(path: &Path, revision: u64, state: &DesiredState) -> Result<(), Per
     let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
     tmp_name.push(".tmp");
     let tmp = dir.join(tmp_name);
-    let write = || -> io::Result<()> {
+    let write = || -> io::Result<u64> {
         let file = OpenOptions::new()
             .write(true)
             .create(true)
@@ -133,13 +169,189 @@ pub fn store(path: &Path, revision: u64, state: &DesiredState) -> Result<(), Per
         w.write_all(b"\n")?;
         let file = w.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
+        let len = file.metadata()?.len();
         fs::rename(&tmp, path)?;
-        File::open(&dir)?.sync_all()
+        File::open(&dir)?.sync_all()?;
+        Ok(len)
     };
     write().map_err(|e| {
         let _ = fs::remove_file(&tmp);
         err(e)
     })
+}
+
+/// `path` with `suffix` added to its file name.
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name: OsString = path.file_name().unwrap_or_default().to_os_string();
+    name.push(suffix);
+    path.with_file_name(name)
+}
+
+/// The base and the journal of one state file (module doc).
+#[derive(Debug)]
+pub struct StateFile {
+    path: PathBuf,
+    journal: PathBuf,
+    /// Bytes in the journal.
+    journal_len: u64,
+    /// Bytes in the base (0: none yet).
+    base_len: u64,
+    /// The next commit rewrites the base (a failed append, or the journal
+    /// outgrew the base).
+    compact_next: bool,
+}
+
+impl StateFile {
+    /// Loads the base and replays the journal. `None`: no state file yet.
+    pub fn open(path: &Path) -> Result<(StateFile, Option<(u64, DesiredState)>), PersistError> {
+        let journal = with_suffix(path, ".journal");
+        let loaded = load(path)?;
+        let base_exists = loaded.is_some();
+        let base_len = if base_exists {
+            fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+        } else {
+            0
+        };
+        let (mut revision, mut state) = loaded.unwrap_or_default();
+        let text = match fs::read(&journal) {
+            Ok(t) => t,
+            Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
+            Err(source) => {
+                return Err(PersistError::Read {
+                    path: journal.clone(),
+                    source,
+                })
+            }
+        };
+        let corrupt = |reason: String| PersistError::Corrupt {
+            path: journal.clone(),
+            reason,
+        };
+        let mut replayed = 0u64;
+        let mut good_len = 0usize;
+        let mut rest = &text[..];
+        while !rest.is_empty() {
+            let Some(i) = rest.iter().position(|&b| b == b'\n') else {
+                // The last line, cut short by a crash mid-append: that
+                // commit was never acknowledged.
+                tracing::warn!(path = %journal.display(), bytes = rest.len(), "ignoring an incomplete last journal line");
+                break;
+            };
+            let entry: LineIn = serde_json::from_slice(&rest[..i])
+                .map_err(|e| corrupt(format!("the line after revision {revision}: {e}")))?;
+            rest = &rest[i + 1..];
+            if entry.revision <= revision && replayed == 0 {
+                // Left over from a compaction interrupted after the rename.
+                good_len = text.len() - rest.len();
+                continue;
+            }
+            if entry.revision != revision + 1 {
+                return Err(corrupt(format!(
+                    "revision {} follows revision {revision}",
+                    entry.revision
+                )));
+            }
+            let mut txn = Txn::new(&mut state);
+            for c in entry.changes {
+                if let Err(e) = txn.change(c) {
+                    txn.rollback();
+                    return Err(corrupt(format!("revision {}: {e}", entry.revision)));
+                }
+            }
+            let _ = txn.commit();
+            revision = entry.revision;
+            replayed += 1;
+            good_len = text.len() - rest.len();
+        }
+        let f = StateFile {
+            path: path.to_path_buf(),
+            journal,
+            journal_len: good_len as u64,
+            base_len,
+            // A cut-off tail is dropped by rewriting the base.
+            compact_next: good_len < text.len(),
+        };
+        let out = (base_exists || replayed > 0).then_some((revision, state));
+        Ok((f, out))
+    }
+
+    /// The base file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The journal file.
+    pub fn journal_path(&self) -> &Path {
+        &self.journal
+    }
+
+    /// Makes the commit of `changes`, which took the state to `state` at
+    /// `revision`, durable: a journal line, or a new base when it is time
+    /// to compact. On error nothing is changed on disk that a later load
+    /// would read differently, and the caller must reject the commit.
+    pub fn commit(
+        &mut self,
+        revision: u64,
+        state: &DesiredState,
+        changes: &[Change],
+    ) -> Result<(), PersistError> {
+        let compact = self.compact_next
+            || self.base_len == 0
+            || self.journal_len > COMPACT_MIN_BYTES.max(self.base_len);
+        if compact {
+            return self.compact(revision, state);
+        }
+        let mut line =
+            serde_json::to_vec(&LineOut { revision, changes }).map_err(|e| PersistError::Write {
+                path: self.journal.clone(),
+                source: io::Error::other(e),
+            })?;
+        line.push(b'\n');
+        let before = self.journal_len;
+        let append = || -> io::Result<()> {
+            let mut f = OpenOptions::new().append(true).create(true).open(&self.journal)?;
+            f.write_all(&line)?;
+            f.sync_data()
+        };
+        match append() {
+            Ok(()) => {
+                self.journal_len += line.len() as u64;
+                Ok(())
+            }
+            Err(source) => {
+                // Cut a partial line off again; if even that fails, the
+                // next commit rewrites the base and drops the journal.
+                let cut = OpenOptions::new()
+                    .write(true)
+                    .open(&self.journal)
+                    .and_then(|f| f.set_len(before).and_then(|()| f.sync_data()));
+                if cut.is_err() {
+                    self.compact_next = true;
+                }
+                Err(PersistError::Write {
+                    path: self.journal.clone(),
+                    source,
+                })
+            }
+        }
+    }
+
+    /// Writes the whole state as the base and removes the journal.
+    fn compact(&mut self, revision: u64, state: &DesiredState) -> Result<(), PersistError> {
+        self.base_len = store(&self.path, revision, state)?;
+        self.compact_next = false;
+        match fs::remove_file(&self.journal) {
+            Ok(()) => self.journal_len = 0,
+            Err(e) if e.kind() == ErrorKind::NotFound => self.journal_len = 0,
+            // The base is durable; its revision makes the journal's lines
+            // stale, and a later load skips them. Try again next time.
+            Err(e) => {
+                tracing::warn!(path = %self.journal.display(), "cannot remove the compacted journal: {e}");
+                self.compact_next = true;
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -200,6 +412,113 @@ mod tests {
         .unwrap();
         let e = load(&p).unwrap_err().to_string();
         assert!(e.contains("invalid content"), "{e}");
+    }
+
+    fn backend_change(st: &mut DesiredState, port: u16) -> Vec<Change> {
+        use crate::model::{Backend, BackendKey, BackendState};
+        let mut txn = Txn::new(st);
+        txn.change(Change::UpsertBackend(Backend {
+            key: BackendKey {
+                service: "default/web".into(),
+                addr: "10.1.0.1".parse().unwrap(),
+                port,
+            },
+            weight: 1,
+            state: BackendState::Active,
+            node: None,
+            zone: None,
+            source: Source::Api,
+        }))
+        .unwrap();
+        let (changes, _) = txn.commit();
+        changes
+    }
+
+    /// Revision 1 as the base, 2..=5 in the journal; returns the state.
+    fn five_commits(p: &Path) -> DesiredState {
+        let (mut f, loaded) = StateFile::open(p).unwrap();
+        assert!(loaded.is_none());
+        let mut st = state();
+        f.commit(1, &st, &[]).unwrap();
+        for rev in 2..=5 {
+            let changes = backend_change(&mut st, 8000 + rev as u16);
+            f.commit(rev, &st, &changes).unwrap();
+        }
+        st
+    }
+
+    #[test]
+    fn journal_round_trip_and_compaction() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("state.json");
+        let st = five_commits(&p);
+        let journal = d.path().join("state.json.journal");
+        assert_eq!(fs::read_to_string(&journal).unwrap().lines().count(), 4);
+        assert_eq!(load(&p).unwrap().map(|x| x.0), Some(1), "the base stays at 1");
+        let (mut f, loaded) = StateFile::open(&p).unwrap();
+        assert_eq!(loaded, Some((5, st.clone())));
+        // Past the threshold the next commit rewrites the base.
+        f.journal_len = COMPACT_MIN_BYTES + 1;
+        let mut st6 = st.clone();
+        let changes = backend_change(&mut st6, 9000);
+        f.commit(6, &st6, &changes).unwrap();
+        assert!(!journal.exists());
+        assert_eq!(load(&p).unwrap(), Some((6, st6.clone())));
+        assert_eq!(StateFile::open(&p).unwrap().1, Some((6, st6)));
+    }
+
+    #[test]
+    fn torn_tail_stale_lines_gaps_and_garbage() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("state.json");
+        let st = five_commits(&p);
+        let journal = d.path().join("state.json.journal");
+        let good = fs::read_to_string(&journal).unwrap();
+
+        // A last line cut short by a crash: ignored, and the next commit
+        // rewrites the base so the tail goes away.
+        fs::write(&journal, format!("{good}{{\"revision\":6,\"chan")).unwrap();
+        let (mut f, loaded) = StateFile::open(&p).unwrap();
+        assert_eq!(loaded, Some((5, st.clone())));
+        f.commit(6, &st, &[]).unwrap();
+        assert!(!journal.exists());
+        assert_eq!(load(&p).unwrap().map(|x| x.0), Some(6));
+
+        // Lines at or below the base's revision (a compaction interrupted
+        // after its rename) are skipped.
+        let lines: Vec<&str> = good.lines().collect();
+        fs::write(&journal, format!("{}\n{}\n", lines[2], lines[3])).unwrap();
+        assert_eq!(StateFile::open(&p).unwrap().1.map(|x| x.0), Some(6));
+
+        // A gap, or garbage before the end: errors naming the journal.
+        let base = five_commits(&d.path().join("b.json"));
+        let _ = base;
+        let jb = d.path().join("b.json.journal");
+        let lines: Vec<String> = fs::read_to_string(&jb)
+            .unwrap()
+            .lines()
+            .map(String::from)
+            .collect();
+        fs::write(&jb, format!("{}\n{}\n", lines[0], lines[2])).unwrap();
+        let e = StateFile::open(&d.path().join("b.json")).unwrap_err().to_string();
+        assert!(
+            e.contains("b.json.journal") && e.contains("revision 4 follows revision 2"),
+            "{e}"
+        );
+        fs::write(&jb, format!("{}\nnot json\n{}\n", lines[0], lines[1])).unwrap();
+        let e = StateFile::open(&d.path().join("b.json")).unwrap_err().to_string();
+        assert!(
+            e.contains("b.json.journal") && e.contains("after revision 2"),
+            "{e}"
+        );
+        // A change that does not apply to the state.
+        fs::write(
+            &jb,
+            "{\"revision\":2,\"changes\":[{\"DeleteService\":\"nope/nope\"}]}\n",
+        )
+        .unwrap();
+        let e = StateFile::open(&d.path().join("b.json")).unwrap_err().to_string();
+        assert!(e.contains("revision 2") && e.contains("no such service"), "{e}");
     }
 
     #[test]

@@ -56,7 +56,7 @@ use crate::model::{
     Backend, BackendState, Change, DesiredState, ErrorKind, Frontend, Service, Source, ValidationError,
     MAX_CHANGES,
 };
-use crate::persist::{self, PersistError};
+use crate::persist::{PersistError, StateFile};
 use crate::stats;
 pub use crate::stats::{BackendStats, FlowStats, FrontendStats, PlaneStats, WorkerStats};
 use crate::store::{backends_of, validate_state, Txn};
@@ -191,7 +191,7 @@ pub const WATCH_CAPACITY: usize = 1024;
 pub struct ControlPlane {
     state: DesiredState,
     revision: u64,
-    state_file: Option<PathBuf>,
+    state_file: Option<StateFile>,
     compiler: Compiler,
     current: Arc<ArcSwap<Snapshot>>,
     graveyard: Vec<Arc<Snapshot>>,
@@ -225,13 +225,13 @@ impl ControlPlane {
     /// replaced by an empty state. Without `state_file` nothing is
     /// persisted.
     pub fn open(node: NodeConfig, state_file: Option<&Path>) -> Result<ControlPlane, PlaneError> {
-        let (revision, state) = match state_file {
-            None => (0, DesiredState::default()),
-            Some(p) => match persist::load(p) {
-                Ok(Some(x)) => x,
-                Ok(None) => {
+        let (file, (revision, state)) = match state_file {
+            None => (None, (0, DesiredState::default())),
+            Some(p) => match StateFile::open(p) {
+                Ok((f, Some(x))) => (Some(f), x),
+                Ok((f, None)) => {
                     tracing::info!(path = %p.display(), "no state file yet: starting with an empty state at revision 0");
-                    (0, DesiredState::default())
+                    (Some(f), (0, DesiredState::default()))
                 }
                 Err(e) => return Err(state_file_error(p, e)),
             },
@@ -258,7 +258,7 @@ impl ControlPlane {
         Ok(ControlPlane {
             state,
             revision,
-            state_file: state_file.map(Path::to_path_buf),
+            state_file: file,
             compiler,
             current: Arc::new(ArcSwap::from_pointee(snap)),
             graveyard: Vec::new(),
@@ -604,19 +604,19 @@ impl ControlPlane {
                 return Err(e.into());
             }
         };
-        if let Some(path) = &self.state_file {
-            if let Err(e) = persist::store(path, revision, txn.state()) {
+        if let Some(file) = &mut self.state_file {
+            if let Err(e) = file.commit(revision, txn.state(), &txn.committed) {
                 self.compiler.rollback(journal);
                 txn.rollback();
-                let reason = match e {
-                    PersistError::Write { source, .. } | PersistError::Read { source, .. } => {
-                        source.to_string()
+                let (path, reason) = match e {
+                    PersistError::Write { path, source } | PersistError::Read { path, source } => {
+                        (path, source.to_string())
                     }
-                    PersistError::Corrupt { reason, .. } => reason,
+                    PersistError::Corrupt { path, reason } => (path, reason),
                 };
                 tracing::error!(path = %path.display(), revision, %reason, "commit rejected: state file not written");
                 return Err(PlaneError::Persist {
-                    path: path.clone(),
+                    path,
                     revision,
                     reason,
                 });

@@ -109,13 +109,18 @@ fn rejected(p: &mut ControlPlane, changes: Vec<Change>, kind: ErrorKind) -> Stri
     let state = p.state().clone();
     let rev = p.revision();
     let snap = p.snapshot();
-    let file = p.state_file.as_ref().map(|f| fs::read(f).unwrap());
+    let files = |p: &ControlPlane| {
+        p.state_file
+            .as_ref()
+            .map(|f| (fs::read(f.path()).unwrap(), fs::read(f.journal_path()).ok()))
+    };
+    let file = files(p);
     let e = p.apply(Source::Api, changes, None).unwrap_err();
     assert_eq!(e.kind(), kind, "{e}");
     assert_eq!(p.state(), &state);
     assert_eq!(p.revision(), rev);
     assert!(Arc::ptr_eq(&snap, &p.snapshot()), "nothing published");
-    assert_eq!(p.state_file.as_ref().map(|f| fs::read(f).unwrap()), file);
+    assert_eq!(files(p), file);
     e.to_string()
 }
 
@@ -432,15 +437,28 @@ fn state_file_round_trip_corruption_and_failed_write() {
     );
     assert!(p.snapshot().lookup(ip("192.0.2.1"), 80, Proto::Tcp).is_some());
 
-    // A failed write rejects the commit and keeps the file.
-    fs::create_dir(dir.path().join("state.json.tmp")).unwrap();
+    // Revision 1 wrote the base, revision 2 a journal line.
+    let journal = dir.path().join("state.json.journal");
+    assert_eq!(fs::read_to_string(&journal).unwrap().lines().count(), 1);
+
+    // A failed write rejects the commit and keeps the files: here the
+    // journal cannot be appended to (a directory stands in its place).
+    let aside = dir.path().join("journal.aside");
+    fs::rename(&journal, &aside).unwrap();
+    fs::create_dir(&journal).unwrap();
     let e = rejected(
         &mut p,
         vec![Change::DeleteService("default/web".into())],
         ErrorKind::Unavailable,
     );
-    assert!(e.contains("state.json") && e.contains("revision 3"), "{e}");
-    fs::remove_dir(dir.path().join("state.json.tmp")).unwrap();
+    assert!(
+        e.contains("state.json.journal") && e.contains("revision 3"),
+        "{e}"
+    );
+    fs::remove_dir(&journal).unwrap();
+    fs::rename(&aside, &journal).unwrap();
+    // The next commit rewrites the base (the failed append could not be
+    // cut off) and drops the journal.
     assert_eq!(
         p.apply(
             Source::Api,
@@ -450,6 +468,10 @@ fn state_file_round_trip_corruption_and_failed_write() {
         .unwrap(),
         3
     );
+    assert!(!journal.exists());
+    drop(p);
+    let p = ControlPlane::open(node(), Some(&path)).unwrap();
+    assert_eq!((p.revision(), p.state().services.len()), (3, 0));
     drop(p);
 
     // Corrupt, unknown version, invalid content: errors naming the file.

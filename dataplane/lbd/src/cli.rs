@@ -67,8 +67,9 @@ pub struct Cli {
     pub grpc_client_ca: Option<PathBuf>,
 
     /// The desired state: loaded at start before the ports forward (a
-    /// corrupt or unreadable file is an error), written atomically at every
-    /// commit. Without it, the state lives in memory only.
+    /// corrupt or unreadable file is an error), made durable at every
+    /// commit (FILE plus an append-only FILE.journal). Without it, the
+    /// state lives in memory only.
     #[arg(long, value_name = "FILE")]
     pub state_file: Option<PathBuf>,
 
