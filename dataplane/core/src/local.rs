@@ -512,35 +512,14 @@ pub fn write_neighbor_solicitation(
         0xff00 | u16::from(t[13]),
         u16::from_be_bytes([t[14], t[15]]),
     );
-    let hdr = ethernet::HEADER_LEN + if vlan.is_some() { ethernet::VLAN_TAG_LEN } else { 0 };
-    let need = hdr + ipv6::HEADER_LEN + icmpv6::ND_LEN + 8;
-    let have = buf.len();
-    let frame = buf
-        .get_mut(..need)
-        .ok_or(BuildError::BufferTooSmall { need, have })?;
-    ethernet::emit_header(
-        frame,
-        MacAddr::ipv6_multicast(&group.octets()),
-        mac,
-        vlan,
-        ETHERTYPE_IPV6,
-    );
-    let mut ip6 = Ipv6Packet::new_unchecked(&mut frame[hdr..]);
-    ip6.set_version_tc_flow(0, 0);
-    ip6.set_payload_len((icmpv6::ND_LEN + 8) as u16);
-    ip6.set_next_header(ip_proto::ICMPV6);
-    ip6.set_hop_limit(ND_HOP_LIMIT);
-    ip6.set_src_addr(src);
-    ip6.set_dst_addr(&group);
-    let mut ns = Icmpv6Packet::new_unchecked(&mut frame[hdr + ipv6::HEADER_LEN..]);
-    ns.set_msg_type(v6type::NEIGHBOR_SOLICIT);
-    ns.set_code(0);
-    // The reserved word.
-    ns.set_na_flags(0);
-    ns.set_nd_target(target);
-    icmpv6::emit_link_layer_option(&mut ns.quoted_mut()[16..], nd_option::SOURCE_LL_ADDR, mac);
-    ns.fill_checksum(src, &group);
-    Ok(need)
+    let nd = Nd {
+        msg_type: v6type::NEIGHBOR_SOLICIT,
+        // The reserved word.
+        flags: 0,
+        target,
+        option: nd_option::SOURCE_LL_ADDR,
+    };
+    write_nd(buf, mac, src, &group, &nd, vlan)
 }
 
 /// Write an unsolicited neighbor advertisement for `ip` (RFC 4861 §7.2.6:
@@ -553,6 +532,34 @@ pub fn write_unsolicited_na(
     vlan: Option<u16>,
 ) -> Result<usize, BuildError> {
     let all_nodes = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
+    let nd = Nd {
+        msg_type: v6type::NEIGHBOR_ADVERT,
+        flags: na_flags::OVERRIDE,
+        target: ip,
+        option: nd_option::TARGET_LL_ADDR,
+    };
+    write_nd(buf, mac, ip, &all_nodes, &nd, vlan)
+}
+
+/// The ICMPv6 part of a neighbor solicitation or advertisement we send.
+struct Nd<'a> {
+    msg_type: u8,
+    flags: u8,
+    target: &'a Ipv6Addr,
+    /// Which link-layer address option carries our MAC.
+    option: u8,
+}
+
+/// An ND message from `src` to the multicast `dst` with our link-layer
+/// address as its one option, hop limit 255; returns the frame length.
+fn write_nd(
+    buf: &mut [u8],
+    mac: MacAddr,
+    src: &Ipv6Addr,
+    dst: &Ipv6Addr,
+    nd: &Nd<'_>,
+    vlan: Option<u16>,
+) -> Result<usize, BuildError> {
     let hdr = ethernet::HEADER_LEN + if vlan.is_some() { ethernet::VLAN_TAG_LEN } else { 0 };
     let need = hdr + ipv6::HEADER_LEN + icmpv6::ND_LEN + 8;
     let have = buf.len();
@@ -561,7 +568,7 @@ pub fn write_unsolicited_na(
         .ok_or(BuildError::BufferTooSmall { need, have })?;
     ethernet::emit_header(
         frame,
-        MacAddr::ipv6_multicast(&all_nodes.octets()),
+        MacAddr::ipv6_multicast(&dst.octets()),
         mac,
         vlan,
         ETHERTYPE_IPV6,
@@ -571,15 +578,15 @@ pub fn write_unsolicited_na(
     ip6.set_payload_len((icmpv6::ND_LEN + 8) as u16);
     ip6.set_next_header(ip_proto::ICMPV6);
     ip6.set_hop_limit(ND_HOP_LIMIT);
-    ip6.set_src_addr(ip);
-    ip6.set_dst_addr(&all_nodes);
-    let mut na = Icmpv6Packet::new_unchecked(&mut frame[hdr + ipv6::HEADER_LEN..]);
-    na.set_msg_type(v6type::NEIGHBOR_ADVERT);
-    na.set_code(0);
-    na.set_na_flags(na_flags::OVERRIDE);
-    na.set_nd_target(ip);
-    icmpv6::emit_link_layer_option(&mut na.quoted_mut()[16..], nd_option::TARGET_LL_ADDR, mac);
-    na.fill_checksum(ip, &all_nodes);
+    ip6.set_src_addr(src);
+    ip6.set_dst_addr(dst);
+    let mut msg = Icmpv6Packet::new_unchecked(&mut frame[hdr + ipv6::HEADER_LEN..]);
+    msg.set_msg_type(nd.msg_type);
+    msg.set_code(0);
+    msg.set_na_flags(nd.flags);
+    msg.set_nd_target(nd.target);
+    icmpv6::emit_link_layer_option(&mut msg.quoted_mut()[16..], nd.option, mac);
+    msg.fill_checksum(src, dst);
     Ok(need)
 }
 

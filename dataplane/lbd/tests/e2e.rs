@@ -25,21 +25,26 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 /// The (backend, answer) of one UDP exchange with the VIP's port 53.
 fn udp_echo(lab: &Lab, payload: &str) -> String {
+    udp_echo_to(lab, &lab.vip(), payload)
+}
+
+/// The answer of one UDP exchange with `vip` port 53 (IPv4 or IPv6).
+fn udp_echo_to(lab: &Lab, vip: &str, payload: &str) -> String {
+    let family = if vip.contains(':') { "AF_INET6" } else { "AF_INET" };
     lab.client(&format!(
         "python3 -c \"
 import socket
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s = socket.socket(socket.{family}, socket.SOCK_DGRAM)
 s.settimeout(1)
 for _ in range(5):
-    s.sendto(b'{payload}', ('{}', 53))
+    s.sendto(b'{payload}', ('{vip}', 53))
     try:
         print(s.recvfrom(2048)[0].decode()); break
     except socket.timeout:
         pass
 else:
     raise SystemExit('no UDP answer')
-\"",
-        lab.vip()
+\""
     ))
 }
 
@@ -449,21 +454,7 @@ fn ipv6_services_resolve_next_hops_with_neighbor_discovery() {
         "full-NAT: backends see {snat}: {out}"
     );
 
-    let udp = lab.client(&format!(
-        "python3 -c \"
-import socket
-s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-s.settimeout(1)
-for _ in range(5):
-    s.sendto(b'hello6', ('{vip}', 53))
-    try:
-        print(s.recvfrom(2048)[0].decode()); break
-    except socket.timeout:
-        pass
-else:
-    raise SystemExit('no UDP answer')
-\""
-    ));
+    let udp = udp_echo_to(&lab, &vip, "hello6");
     assert!(
         udp.starts_with("backend-") && udp.contains(&format!("{client} hello6")),
         "DNAT over IPv6: the backend sees the client: {udp}"
