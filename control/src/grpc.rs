@@ -47,12 +47,35 @@ pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 /// between the broadcast and the HTTP/2 stream).
 const WATCH_QUEUE: usize = 64;
 
-/// A port's link as lbd last saw it: the owner of the port updates it
-/// while lbd runs (lbd: every second), GetInfo reads it.
+/// A port's counters: those of `rte_eth_stats` that an operator watches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortCounters {
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Packets sent.
+    pub tx_packets: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Dropped by the NIC: no free rx descriptor.
+    pub imissed: u64,
+    /// Bad frames received.
+    pub ierrors: u64,
+    /// Frames the NIC failed to send.
+    pub oerrors: u64,
+    /// Receive failures for want of an mbuf.
+    pub rx_nombuf: u64,
+}
+
+/// A port's link and counters as lbd last saw them: the owner of the port
+/// updates them while lbd runs (lbd: every second), GetInfo and GetStats
+/// read them.
 #[derive(Debug, Default)]
 pub struct PortLink {
     up: AtomicBool,
     speed_mbps: AtomicU32,
+    counters: Mutex<PortCounters>,
 }
 
 impl PortLink {
@@ -61,6 +84,7 @@ impl PortLink {
         Arc::new(PortLink {
             up: AtomicBool::new(up),
             speed_mbps: AtomicU32::new(speed_mbps),
+            counters: Mutex::new(PortCounters::default()),
         })
     }
 
@@ -78,6 +102,16 @@ impl PortLink {
             self.speed_mbps.load(Ordering::Relaxed),
         )
     }
+
+    /// Records the counters just read.
+    pub fn set_counters(&self, c: PortCounters) {
+        *self.counters.lock().unwrap_or_else(|e| e.into_inner()) = c;
+    }
+
+    /// The counters last recorded.
+    pub fn counters(&self) -> PortCounters {
+        *self.counters.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// One DPDK port, for GetInfo.
@@ -91,7 +125,7 @@ pub struct PortInfo {
     pub driver: String,
     /// MAC address.
     pub mac: [u8; 6],
-    /// Link state and speed, kept current by the port's owner.
+    /// Link state, speed and counters, kept current by the port's owner.
     pub link: Arc<PortLink>,
 }
 
@@ -258,6 +292,8 @@ fn stats_to_proto(s: PlaneStats) -> pb::GetStatsResponse {
         drops: drops(s.drops),
         conntrack_entries: s.conntrack_entries,
         revision: s.revision,
+        // Filled by GetStats from the ports lbd reports.
+        ports: Vec::new(),
     }
 }
 
@@ -467,7 +503,28 @@ impl LoadBalancer for LoadBalancerService {
         _request: Request<pb::GetStatsRequest>,
     ) -> Result<Response<pb::GetStatsResponse>, Status> {
         let stats = self.lock()?.stats();
-        Ok(Response::new(stats_to_proto(stats)))
+        let mut r = stats_to_proto(stats);
+        r.ports = self
+            .info
+            .ports
+            .iter()
+            .map(|port| {
+                let c = port.link.counters();
+                pb::PortStats {
+                    id: port.id.into(),
+                    name: port.name.clone(),
+                    rx_packets: c.rx_packets,
+                    rx_bytes: c.rx_bytes,
+                    tx_packets: c.tx_packets,
+                    tx_bytes: c.tx_bytes,
+                    imissed: c.imissed,
+                    ierrors: c.ierrors,
+                    oerrors: c.oerrors,
+                    rx_nombuf: c.rx_nombuf,
+                }
+            })
+            .collect();
+        Ok(Response::new(r))
     }
 
     async fn get_info(

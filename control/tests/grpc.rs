@@ -584,6 +584,29 @@ async fn stats_and_info() {
     assert_eq!(i.ports.len(), 2);
     assert_eq!(i.ports[1].mac, "02:00:00:00:00:02");
     assert_eq!(i.ports[0].driver, "net_null");
+    assert!(i.ports[0].link_up);
+    assert!(st.ports.iter().all(|p| p.rx_packets == 0));
+
+    // What lbd records every second shows in the next answers.
+    s.links[0].set(false, 0);
+    s.links[1].set_counters(lb_control::grpc::PortCounters {
+        rx_packets: 10,
+        imissed: 3,
+        ..Default::default()
+    });
+    let i = c.get_info(pb::GetInfoRequest {}).await.unwrap().into_inner();
+    assert_eq!((i.ports[0].link_up, i.ports[0].speed_mbps), (false, 0));
+    let st = c.get_stats(pb::GetStatsRequest {}).await.unwrap().into_inner();
+    assert_eq!(st.ports.len(), 2);
+    assert_eq!(
+        (
+            st.ports[1].id,
+            st.ports[1].name.as_str(),
+            st.ports[1].rx_packets,
+            st.ports[1].imissed
+        ),
+        (1, "net_null1", 10, 3)
+    );
     // Another start has another instance id.
     let other = Server::start();
     assert_ne!(other.instance_id, s.instance_id);

@@ -380,6 +380,35 @@ pub fn stats_text(s: &pb::GetStatsResponse, rates: Option<&Rates>) -> String {
     out.push('\n');
     out.push_str(&table(&h, &workers));
 
+    if !s.ports.is_empty() {
+        let ports: Vec<Vec<String>> = s
+            .ports
+            .iter()
+            .map(|p| {
+                let mut v = vec![p.id.to_string(), p.name.clone(), p.rx_packets.to_string()];
+                if let Some(r) = rates {
+                    let before = r.previous.ports.iter().find(|q| q.id == p.id);
+                    v.push(rate(p.rx_packets, before.map(|q| q.rx_packets), r.seconds));
+                }
+                v.extend([
+                    p.tx_packets.to_string(),
+                    p.imissed.to_string(),
+                    p.ierrors.to_string(),
+                    p.oerrors.to_string(),
+                    p.rx_nombuf.to_string(),
+                ]);
+                v
+            })
+            .collect();
+        let mut h = vec!["port", "name", "rx"];
+        if rates.is_some() {
+            h.push("rx/s");
+        }
+        h.extend(["tx", "imissed", "ierrors", "oerrors", "rx-nombuf"]);
+        out.push('\n');
+        out.push_str(&table(&h, &ports));
+    }
+
     let frontends: Vec<Vec<String>> = s
         .frontends
         .iter()
@@ -621,8 +650,20 @@ mod tests {
             ..Default::default()
         });
         s.drops.insert("no-backend".into(), 5);
+        s.ports.push(pb::PortStats {
+            id: 0,
+            name: "net_null0".into(),
+            rx_packets: 90,
+            imissed: 7,
+            ..Default::default()
+        });
         let t = stats_text(&s, None);
         assert!(t.starts_with("revision 3, conntrack entries 10\n"), "{t}");
+        assert!(t.contains("IMISSED"), "{t}");
+        assert!(
+            t.lines().any(|l| l.starts_with("0     net_null0  90  0   7")),
+            "{t}"
+        );
         assert!(t.contains("no-backend"), "{t}");
         let mut later = s.clone();
         later.workers[0].rx_packets = 300;

@@ -51,6 +51,8 @@ pub struct Server {
     pub state_file: PathBuf,
     pub plane: SharedPlane,
     pub instance_id: String,
+    /// The ports' link and counters, as lbd would update them.
+    pub links: Vec<Arc<lb_control::grpc::PortLink>>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<Result<(), ListenError>>>,
 }
@@ -72,7 +74,9 @@ impl Server {
         });
         let plane = ControlPlane::open(node(), Some(&state_file)).unwrap();
         let plane: SharedPlane = Arc::new(Mutex::new(plane));
-        let info = ServerInfo::new(ports(), 2);
+        let ports = ports();
+        let links = ports.iter().map(|p| Arc::clone(&p.link)).collect();
+        let info = ServerInfo::new(ports, 2);
         let instance_id = info.instance_id.clone();
         let (stop, stopped) = oneshot::channel::<()>();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -106,6 +110,7 @@ impl Server {
             state_file,
             plane,
             instance_id,
+            links,
             stop: Some(stop),
             thread: Some(thread),
         }

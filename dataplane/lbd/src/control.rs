@@ -18,8 +18,9 @@
 //!   whenever a new one appears: IPv4 with a gratuitous ARP, IPv6 with an
 //!   unsolicited neighbor advertisement.
 //!
-//! Every [`LINK_PERIOD`] it also reads each port's link state for GetInfo
-//! and logs changes (`port link up` / `port link down`).
+//! Every [`LINK_PERIOD`] it also reads each port's link state and counters
+//! for GetInfo and GetStats and logs link changes (`port link up` / `port
+//! link down`).
 //!
 //! Frames it sends go through worker 0's control ring, with the port in the
 //! mbuf.
@@ -33,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use dpdk::ring::{Consumer, Producer};
 use dpdk::{Burst, Mbuf, Mempool, Port};
-use lb_control::grpc::{PortLink, ServerInfo, SharedPlane};
+use lb_control::grpc::{PortCounters, PortLink, ServerInfo, SharedPlane};
 use lb_control::listen::Listener;
 use lb_dataplane::local::{
     write_arp_request, write_gratuitous_arp, write_neighbor_solicitation, write_unsolicited_na,
@@ -46,7 +47,7 @@ use crate::neighbor::{Hold, NeighborTable, Request, Timers};
 /// How often the neighbor work runs.
 pub const NEIGHBOR_PERIOD: Duration = Duration::from_millis(5);
 
-/// How often the ports' link states are read.
+/// How often the ports' link states and counters are read.
 pub const LINK_PERIOD: Duration = Duration::from_secs(1);
 
 /// The control thread's own counters (the workers' are in their
@@ -354,9 +355,21 @@ impl Neighbors {
     }
 }
 
-/// Reads each port's link; logs and records a change.
+/// Reads each port's link and counters; logs a link change.
 fn watch_links(links: &[(Port, Arc<PortLink>)]) {
     for (p, link) in links {
+        if let Ok(s) = p.stats() {
+            link.set_counters(PortCounters {
+                rx_packets: s.ipackets,
+                rx_bytes: s.ibytes,
+                tx_packets: s.opackets,
+                tx_bytes: s.obytes,
+                imissed: s.imissed,
+                ierrors: s.ierrors,
+                oerrors: s.oerrors,
+                rx_nombuf: s.rx_nombuf,
+            });
+        }
         let l = p.link();
         if link.set(l.up, l.speed_mbps) {
             if l.up {

@@ -70,6 +70,21 @@ fn mode_test(tag: &str, net: u8, mode: &str) {
         &answers[..5]
     );
 
+    // The ports' own counters, read by lbd every second, in `lbctl stats`.
+    std::thread::sleep(Duration::from_millis(1100));
+    let st = lab.lbctl_ok(&["stats"]);
+    let rx_of = |name: &str| -> u64 {
+        st.lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|w| w.get(1) == Some(&name))
+            .and_then(|w| w.get(2)?.parse().ok())
+            .unwrap_or_else(|| panic!("no row for {name} in lbctl stats:\n{st}"))
+    };
+    assert!(
+        rx_of("net_af_packet0") >= 300 && rx_of("net_af_packet1") >= 300,
+        "{st}"
+    );
+
     // Every request of one keep-alive connection reaches the same backend.
     let url = format!("http://{}/whoami", lab.vip());
     let out = lab.client(&format!("curl -s -m 5 {url} {url} {url} {url} {url} {url}"));

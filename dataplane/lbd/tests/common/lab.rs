@@ -13,34 +13,37 @@ pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// The lbctl binary next to lbd, built if it is not there yet.
+/// The lbctl binary next to lbd, built (or brought up to date) once per
+/// test process: a stale lbctl from an earlier build would test old code.
 pub fn lbctl_bin() -> PathBuf {
-    let lbd = super::lbd_bin();
-    let p = lbd.with_file_name("lbctl");
-    if !p.exists() {
-        let target = lbd.parent().unwrap().parent().unwrap();
-        let profile_release = lbd.parent().unwrap().ends_with("release");
-        let mut c = Command::new(env!("CARGO"));
-        c.args([
-            "build",
-            "--quiet",
-            "-p",
-            "lb-control",
-            "--bin",
-            "lbctl",
-            "--target-dir",
-        ])
-        .arg(target)
-        .current_dir(repo());
-        if profile_release {
-            c.arg("--release");
-        }
-        assert!(
-            c.status().expect("cargo build lbctl").success(),
-            "building lbctl failed"
-        );
-    }
-    p
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let lbd = super::lbd_bin();
+            let target = lbd.parent().unwrap().parent().unwrap();
+            let profile_release = lbd.parent().unwrap().ends_with("release");
+            let mut c = Command::new(env!("CARGO"));
+            c.args([
+                "build",
+                "--quiet",
+                "-p",
+                "lb-control",
+                "--bin",
+                "lbctl",
+                "--target-dir",
+            ])
+            .arg(target)
+            .current_dir(repo());
+            if profile_release {
+                c.arg("--release");
+            }
+            assert!(
+                c.status().expect("cargo build lbctl").success(),
+                "building lbctl failed"
+            );
+            lbd.with_file_name("lbctl")
+        })
+        .clone()
 }
 
 /// See the module doc. `net` is the second octet of every address.
