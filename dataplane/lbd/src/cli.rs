@@ -100,6 +100,9 @@ pub struct Lcores {
     pub ids: Vec<u32>,
     /// True when the `lcore@cpu` form was used (passed to EAL's `--lcores`).
     pub placed: bool,
+    /// The CPU of each lcore, in the order of `ids` (the lcore id itself
+    /// unless placed).
+    pub cpus: Vec<u32>,
     /// The list as given.
     pub spec: String,
 }
@@ -114,6 +117,21 @@ impl Lcores {
     /// lcore is the only one (it then forwards too).
     pub fn workers(&self) -> usize {
         (self.ids.len() - 1).max(1)
+    }
+
+    /// CPUs where a polling worker shares the CPU with another lcore (the
+    /// main one, or another worker), with the lcores on each. A single
+    /// lcore that does both jobs is not counted: that is its design.
+    pub fn crowded_cpus(&self) -> Vec<(u32, Vec<u32>)> {
+        if self.ids.len() < 2 {
+            return Vec::new();
+        }
+        let mut by_cpu: std::collections::BTreeMap<u32, Vec<u32>> = Default::default();
+        for (&l, &cpu) in self.ids.iter().zip(&self.cpus) {
+            by_cpu.entry(cpu).or_default().push(l);
+        }
+        // Two or more lcores on one CPU include a worker: there is one main.
+        by_cpu.into_iter().filter(|(_, l)| l.len() > 1).collect()
     }
 }
 
@@ -150,23 +168,23 @@ pub fn parse_lcores(spec: &str) -> Result<Lcores, LcoresError> {
         return Err(LcoresError::Empty);
     }
     let mut ids = Vec::new();
+    let mut cpus = Vec::new();
     let mut placed = false;
     for item in spec.split(',') {
         if item.trim().is_empty() {
             return Err(LcoresError::BadItem(item.to_string()));
         }
-        let lc = if let Some((l, cpu)) = item.split_once('@') {
+        let (lc, cpu) = if let Some((l, cpu)) = item.split_once('@') {
             placed = true;
-            num(cpu, item)?;
-            vec![num(l, item)?]
+            (vec![num(l, item)?], Some(num(cpu, item)?))
         } else if let Some((a, b)) = item.split_once('-') {
             let (a, b) = (num(a, item)?, num(b, item)?);
             if b < a {
                 return Err(LcoresError::Backwards(item.to_string()));
             }
-            (a..=b).collect()
+            ((a..=b).collect(), None)
         } else {
-            vec![num(item, item)?]
+            (vec![num(item, item)?], None)
         };
         for l in lc {
             if l >= dpdk_sys::RTE_MAX_LCORE {
@@ -176,11 +194,13 @@ pub fn parse_lcores(spec: &str) -> Result<Lcores, LcoresError> {
                 return Err(LcoresError::Duplicate(l));
             }
             ids.push(l);
+            cpus.push(cpu.unwrap_or(l));
         }
     }
     Ok(Lcores {
         ids,
         placed,
+        cpus,
         spec: spec.to_string(),
     })
 }
@@ -258,6 +278,16 @@ mod tests {
         assert_eq!(parse_lcores("0,2,4-5").unwrap().ids, vec![0, 2, 4, 5]);
         let p = parse_lcores("0@0,1@1,2@1").unwrap();
         assert_eq!((p.ids.clone(), p.placed), (vec![0, 1, 2], true));
+        assert_eq!(p.cpus, vec![0, 1, 1]);
+        assert_eq!(p.crowded_cpus(), vec![(1, vec![1, 2])]);
+        // The control thread's CPU shared with a worker.
+        assert_eq!(
+            parse_lcores("0@1,1@1").unwrap().crowded_cpus(),
+            vec![(1, vec![0, 1])]
+        );
+        // Not crowded: one lcore per CPU, or a single lcore doing both jobs.
+        assert!(parse_lcores("2-7").unwrap().crowded_cpus().is_empty());
+        assert!(parse_lcores("0@3").unwrap().crowded_cpus().is_empty());
         assert_eq!(parse_lcores(""), Err(LcoresError::Empty));
         assert_eq!(parse_lcores("a"), Err(LcoresError::BadItem("a".into())));
         assert_eq!(parse_lcores("0,,1"), Err(LcoresError::BadItem("".into())));

@@ -87,6 +87,13 @@ fn init_logging() {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let lcores = parse_lcores(&cli.lcores)?;
+    for (cpu, on_it) in lcores.crowded_cpus() {
+        tracing::warn!(
+            cpu,
+            lcores = ?on_it,
+            "lcores share a CPU with a polling worker: each gets a share of it, and a control thread there answers ARP and the API late (fine for tests and benchmarks on few cores; give each lcore its own CPU on a gateway node)"
+        );
+    }
     let config = match &cli.config {
         Some(p) => Config::load(p)?,
         None => Config::default(),

@@ -316,6 +316,12 @@ fn two_workers_hand_replies_over() {
     // Three lcores on two CPUs: the main one and two workers.
     let mut lbd = lab.start_lbd("0@0,1@0,2@1", 2, &["--config", &cfg]);
     lab.wait_for_service(Duration::from_secs(15));
+    // The main lcore and worker 1 share CPU 0: lbd says so.
+    assert!(
+        lbd.log_text().contains("lcores share a CPU") && lbd.log_text().contains("lcores=[0, 1]"),
+        "{}",
+        lbd.log_text()
+    );
     let answers = lab.requests(120);
     assert_eq!(spread(&answers).values().sum::<usize>(), 120);
     for _ in 0..3 {
