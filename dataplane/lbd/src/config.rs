@@ -3,7 +3,8 @@
 //! `node`: this node's name, which services with `traffic_policy =
 //! "local"` match against their backends' `node` (optional; `--node-name`
 //! overrides it). `[[interface]]`: one table per DPDK port, in port order,
-//! each with the port's address and prefix and an optional gateway. `[snat]` and
+//! each with the port's address and prefix (or a list of them, e.g. one
+//! IPv4 and one IPv6) and an optional gateway (or one per family). `[snat]` and
 //! `[[service]]` are the services file of `lbctl apply -f` (parsed by
 //! `lb_control::services_file`): the node's full-NAT source addresses and
 //! the services of the `config` source, resynced at every start. Unknown
@@ -91,8 +92,25 @@ struct RawConfig {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawInterface {
-    address: String,
-    gateway: Option<String>,
+    address: OneOrMany,
+    gateway: Option<OneOrMany>,
+}
+
+/// `"x"` or `["x", "y"]`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    fn into_vec(self) -> Vec<String> {
+        match self {
+            OneOrMany::One(s) => vec![s],
+            OneOrMany::Many(v) => v,
+        }
+    }
 }
 
 /// An address with its prefix length, e.g. `10.0.0.1/24`.
@@ -145,10 +163,11 @@ impl std::fmt::Display for Cidr {
 /// One DPDK port's layer-3 settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Interface {
-    /// The port's own address and subnet.
-    pub address: Cidr,
-    /// Next hop for destinations outside the subnet.
-    pub gateway: Option<IpAddr>,
+    /// The port's own addresses and subnets (at least one).
+    pub addresses: Vec<Cidr>,
+    /// Next hops for destinations outside the subnets: at most one per
+    /// family, each inside one of `addresses`.
+    pub gateways: Vec<IpAddr>,
 }
 
 /// The whole configuration.
@@ -186,27 +205,52 @@ impl Config {
         };
         let mut interfaces = Vec::new();
         for (i, r) in raw.interface.into_iter().enumerate() {
-            let address = Cidr::parse(&r.address).map_err(|m| invalid(i, "address", m))?;
-            let gateway = match r.gateway {
-                None => None,
-                Some(g) => {
-                    let gw: IpAddr = g
-                        .parse()
-                        .map_err(|_| invalid(i, "gateway", format!("{g:?} is not an IP address")))?;
-                    if gw.is_ipv4() != address.addr.is_ipv4() {
-                        return Err(invalid(
-                            i,
-                            "gateway",
-                            format!("{gw} is not of the address family of {address}"),
-                        ));
-                    }
-                    if !address.contains(gw) {
-                        return Err(invalid(i, "gateway", format!("{gw} is not inside {address}")));
-                    }
-                    Some(gw)
+            let mut addresses = Vec::new();
+            for a in r.address.into_vec() {
+                let c = Cidr::parse(&a).map_err(|m| invalid(i, "address", m))?;
+                if addresses.iter().any(|o: &Cidr| o.addr == c.addr) {
+                    return Err(invalid(i, "address", format!("{} is listed twice", c.addr)));
                 }
-            };
-            interfaces.push(Interface { address, gateway });
+                addresses.push(c);
+            }
+            if addresses.is_empty() {
+                return Err(invalid(i, "address", "the list is empty".into()));
+            }
+            let mut gateways: Vec<IpAddr> = Vec::new();
+            for g in r.gateway.map(OneOrMany::into_vec).unwrap_or_default() {
+                let gw: IpAddr = g
+                    .parse()
+                    .map_err(|_| invalid(i, "gateway", format!("{g:?} is not an IP address")))?;
+                if gateways.iter().any(|o| o.is_ipv4() == gw.is_ipv4()) {
+                    return Err(invalid(
+                        i,
+                        "gateway",
+                        format!("{gw}: one gateway per address family"),
+                    ));
+                }
+                let same_family: Vec<&Cidr> = addresses
+                    .iter()
+                    .filter(|c| c.addr.is_ipv4() == gw.is_ipv4())
+                    .collect();
+                if same_family.is_empty() {
+                    let list: Vec<String> = addresses.iter().map(ToString::to_string).collect();
+                    return Err(invalid(
+                        i,
+                        "gateway",
+                        format!("{gw} is not of the address family of {}", list.join(", ")),
+                    ));
+                }
+                if !same_family.iter().any(|c| c.contains(gw)) {
+                    let list: Vec<String> = same_family.iter().map(|c| c.to_string()).collect();
+                    return Err(invalid(
+                        i,
+                        "gateway",
+                        format!("{gw} is not inside {}", list.join(", ")),
+                    ));
+                }
+                gateways.push(gw);
+            }
+            interfaces.push(Interface { addresses, gateways });
         }
         let node = match raw.node {
             Some(n) => Some(check_node_name(&n).map_err(|msg| ConfigError::Field {
@@ -255,9 +299,41 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.interfaces.len(), 2);
-        assert_eq!(c.interfaces[0].address.to_string(), "10.0.0.1/24");
-        assert_eq!(c.interfaces[0].gateway, Some("10.0.0.254".parse().unwrap()));
-        assert_eq!(c.interfaces[1].gateway, None);
+        assert_eq!(c.interfaces[0].addresses[0].to_string(), "10.0.0.1/24");
+        assert_eq!(
+            c.interfaces[0].gateways,
+            vec!["10.0.0.254".parse::<IpAddr>().unwrap()]
+        );
+        assert!(c.interfaces[1].gateways.is_empty());
+        // Dual stack: a list of addresses, a gateway per family.
+        let c = parse(
+            "[[interface]]\naddress = [\"10.0.0.1/24\", \"fd00::1/64\"]\ngateway = [\"fd00::fe\", \"10.0.0.254\"]\n",
+        )
+        .unwrap();
+        let i = &c.interfaces[0];
+        assert_eq!(
+            (i.addresses.len(), i.addresses[1].to_string(), i.gateways.len()),
+            (2, "fd00::1/64".to_string(), 2)
+        );
+        for (bad, what) in [
+            ("address = []", "the list is empty"),
+            ("address = [\"10.0.0.1/24\", \"10.0.0.1/16\"]", "listed twice"),
+            (
+                "address = \"10.0.0.1/24\"\ngateway = [\"10.0.0.2\", \"10.0.0.3\"]",
+                "one gateway per address family",
+            ),
+            (
+                "address = \"10.0.0.1/24\"\ngateway = \"fd00::fe\"",
+                "not of the address family",
+            ),
+            (
+                "address = [\"10.0.0.1/24\", \"fd00::1/64\"]\ngateway = \"fd01::fe\"",
+                "not inside fd00::1/64",
+            ),
+        ] {
+            let e = parse(&format!("[[interface]]\n{bad}\n")).unwrap_err();
+            assert!(e.contains("interface 0") && e.contains(what), "{bad}: {e}");
+        }
         assert_eq!(parse("").unwrap(), Config::default());
     }
 

@@ -191,18 +191,28 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         let mac = port.mac();
         match config.interfaces.get(id as usize) {
             Some(iface) => {
+                let addresses: Vec<String> = iface.addresses.iter().map(ToString::to_string).collect();
                 tracing::info!(
-                    port = id, name = %info.name, driver = %info.driver, %mac, address = %iface.address,
-                    gateway = ?iface.gateway, queues, "port configured"
+                    port = id, name = %info.name, driver = %info.driver, %mac, address = %addresses.join(","),
+                    gateway = ?iface.gateways, queues, "port configured"
                 );
-                let cidr = Cidr::new(iface.address.addr, iface.address.prefix)
-                    .with_context(|| format!("interface {id}: address"))?;
-                node.interfaces.push(InterfaceConfig {
-                    port: id,
-                    mac: mac.0,
-                    cidr,
-                    gateway: iface.gateway,
-                });
+                // One entry per prefix, each family's gateway with the
+                // first prefix of its family that holds it.
+                let mut gateways = iface.gateways.clone();
+                for a in &iface.addresses {
+                    let cidr =
+                        Cidr::new(a.addr, a.prefix).with_context(|| format!("interface {id}: address"))?;
+                    let gateway = gateways
+                        .iter()
+                        .position(|g| a.contains(*g))
+                        .map(|i| gateways.remove(i));
+                    node.interfaces.push(InterfaceConfig {
+                        port: id,
+                        mac: mac.0,
+                        cidr,
+                        gateway,
+                    });
+                }
             }
             None => {
                 tracing::warn!(port = id, name = %info.name, %mac, "port has no address: give one in --config")

@@ -48,6 +48,22 @@ else:
     ))
 }
 
+/// `n` requests to `url`, one connection each (IPv6 literals allowed):
+/// the (backend, source it saw) of each answer, and the raw output.
+fn requests_to(lab: &Lab, url: &str, n: usize) -> (Vec<(String, String)>, String) {
+    let out = lab.client(&format!(
+        "for i in $(seq {n}); do curl -s -m 5 -g --no-keepalive {url} || echo FAIL; done"
+    ));
+    let answers = out
+        .lines()
+        .map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next().unwrap_or("").into(), w.next().unwrap_or("").into())
+        })
+        .collect();
+    (answers, out)
+}
+
 fn mode_test(tag: &str, net: u8, mode: &str) {
     let _g = serial();
     let lab = Lab::new(tag, net);
@@ -459,16 +475,7 @@ fn ipv6_services_resolve_next_hops_with_neighbor_discovery() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    let out = lab.client(&format!(
-        "for i in $(seq 60); do curl -s -m 5 -g --no-keepalive {url} || echo FAIL; done"
-    ));
-    let answers: Vec<(String, String)> = out
-        .lines()
-        .map(|l| {
-            let mut w = l.split_whitespace();
-            (w.next().unwrap_or("").into(), w.next().unwrap_or("").into())
-        })
-        .collect();
+    let (answers, out) = requests_to(&lab, &url, 60);
     assert_eq!(spread(&answers).len(), 3, "all three backends: {out}");
     assert!(
         answers.iter().all(|(_, src)| *src == snat),
@@ -495,4 +502,45 @@ fn ipv6_services_resolve_next_hops_with_neighbor_discovery() {
         solicitations >= 4,
         "the client and three backends were solicited: {log}"
     );
+}
+
+/// Dual-stack ports (`address` and `gateway` lists): one full-NAT service
+/// with an IPv4 and an IPv6 frontend and backends of both families; each
+/// family's clients reach that family's backends from that family's SNAT
+/// address.
+#[test]
+fn dual_stack_ports_serve_both_families() {
+    let _g = serial();
+    let lab = Lab::new("eds", 68);
+    let n = 68;
+    let mut cfg = format!(
+        "[[interface]]\naddress = [\"10.{n}.1.1/24\", \"fd00:{n}:1::1/64\"]\n\n\
+         [[interface]]\naddress = [\"10.{n}.2.1/24\", \"fd00:{n}:2::1/64\"]\n\n\
+         [snat]\naddresses = [\"10.{n}.2.100\", \"fd00:{n}:2::100\"]\n\n\
+         [[service]]\nname = \"default/web\"\nmode = \"fullnat\"\n\n\
+         [[service.frontend]]\naddress = \"10.{n}.1.100:80\"\nprotocol = \"tcp\"\n\n\
+         [[service.frontend]]\naddress = \"[fd00:{n}:1::100]:80\"\nprotocol = \"tcp\"\n"
+    );
+    for i in 1..=3 {
+        cfg += &format!(
+            "\n[[service.backend]]\naddress = \"10.{n}.2.1{i}:8080\"\n\n[[service.backend]]\naddress = \"[fd00:{n}:2::1{i}]:8080\"\n"
+        );
+    }
+    let cfg = lab.file("lbd.toml", &cfg);
+    let mut lbd = lab.start_lbd("0", 1, &["--config", &cfg]);
+    lab.wait_for_service(Duration::from_secs(15));
+
+    let v4 = lab.requests(30);
+    assert_eq!(spread(&v4).len(), 3, "{v4:?}");
+    assert!(v4.iter().all(|(_, src)| *src == lab.snat_addr()), "{v4:?}");
+
+    let (v6, out) = requests_to(&lab, &format!("http://[fd00:{n}:1::100]/whoami"), 30);
+    assert_eq!(spread(&v6).len(), 3, "{out}");
+    assert!(
+        v6.iter().all(|(_, src)| *src == format!("fd00:{n}:2::100")),
+        "{out}"
+    );
+
+    let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{}", lbd.log_text());
 }
