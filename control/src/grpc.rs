@@ -22,7 +22,6 @@
 
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use lb_proto::v1 as pb;
@@ -68,49 +67,53 @@ pub struct PortCounters {
     pub rx_nombuf: u64,
 }
 
-/// A port's link and counters as lbd last saw them: the owner of the port
+/// A port as lbd last read it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortSample {
+    /// Link up.
+    pub up: bool,
+    /// Link speed in Mb/s (0: unknown).
+    pub speed_mbps: u32,
+    /// The device's counters.
+    pub counters: PortCounters,
+}
+
+/// A port's link and counters as lbd last read them: the owner of the port
 /// updates them while lbd runs (lbd: every second), GetInfo and GetStats
 /// read them.
 #[derive(Debug, Default)]
-pub struct PortLink {
-    up: AtomicBool,
-    speed_mbps: AtomicU32,
-    counters: Mutex<PortCounters>,
-}
+pub struct PortStatus(Mutex<PortSample>);
 
-impl PortLink {
-    /// A link in this state.
-    pub fn new(up: bool, speed_mbps: u32) -> Arc<PortLink> {
-        Arc::new(PortLink {
-            up: AtomicBool::new(up),
-            speed_mbps: AtomicU32::new(speed_mbps),
-            counters: Mutex::new(PortCounters::default()),
-        })
+impl PortStatus {
+    /// A port whose link is in this state, counters at zero.
+    pub fn new(up: bool, speed_mbps: u32) -> Arc<PortStatus> {
+        Arc::new(PortStatus(Mutex::new(PortSample {
+            up,
+            speed_mbps,
+            counters: PortCounters::default(),
+        })))
     }
 
-    /// Records the current state; true when it differs from the last one.
-    pub fn set(&self, up: bool, speed_mbps: u32) -> bool {
-        let was_up = self.up.swap(up, Ordering::Relaxed);
-        let was_speed = self.speed_mbps.swap(speed_mbps, Ordering::Relaxed);
-        (was_up, was_speed) != (up, speed_mbps)
+    fn lock(&self) -> MutexGuard<'_, PortSample> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// (up, speed in Mb/s).
-    pub fn get(&self) -> (bool, u32) {
-        (
-            self.up.load(Ordering::Relaxed),
-            self.speed_mbps.load(Ordering::Relaxed),
-        )
+    /// Records the link's state; true when it differs from the last one.
+    pub fn set_link(&self, up: bool, speed_mbps: u32) -> bool {
+        let mut s = self.lock();
+        let changed = (s.up, s.speed_mbps) != (up, speed_mbps);
+        (s.up, s.speed_mbps) = (up, speed_mbps);
+        changed
     }
 
     /// Records the counters just read.
     pub fn set_counters(&self, c: PortCounters) {
-        *self.counters.lock().unwrap_or_else(|e| e.into_inner()) = c;
+        self.lock().counters = c;
     }
 
-    /// The counters last recorded.
-    pub fn counters(&self) -> PortCounters {
-        *self.counters.lock().unwrap_or_else(|e| e.into_inner())
+    /// The last sample.
+    pub fn get(&self) -> PortSample {
+        *self.lock()
     }
 }
 
@@ -126,11 +129,11 @@ pub struct PortInfo {
     /// MAC address.
     pub mac: [u8; 6],
     /// Link state, speed and counters, kept current by the port's owner.
-    pub link: Arc<PortLink>,
+    pub status: Arc<PortStatus>,
 }
 
 /// What GetInfo reports besides the plane's revisions: fixed for one run
-/// but for the ports' links.
+/// but for the ports' status.
 #[derive(Debug, Clone)]
 pub struct ServerInfo {
     /// lbd's version.
@@ -509,7 +512,7 @@ impl LoadBalancer for LoadBalancerService {
             .ports
             .iter()
             .map(|port| {
-                let c = port.link.counters();
+                let c = port.status.get().counters;
                 pb::PortStats {
                     id: port.id.into(),
                     name: port.name.clone(),
@@ -543,14 +546,14 @@ impl LoadBalancer for LoadBalancerService {
                 .ports
                 .iter()
                 .map(|port| {
-                    let (link_up, speed_mbps) = port.link.get();
+                    let st = port.status.get();
                     pb::PortInfo {
                         id: port.id.into(),
                         name: port.name.clone(),
                         driver: port.driver.clone(),
                         mac: format_mac(port.mac),
-                        link_up,
-                        speed_mbps,
+                        link_up: st.up,
+                        speed_mbps: st.speed_mbps,
                     }
                 })
                 .collect(),

@@ -148,9 +148,7 @@ pub fn store(path: &Path, revision: u64, state: &DesiredState) -> Result<u64, Pe
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-    tmp_name.push(".tmp");
-    let tmp = dir.join(tmp_name);
+    let tmp = with_suffix(path, ".tmp");
     let write = || -> io::Result<u64> {
         let file = OpenOptions::new()
             .write(true)
@@ -491,8 +489,7 @@ mod tests {
         assert_eq!(StateFile::open(&p).unwrap().1.map(|x| x.0), Some(6));
 
         // A gap, or garbage before the end: errors naming the journal.
-        let base = five_commits(&d.path().join("b.json"));
-        let _ = base;
+        five_commits(&d.path().join("b.json"));
         let jb = d.path().join("b.json.journal");
         let lines: Vec<String> = fs::read_to_string(&jb)
             .unwrap()

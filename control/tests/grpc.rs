@@ -588,8 +588,8 @@ async fn stats_and_info() {
     assert!(st.ports.iter().all(|p| p.rx_packets == 0));
 
     // What lbd records every second shows in the next answers.
-    s.links[0].set(false, 0);
-    s.links[1].set_counters(lb_control::grpc::PortCounters {
+    s.ports[0].set_link(false, 0);
+    s.ports[1].set_counters(lb_control::grpc::PortCounters {
         rx_packets: 10,
         imissed: 3,
         ..Default::default()

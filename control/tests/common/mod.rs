@@ -37,7 +37,7 @@ pub fn ports() -> Vec<PortInfo> {
             name: format!("net_null{id}"),
             driver: "net_null".into(),
             mac: [0x02, 0, 0, 0, 0, id as u8 + 1],
-            link: lb_control::grpc::PortLink::new(true, 10_000),
+            status: lb_control::grpc::PortStatus::new(true, 10_000),
         })
         .collect()
 }
@@ -52,7 +52,7 @@ pub struct Server {
     pub plane: SharedPlane,
     pub instance_id: String,
     /// The ports' link and counters, as lbd would update them.
-    pub links: Vec<Arc<lb_control::grpc::PortLink>>,
+    pub ports: Vec<Arc<lb_control::grpc::PortStatus>>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<Result<(), ListenError>>>,
 }
@@ -75,7 +75,7 @@ impl Server {
         let plane = ControlPlane::open(node(), Some(&state_file)).unwrap();
         let plane: SharedPlane = Arc::new(Mutex::new(plane));
         let ports = ports();
-        let links = ports.iter().map(|p| Arc::clone(&p.link)).collect();
+        let status = ports.iter().map(|p| Arc::clone(&p.status)).collect();
         let info = ServerInfo::new(ports, 2);
         let instance_id = info.instance_id.clone();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -110,7 +110,7 @@ impl Server {
             state_file,
             plane,
             instance_id,
-            links,
+            ports: status,
             stop: Some(stop),
             thread: Some(thread),
         }

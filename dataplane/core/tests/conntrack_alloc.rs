@@ -2,8 +2,8 @@
 //! construction, 100k mixed operations allocate nothing.
 //!
 //! The counting allocator comes from `stats_alloc`, because the workspace
-//! forbids `unsafe` (an `unsafe impl GlobalAlloc`) in this crate, tests
-//! included. This file holds a single test so that no other test thread
+//! lints forbid a hand-written `GlobalAlloc` implementation in this crate,
+//! tests included. This file holds a single test so that no other test thread
 //! allocates while the region is measured.
 
 use std::alloc::System;

@@ -18,7 +18,7 @@
 //!   whenever a new one appears: IPv4 with a gratuitous ARP, IPv6 with an
 //!   unsolicited neighbor advertisement.
 //!
-//! Every [`LINK_PERIOD`] it also reads each port's link state and counters
+//! Every [`PORT_PERIOD`] it also reads each port's link state and counters
 //! for GetInfo and GetStats and logs link changes (`port link up` / `port
 //! link down`).
 //!
@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use dpdk::ring::{Consumer, Producer};
 use dpdk::{Burst, Mbuf, Mempool, Port};
-use lb_control::grpc::{PortCounters, PortLink, ServerInfo, SharedPlane};
+use lb_control::grpc::{PortCounters, PortStatus, ServerInfo, SharedPlane};
 use lb_control::listen::Listener;
 use lb_dataplane::local::{
     write_arp_request, write_gratuitous_arp, write_neighbor_solicitation, write_unsolicited_na,
@@ -48,7 +48,7 @@ use crate::neighbor::{Hold, NeighborTable, Request, Timers};
 pub const NEIGHBOR_PERIOD: Duration = Duration::from_millis(5);
 
 /// How often the ports' link states and counters are read.
-pub const LINK_PERIOD: Duration = Duration::from_secs(1);
+pub const PORT_PERIOD: Duration = Duration::from_secs(1);
 
 /// The control thread's own counters (the workers' are in their
 /// `WorkerCounters`).
@@ -105,8 +105,8 @@ pub struct Control {
     pub news: Receiver<(IpAddr, [u8; 6])>,
     /// Its counters.
     pub stats: Arc<ControlStats>,
-    /// Each port with the link state GetInfo reports.
-    pub links: Vec<(Port, Arc<PortLink>)>,
+    /// Each port with the status GetInfo and GetStats report.
+    pub ports: Vec<(Port, Arc<PortStatus>)>,
 }
 
 /// Runs the control thread until `stop` is set and the gRPC server has
@@ -122,7 +122,7 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> anyhow::Result<()> {
         held_in,
         news,
         stats,
-        links,
+        ports,
     } = c;
     let mut nb = Neighbors {
         plane: Arc::clone(&plane),
@@ -154,15 +154,15 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> anyhow::Result<()> {
             }
             nb.shutdown();
         };
-        let link_watch = async {
-            let mut tick = tokio::time::interval(LINK_PERIOD);
+        let port_watch = async {
+            let mut tick = tokio::time::interval(PORT_PERIOD);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             while !stop.load(Ordering::Relaxed) {
                 tick.tick().await;
-                watch_links(&links);
+                watch_ports(&ports);
             }
         };
-        let (r, (), ()) = tokio::join!(server, neighbors, link_watch);
+        let (r, (), ()) = tokio::join!(server, neighbors, port_watch);
         r
     })?;
     Ok(())
@@ -241,7 +241,11 @@ impl Neighbors {
     /// A frame whose next hop had no MAC: hold it, or send it if the MAC
     /// arrived since.
     fn hold(&mut self, snap: &Snapshot, m: Mbuf) {
-        let Some((via, via_port)) = wire::parse(m.data()).ok().and_then(|p| next_hop(snap, p.dst)) else {
+        let Some((via, via_port)) = wire::parse(m.data())
+            .ok()
+            .and_then(|p| snap.unresolved_hop(p.dst))
+            .map(|h| (h.via, h.port))
+        else {
             ControlStats::inc(&self.stats.neighbor_drops);
             return;
         };
@@ -356,10 +360,10 @@ impl Neighbors {
 }
 
 /// Reads each port's link and counters; logs a link change.
-fn watch_links(links: &[(Port, Arc<PortLink>)]) {
-    for (p, link) in links {
+fn watch_ports(ports: &[(Port, Arc<PortStatus>)]) {
+    for (p, status) in ports {
         if let Ok(s) = p.stats() {
-            link.set_counters(PortCounters {
+            status.set_counters(PortCounters {
                 rx_packets: s.ipackets,
                 rx_bytes: s.ibytes,
                 tx_packets: s.opackets,
@@ -371,7 +375,7 @@ fn watch_links(links: &[(Port, Arc<PortLink>)]) {
             });
         }
         let l = p.link();
-        if link.set(l.up, l.speed_mbps) {
+        if status.set_link(l.up, l.speed_mbps) {
             if l.up {
                 tracing::info!(port = p.id(), speed_mbps = l.speed_mbps, "port link up");
             } else {
@@ -379,16 +383,6 @@ fn watch_links(links: &[(Port, Arc<PortLink>)]) {
             }
         }
     }
-}
-
-/// The next hop toward `dst` and its port: `dst` itself when a port's
-/// prefix holds it, else the gateway of its family (of the lowest port
-/// that has one), as `Snapshot::next_hop` chooses.
-fn next_hop(snap: &Snapshot, dst: IpAddr) -> Option<(IpAddr, u16)> {
-    if let Some(port) = snap.connected_port(dst) {
-        return Some((dst, port));
-    }
-    (0..snap.port_count() as u16).find_map(|p| Some((gateway(snap, p, dst.is_ipv4())?, p)))
 }
 
 /// Port `p`'s gateway of one family.

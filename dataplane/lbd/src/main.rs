@@ -27,7 +27,7 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use dpdk::flow::{FlowRule, L4};
 use dpdk::{Eal, Mempool, Port, PortConfig, RssStatus};
-use lb_control::grpc::{PortInfo, PortLink, ServerInfo};
+use lb_control::grpc::{PortInfo, PortStatus, ServerInfo};
 use lb_control::listen::{ListenAddr, ListenConfig, TlsPaths};
 use lb_control::model::Source;
 use lb_control::plane::{ControlPlane, InterfaceConfig, NodeConfig};
@@ -272,21 +272,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let snapshot = plane.snapshot_handle();
     let plane = Arc::new(Mutex::new(plane));
 
-    let port_links: Vec<(Port, Arc<PortLink>)> = ports
+    let port_status: Vec<(Port, Arc<PortStatus>)> = ports
         .iter()
         .map(|p| {
             let l = p.link();
-            (p.clone(), PortLink::new(l.up, l.speed_mbps))
+            (p.clone(), PortStatus::new(l.up, l.speed_mbps))
         })
         .collect();
-    let port_infos = port_links
+    let port_infos = port_status
         .iter()
-        .map(|(p, link)| PortInfo {
+        .map(|(p, status)| PortInfo {
             id: p.id(),
             name: p.info().name.clone(),
             driver: p.info().driver.clone(),
             mac: p.mac().0,
-            link: Arc::clone(link),
+            status: Arc::clone(status),
         })
         .collect();
     let info = ServerInfo::new(port_infos, workers as u32);
@@ -372,7 +372,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         held_in,
         news: news_rx,
         stats: Arc::clone(&ctl_stats),
-        links: port_links,
+        ports: port_status,
     };
     // Spawned from the main thread, it inherits the main lcore's CPU.
     let control_thread = std::thread::Builder::new()

@@ -48,22 +48,6 @@ else:
     ))
 }
 
-/// `n` requests to `url`, one connection each (IPv6 literals allowed):
-/// the (backend, source it saw) of each answer, and the raw output.
-fn requests_to(lab: &Lab, url: &str, n: usize) -> (Vec<(String, String)>, String) {
-    let out = lab.client(&format!(
-        "for i in $(seq {n}); do curl -s -m 5 -g --no-keepalive {url} || echo FAIL; done"
-    ));
-    let answers = out
-        .lines()
-        .map(|l| {
-            let mut w = l.split_whitespace();
-            (w.next().unwrap_or("").into(), w.next().unwrap_or("").into())
-        })
-        .collect();
-    (answers, out)
-}
-
 fn mode_test(tag: &str, net: u8, mode: &str) {
     let _g = serial();
     let lab = Lab::new(tag, net);
@@ -466,16 +450,8 @@ fn ipv6_services_resolve_next_hops_with_neighbor_discovery() {
     let mut lbd = lab.start_lbd("0", 1, &["--config", &cfg]);
 
     let url = format!("http://[{vip}]/whoami");
-    let t0 = std::time::Instant::now();
-    while !lab.exec("c", &format!("curl -s -m 2 -g {url}")).status.success() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(15),
-            "no answer over IPv6 within 15 s: {}",
-            lbd.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let (answers, out) = requests_to(&lab, &url, 60);
+    lab.wait_for_url(&url, Duration::from_secs(15));
+    let (answers, out) = lab.requests_to(&url, 60);
     assert_eq!(spread(&answers).len(), 3, "all three backends: {out}");
     assert!(
         answers.iter().all(|(_, src)| *src == snat),
@@ -534,7 +510,7 @@ fn dual_stack_ports_serve_both_families() {
     assert_eq!(spread(&v4).len(), 3, "{v4:?}");
     assert!(v4.iter().all(|(_, src)| *src == lab.snat_addr()), "{v4:?}");
 
-    let (v6, out) = requests_to(&lab, &format!("http://[fd00:{n}:1::100]/whoami"), 30);
+    let (v6, out) = lab.requests_to(&format!("http://[fd00:{n}:1::100]/whoami"), 30);
     assert_eq!(spread(&v6).len(), 3, "{out}");
     assert!(
         v6.iter().all(|(_, src)| *src == format!("fd00:{n}:2::100")),

@@ -400,8 +400,8 @@ impl Conntrack {
     /// At a million connections a lookup costs two dependent cache misses
     /// (index slot, then entry). This first issues the index loads of up to
     /// [`BURST`] keys, then their entry loads, then does the lookups on warm
-    /// lines, so the misses of a burst overlap. The crate forbids `unsafe`,
-    /// hence plain loads rather than prefetch instructions.
+    /// lines, so the misses of a burst overlap. Plain loads rather than
+    /// prefetch intrinsics: the crate's lints allow no exceptions.
     pub fn lookup_burst(&self, keys: &[FlowKey], out: &mut [Option<(EntryId, Direction)>]) {
         for (keys, out) in keys.chunks(BURST).zip(out.chunks_mut(BURST)) {
             let mut hashes = [0u32; BURST];

@@ -199,25 +199,37 @@ impl Lab {
 
     /// Polls (bounded) until an HTTP request through the VIP succeeds.
     pub fn wait_for_service(&self, timeout: Duration) {
+        self.wait_for_url(&format!("http://{}/whoami", self.vip()), timeout);
+    }
+
+    /// Polls (bounded) until a GET of `url` (IPv6 literals allowed)
+    /// succeeds from the client.
+    pub fn wait_for_url(&self, url: &str, timeout: Duration) {
         let t0 = Instant::now();
-        let cmd = format!("curl -s -m 2 http://{}/whoami", self.vip());
+        let cmd = format!("curl -s -m 2 -g {url}");
         while t0.elapsed() < timeout {
             if self.exec("c", &cmd).status.success() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(200));
         }
-        panic!("the service at {} did not answer within {timeout:?}", self.vip());
+        panic!("{url} did not answer within {timeout:?}");
     }
 
-    /// `n` requests, one connection each: the backend name of each answer
-    /// and the source address the backend saw.
+    /// `n` requests through the VIP, one connection each: the backend name
+    /// of each answer and the source address the backend saw.
     pub fn requests(&self, n: usize) -> Vec<(String, String)> {
+        self.requests_to(&format!("http://{}/whoami", self.vip()), n).0
+    }
+
+    /// `n` requests to `url` (IPv6 literals allowed), one connection each:
+    /// the (backend, source it saw) of each answer, and the raw output.
+    pub fn requests_to(&self, url: &str, n: usize) -> (Vec<(String, String)>, String) {
         let out = self.client(&format!(
-            "for i in $(seq {n}); do curl -s -m 5 --no-keepalive http://{}/whoami || echo FAIL; done",
-            self.vip()
+            "for i in $(seq {n}); do curl -s -m 5 -g --no-keepalive {url} || echo FAIL; done"
         ));
-        out.lines()
+        let answers = out
+            .lines()
             .map(|l| {
                 let mut w = l.split_whitespace();
                 (
@@ -225,7 +237,8 @@ impl Lab {
                     w.next().unwrap_or("").to_string(),
                 )
             })
-            .collect()
+            .collect();
+        (answers, out)
     }
 }
 
