@@ -15,13 +15,15 @@
 //!
 //! The counting allocator comes from `stats_alloc`, because the workspace
 //! lints forbid a hand-written `GlobalAlloc` implementation in this crate,
-//! tests included. This file holds a single test so that no other test thread
-//! allocates while the region is measured.
+//! tests included. It counts every thread's allocations, so the test runs
+//! without libtest (`harness = false`, see `solo`), alone on the process's
+//! only thread.
 
 #[path = "golden/fixture.rs"]
 mod fixture;
 #[path = "golden/pkt.rs"]
 mod pkt;
+mod solo;
 
 use std::alloc::System;
 
@@ -205,7 +207,13 @@ fn swap_into_reply(frame: &mut [u8]) {
     frame[..6].copy_from_slice(&BACKEND_MAC);
 }
 
-#[test]
+fn main() {
+    solo::run(
+        "hundred_thousand_packets_allocate_nothing",
+        hundred_thousand_packets_allocate_nothing,
+    );
+}
+
 fn hundred_thousand_packets_allocate_nothing() {
     let snap = Fixture::TwoPort.snapshot();
     let mut w = Setup {
