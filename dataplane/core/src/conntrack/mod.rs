@@ -52,10 +52,12 @@ mod state;
 mod table;
 #[cfg(test)]
 mod tests;
+mod v4;
 
 use std::net::IpAddr;
 
 pub use state::{tcp_flags, ConnState, EvictClass, Timeouts};
+pub use v4::RewriteV4;
 
 use crate::flow::{FlowKey, FlowKeyV4, FlowKeyV6, Proto};
 use crate::time::Tick;

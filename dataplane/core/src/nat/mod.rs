@@ -392,11 +392,45 @@ fn rewrite_v4(
 ) -> Result<(), DropReason> {
     let (ip, l4) = split::<{ ipv4::MIN_HEADER_LEN }>(frame, p)?;
     let kind = L4::of(ip[ipv4::field::PROTOCOL], l4, false)?;
-    let ttl = ip[ipv4::field::TTL];
-    if ttl <= 1 {
+    if ip[ipv4::field::TTL] <= 1 {
         return Err(DropReason::TtlExceeded);
     }
     // --- no error past this point: the frame is written from here on ---
+    write_v4(ip, l4, kind, p.fragment, src, dst, offload);
+    Ok(())
+}
+
+/// [`rewrite`] of a whole (unfragmented) IPv4 TCP or UDP packet whose
+/// fixed header is `ip` and whose L4 header and data up to the IP end are
+/// `l4`, for the worker's fast path, which has checked what [`rewrite`]
+/// checks: the L4 header holds at least its `min_len` bytes (18 for TCP, 8
+/// for UDP) and the TTL is above 1. Same bytes out as [`rewrite`].
+#[inline(always)]
+pub(crate) fn rewrite_v4_whole(
+    ip: &mut [u8; ipv4::MIN_HEADER_LEN],
+    l4: &mut [u8],
+    tcp: bool,
+    src: (Ipv4Addr, u16),
+    dst: (Ipv4Addr, u16),
+    offload: &ChecksumOffload,
+) {
+    let kind = if tcp { L4::Tcp } else { L4::Udp };
+    write_v4(ip, l4, kind, Fragment::None, src, dst, offload);
+}
+
+/// The writing half of [`rewrite_v4`]: every check is done; `l4` holds at
+/// least `kind.min_len()` bytes and the TTL is above 1.
+#[inline(always)]
+fn write_v4(
+    ip: &mut [u8; ipv4::MIN_HEADER_LEN],
+    l4: &mut [u8],
+    kind: L4,
+    fragment: Fragment,
+    src: (Ipv4Addr, u16),
+    dst: (Ipv4Addr, u16),
+    offload: &ChecksumOffload,
+) {
+    let ttl = ip[ipv4::field::TTL];
     let (new_src, new_dst) = (u32::from(src.0), u32::from(dst.0));
     let addrs = Wide::default()
         .add32(be32_at(ip, 12), new_src)
@@ -424,10 +458,9 @@ fn rewrite_v4(
     ports.write(l4);
     let all = ports.delta(base);
     let len = l4.len() as u16;
-    update_l4_checksum(l4, kind, addrs, all, p.fragment, offload, || {
+    update_l4_checksum(l4, kind, addrs, all, fragment, offload, || {
         offload_pseudo_v4(src.0, dst.0, proto, len)
     });
-    Ok(())
 }
 
 #[inline]

@@ -626,6 +626,35 @@ impl Snapshot {
         }
     }
 
+    /// [`owner_kind`](Self::owner_kind) of an IPv4 address as a `u32`
+    /// (host order), for the worker's fast path.
+    #[inline(always)]
+    pub(crate) fn owner_kind_v4(&self, a: u32) -> Option<OwnerKind> {
+        self.owned_v4.get(&a).copied()
+    }
+
+    /// [`frontend`](Self::frontend) of an IPv4 address as a `u32`.
+    #[inline(always)]
+    pub(crate) fn frontend_v4(&self, a: u32, port: u16, proto: Proto) -> Option<&Frontend> {
+        self.frontends_v4.get(&v4_key(Ipv4Addr::from(a), port, proto))
+    }
+
+    /// [`route`](Self::route) toward an IPv4 address as a `u32`.
+    #[inline(always)]
+    pub(crate) fn route_v4(&self, a: u32) -> Option<Route> {
+        if let Some(h) = self.neighbors_v4.get(&a) {
+            return Some(Route::Resolved(*h));
+        }
+        // The rest of `next_hop`, then `unresolved_hop`, as `route` does.
+        if !self.connected_v4.iter().any(|&(net, mask, _)| a & mask == net) {
+            if let Some(h) = self.default_v4 {
+                return Some(Route::Resolved(h));
+            }
+        }
+        self.unresolved_hop(IpAddr::V4(Ipv4Addr::from(a)))
+            .map(Route::Unresolved)
+    }
+
     /// SNAT addresses, IPv4, in the order given (deduplicated).
     pub fn snat_v4(&self) -> &[Ipv4Addr] {
         &self.snat_v4

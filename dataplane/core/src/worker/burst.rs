@@ -152,4 +152,4 @@ impl Worker {
 
 #[cfg(test)]
 #[path = "burst_tests.rs"]
-mod tests;
+pub(super) mod tests;

@@ -32,7 +32,7 @@ fn ip(s: &str) -> IpAddr {
 /// Clients on port 0 (10.0.0.0/24, fd00::/64, others via 10.0.0.254),
 /// backends on port 1; full-NAT TCP 10.0.0.100:80 and [fd00::100]:80, DNAT
 /// UDP 10.0.0.101:53.
-fn snapshot() -> Snapshot {
+pub(in crate::worker) fn snapshot() -> Snapshot {
     let mut b = SnapshotBuilder::new(1);
     b.interface(
         0,
@@ -77,7 +77,7 @@ fn snapshot() -> Snapshot {
 
 /// [`snapshot`] with 10.0.0.3, the gateway and backend 10.1.0.13
 /// unresolved: forwards and replies alike meet `Resolve`.
-fn snapshot_unresolved() -> Snapshot {
+pub(in crate::worker) fn snapshot_unresolved() -> Snapshot {
     let mut n = vec![(ip("10.0.0.2"), PEER), (ip("fd00::2"), PEER)];
     for i in 11..=12 {
         n.push((ip(&format!("10.1.0.{i}")), PEER));
@@ -88,7 +88,7 @@ fn snapshot_unresolved() -> Snapshot {
     snapshot().with_neighbors(&n).unwrap()
 }
 
-fn worker(n_workers: u16, capacity: u32) -> Worker {
+pub(in crate::worker) fn worker(n_workers: u16, capacity: u32) -> Worker {
     let mut cfg = WorkerConfig::new(WorkerId(0), n_workers);
     cfg.conntrack = conntrack::Config {
         evict_window: 4,
@@ -103,18 +103,18 @@ fn worker(n_workers: u16, capacity: u32) -> Worker {
 }
 
 /// A backend's answer: source, destination, IP protocol.
-type Reply = ((IpAddr, u16), (IpAddr, u16), u8);
+pub(in crate::worker) type Reply = ((IpAddr, u16), (IpAddr, u16), u8);
 
-struct Rng(u64);
+pub(in crate::worker) struct Rng(pub(in crate::worker) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(in crate::worker) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub(in crate::worker) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 }
@@ -184,7 +184,7 @@ fn client(rng: &mut Rng, v6: bool) -> (IpAddr, u16) {
 }
 
 /// One random frame; `replies` holds tuples the backends may answer with.
-fn frame(rng: &mut Rng, replies: &[Reply]) -> (Vec<u8>, u16) {
+pub(in crate::worker) fn frame(rng: &mut Rng, replies: &[Reply]) -> (Vec<u8>, u16) {
     let vip = (ip("10.0.0.100"), 80);
     let vip6 = (ip("fd00::100"), 80);
     match rng.below(20) {
@@ -216,7 +216,7 @@ fn frame(rng: &mut Rng, replies: &[Reply]) -> (Vec<u8>, u16) {
     }
 }
 
-fn meta(port: u16) -> PacketMeta {
+pub(in crate::worker) fn meta(port: u16) -> PacketMeta {
     PacketMeta {
         port,
         offload: Default::default(),

@@ -47,6 +47,7 @@
 
 mod burst;
 pub use burst::BURST_LOOKUP_MIN_LEN;
+mod fast;
 mod paths;
 
 use std::net::IpAddr;
@@ -226,6 +227,23 @@ impl Worker {
 
     /// Handles one frame received on `meta.port`; see the module doc.
     pub fn handle_packet(
+        &mut self,
+        now: Tick,
+        snap: &Snapshot,
+        frame: &mut [u8],
+        meta: &PacketMeta,
+    ) -> Verdict {
+        if let Some(v) = self.fast_v4(now, snap, frame, meta) {
+            return v;
+        }
+        self.handle_packet_general(now, snap, frame, meta)
+    }
+
+    /// [`Worker::handle_packet`] without the IPv4 fast path (`fast.rs`),
+    /// which answers established IPv4 TCP and UDP packets exactly as this
+    /// would; exposed so tests and benches can hold one against the other.
+    #[doc(hidden)]
+    pub fn handle_packet_general(
         &mut self,
         now: Tick,
         snap: &Snapshot,

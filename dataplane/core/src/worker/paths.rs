@@ -269,7 +269,7 @@ impl Worker {
     }
 
     #[inline]
-    fn count_flow(&self, tags: Tags, bytes: usize) {
+    pub(super) fn count_flow(&self, tags: Tags, bytes: usize) {
         if let Some(c) = self.counters.frontend(tags.frontend) {
             c.packet(bytes);
         }

@@ -1,0 +1,181 @@
+//! The IPv4 fast path of [`Worker::handle_packet`]: packets of established
+//! TCP and UDP connections, the bulk of what a balancer forwards.
+//!
+//! The general path parses into a [`Parsed`](crate::wire::Parsed) with
+//! `IpAddr`s, builds a [`FlowKey`](crate::flow::FlowKey), and goes through
+//! the owner, frontend, conntrack, route and NAT steps on those: ~1,000
+//! instructions a packet. Here an untagged IPv4 frame without options is
+//! read at fixed offsets into `u32`s and octets, and each step uses its
+//! IPv4 form ([`Snapshot::owner_kind_v4`], [`Conntrack::lookup_v4`],
+//! [`Conntrack::rewrite_v4`], [`Snapshot::route_v4`],
+//! [`nat::rewrite_v4_whole`]).
+//!
+//! The contract, which makes the fast path invisible: `fast_v4` returns
+//! `Some(verdict)` only for a packet that the general path would answer
+//! with that same verdict, the same output frame and the same counters;
+//! for anything else (another frame layout, anything the parse would
+//! reject, a new connection, a miss, a packet another worker owns, a TTL
+//! about to expire, a next hop to resolve or no route) it returns `None`
+//! having written nothing and counted nothing, and the general path runs.
+//! Tests feed random and corrupted traffic through both paths and compare.
+
+use std::net::Ipv4Addr;
+
+use crate::conntrack::Direction;
+use crate::flow::{owner_of_client, owner_of_snat_port, Proto};
+use crate::nat;
+use crate::snapshot::{OwnerKind, Route, Snapshot};
+use crate::wire::ip_proto;
+use crate::Tick;
+
+use super::{PacketMeta, Verdict, Worker};
+
+/// Ethernet header without a VLAN tag.
+const ETH: usize = 14;
+/// IPv4 header without options.
+const IP: usize = 20;
+/// Where the L4 header starts.
+const L4: usize = ETH + IP;
+
+#[inline(always)]
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+#[inline(always)]
+fn octets(b: &[u8], at: usize) -> [u8; 4] {
+    [b[at], b[at + 1], b[at + 2], b[at + 3]]
+}
+
+/// The IPv4 header checksum check of the parse: the one's-complement sum
+/// of the 20 header bytes folds to `0xffff`.
+#[inline(always)]
+fn header_checksum_ok(ip: &[u8; IP]) -> bool {
+    let mut acc = 0u32;
+    for w in ip.chunks_exact(2) {
+        acc += u32::from(u16::from_be_bytes([w[0], w[1]]));
+    }
+    acc = (acc & 0xffff) + (acc >> 16);
+    acc = (acc & 0xffff) + (acc >> 16);
+    acc == 0xffff
+}
+
+impl Worker {
+    /// See the module doc: `Some` only where the general path would do
+    /// exactly the same, `None` (nothing written or counted) otherwise.
+    #[inline(always)]
+    pub(super) fn fast_v4(
+        &mut self,
+        now: Tick,
+        snap: &Snapshot,
+        frame: &mut [u8],
+        meta: &PacketMeta,
+    ) -> Option<Verdict> {
+        // --- what the parse checks, for this one layout ---
+        let f: &[u8] = frame;
+        if f.len() < L4 + 8 || f[12] != 0x08 || f[13] != 0x00 || f[ETH] != 0x45 {
+            return None;
+        }
+        let total = usize::from(be16(f, ETH + 2));
+        let end = ETH + total;
+        // MF set or a fragment offset: the general path's business.
+        if end > f.len() || f[ETH + 6] & 0x3f != 0 || f[ETH + 7] != 0 {
+            return None;
+        }
+        let ttl = f[ETH + 8];
+        let proto = f[ETH + 9];
+        // TTL 1 is dropped (or answered) by the general path.
+        if ttl <= 1 {
+            return None;
+        }
+        let l4_len = total.checked_sub(IP)?;
+        let (tcp, flags) = match proto {
+            ip_proto::TCP => {
+                if l4_len < 20 {
+                    return None;
+                }
+                let doff = usize::from(f[L4 + 12] >> 4) * 4;
+                if doff < 20 || doff > l4_len {
+                    return None;
+                }
+                (true, f[L4 + 13])
+            }
+            ip_proto::UDP => {
+                let ulen = usize::from(be16(f, L4 + 4));
+                if ulen < 8 || ulen > l4_len {
+                    return None;
+                }
+                (false, 0)
+            }
+            _ => return None,
+        };
+        let ip_hdr: &[u8; IP] = f[ETH..L4].try_into().ok()?;
+        if !meta.offload.rx_ipv4_verified && !header_checksum_ok(ip_hdr) {
+            return None;
+        }
+        let (src, dst) = (octets(f, ETH + 12), octets(f, ETH + 16));
+        let (sport, dport) = (be16(f, L4), be16(f, L4 + 2));
+        let dst32 = u32::from_be_bytes(dst);
+
+        // --- the general path's `l4` dispatch, hits only ---
+        let owned = snap.owner_kind_v4(dst32).unwrap_or_default();
+        let multi = self.n_workers > 1;
+        let reply_only = if owned.contains(OwnerKind::SNAT) {
+            if multi && owner_of_snat_port(dport, self.n_workers) != self.id {
+                return None;
+            }
+            true
+        } else if owned.contains(OwnerKind::VIP) {
+            let p = if tcp { Proto::Tcp } else { Proto::Udp };
+            let fe = snap.frontend_v4(dst32, dport, p)?;
+            // As `Snapshot::lookup`: a frontend of an existing service.
+            snap.get_service(fe.service)?;
+            if multi && owner_of_client(Ipv4Addr::from(src).into(), sport, self.n_workers) != self.id {
+                return None;
+            }
+            // The forward path takes a hit in either direction.
+            false
+        } else if owned != OwnerKind::default() {
+            return None;
+        } else {
+            // A DNAT reply, owned by the client: the destination.
+            if multi && owner_of_client(Ipv4Addr::from(dst).into(), dport, self.n_workers) != self.id {
+                return None;
+            }
+            true
+        };
+        let (id, dir) = self.conntrack.lookup_v4(src, dst, sport, dport, proto)?;
+        if reply_only && dir != Direction::Reply {
+            return None;
+        }
+        let rw = self.conntrack.rewrite_v4(id, dir)?;
+
+        // --- `translate` ---
+        let Some(Route::Resolved(hop)) = snap.route_v4(u32::from_be_bytes(rw.dst)) else {
+            return None;
+        };
+        // --- no way back past this point: the frame is written ---
+        let (head, rest) = frame[..end].split_at_mut(L4);
+        let ip: &mut [u8; IP] = (&mut head[ETH..]).try_into().ok()?;
+        nat::rewrite_v4_whole(
+            ip,
+            rest,
+            tcp,
+            (Ipv4Addr::from(rw.src), rw.src_port),
+            (Ipv4Addr::from(rw.dst), rw.dst_port),
+            &meta.offload,
+        );
+        nat::set_l2(frame, hop.src_mac, hop.dst_mac);
+        if let Some(tags) = self.conntrack.touch(id, dir, flags, now) {
+            self.count_flow(tags, frame.len());
+        }
+        Some(Verdict::Transmit {
+            port: hop.port,
+            len: frame.len(),
+        })
+    }
+}
+
+#[cfg(test)]
+#[path = "fast_tests.rs"]
+mod tests;

@@ -1,0 +1,199 @@
+//! The fast path against the general path: random traffic (new flows,
+//! established flows both ways, replies, drops, other workers' flows),
+//! a third of it corrupted in the header bytes the fast path reads, under
+//! every checksum-offload combination. For each frame, `fast_v4` either
+//! declines having written nothing, or gives the verdict and frame the
+//! general path gives; the two workers' whole state (conntrack, SNAT pools,
+//! counters) stays equal.
+
+use super::super::burst::tests::{frame, meta, snapshot, snapshot_unresolved, worker, Reply, Rng};
+use crate::checksum::ChecksumOffload;
+use crate::snapshot::Snapshot;
+use crate::wire;
+use crate::worker::Verdict;
+use crate::Tick;
+
+/// Damages one header field the fast path reads, or the frame's length.
+fn corrupt(rng: &mut Rng, f: &mut Vec<u8>) {
+    let set = |f: &mut Vec<u8>, at: usize, v: u8| {
+        if let Some(b) = f.get_mut(at) {
+            *b = v;
+        }
+    };
+    match rng.below(12) {
+        // EtherType: VLAN tag, IPv6, ARP, garbage.
+        0 => {
+            let v = [0x81, 0x86, 0x08, 0x12][rng.below(4) as usize];
+            let i = 12;
+            set(f, i, v);
+        }
+        // Version / IHL.
+        1 => {
+            let v = [0x46, 0x44, 0x65, 0x4f][rng.below(4) as usize];
+            let i = 14;
+            set(f, i, v);
+        }
+        // Total length high and low bytes.
+        2 => {
+            let v = rng.below(256) as u8;
+            let i = 16 + rng.below(2) as usize;
+            set(f, i, v);
+        }
+        // Flags / fragment offset.
+        3 => {
+            let v = [0x20, 0x40, 0x01, 0x1f][rng.below(4) as usize];
+            let i = 20 + rng.below(2) as usize;
+            set(f, i, v);
+        }
+        // TTL 0, 1, 2.
+        4 => {
+            let v = rng.below(3) as u8;
+            let i = 22;
+            set(f, i, v);
+        }
+        // Protocol: ICMP, SCTP, other.
+        5 => {
+            let v = [1, 132, 0][rng.below(3) as usize];
+            let i = 23;
+            set(f, i, v);
+        }
+        // Header checksum.
+        6 => {
+            let v = rng.below(256) as u8;
+            let i = 24;
+            set(f, i, v);
+        }
+        // TCP data offset / UDP length.
+        7 => {
+            let v = rng.below(256) as u8;
+            let i = [46, 38, 39][rng.below(3) as usize];
+            set(f, i, v);
+        }
+        // Truncate.
+        8 => {
+            let n = rng.below(f.len() as u64 + 1) as usize;
+            f.truncate(n);
+        }
+        // Ethernet padding after the IP packet.
+        9 => f.extend_from_slice(&[0; 7]),
+        // Any byte of the first 60.
+        _ => {
+            let i = rng.below(60) as usize;
+            let v = rng.below(256) as u8;
+            set(f, i, v);
+        }
+    }
+}
+
+fn offload(rng: &mut Rng) -> ChecksumOffload {
+    let b = rng.below(16);
+    ChecksumOffload {
+        rx_ipv4_verified: b & 1 != 0,
+        rx_l4_partial: b & 2 != 0,
+        tx_ipv4: b & 4 != 0,
+        tx_l4: b & 8 != 0,
+    }
+}
+
+/// How often the fast path answered in one run.
+#[derive(Debug, Default)]
+struct Seen {
+    fast: u64,
+    declined: u64,
+}
+
+fn run(snap: &Snapshot, seed: u64, n_workers: u16, capacity: u32) -> Seen {
+    let mut fast = worker(n_workers, capacity);
+    let mut general = worker(n_workers, capacity);
+    let mut rng = Rng(seed | 1);
+    let mut replies: Vec<Reply> = Vec::new();
+    let mut seen = Seen::default();
+    let mut now = 0;
+    for n in 0..3000u32 {
+        let (mut f, port) = frame(&mut rng, &replies);
+        let mut m = meta(port);
+        if rng.below(4) == 0 {
+            m.offload = offload(&mut rng);
+        }
+        if rng.below(3) == 0 {
+            corrupt(&mut rng, &mut f);
+        }
+        let mut by_general = f.clone();
+        let expect = general.handle_packet_general(Tick(now), snap, &mut by_general, &m);
+        let mut by_fast = f.clone();
+        let got = match fast.fast_v4(Tick(now), snap, &mut by_fast, &m) {
+            Some(v) => {
+                seen.fast += 1;
+                v
+            }
+            None => {
+                seen.declined += 1;
+                assert_eq!(by_fast, f, "seed {seed} packet {n}: declined but wrote");
+                fast.handle_packet_general(Tick(now), snap, &mut by_fast, &m)
+            }
+        };
+        assert_eq!(got, expect, "seed {seed} packet {n}: verdict");
+        assert_eq!(by_fast, by_general, "seed {seed} packet {n}: frame");
+        if n % 32 == 0 {
+            assert_eq!(
+                format!("{fast:?}"),
+                format!("{general:?}"),
+                "seed {seed} packet {n}: worker state"
+            );
+        }
+        if let Verdict::Transmit { port: 1, .. } | Verdict::Resolve { port: 1, .. } = expect {
+            if let Ok(p) = wire::parse(&by_general) {
+                replies.push(((p.dst, p.dst_port), (p.src, p.src_port), p.protocol));
+            }
+        }
+        if replies.len() > 64 {
+            replies.drain(..replies.len() - 64);
+        }
+        now += 1 + rng.below(2_000);
+        if n % 100 == 99 {
+            assert_eq!(
+                fast.handle_tick(Tick(now), 16),
+                general.handle_tick(Tick(now), 16)
+            );
+        }
+    }
+    assert_eq!(
+        format!("{fast:?}"),
+        format!("{general:?}"),
+        "seed {seed}: final state"
+    );
+    seen
+}
+
+#[test]
+fn fast_path_answers_exactly_as_the_general_path() {
+    let snap = snapshot();
+    let mut total = Seen::default();
+    for seed in 1..=8u64 {
+        let s = run(&snap, seed.wrapping_mul(0x2545_f491_4f6c_dd1d), 1, 1024);
+        total.fast += s.fast;
+        total.declined += s.declined;
+    }
+    // The traffic is mostly established flows: the fast path must have
+    // taken a real share, or this test compares nothing.
+    assert!(total.fast > 2000, "{total:?}");
+    assert!(total.declined > 2000, "{total:?}");
+}
+
+#[test]
+fn fast_path_with_two_workers_and_a_full_table() {
+    let snap = snapshot();
+    for seed in 1..=4 {
+        let s = run(&snap, seed * 0x9e37_79b9, 2, 16);
+        assert!(s.fast > 0, "{s:?}");
+    }
+}
+
+#[test]
+fn fast_path_with_unresolved_next_hops() {
+    let snap = snapshot_unresolved();
+    for seed in 1..=4 {
+        let s = run(&snap, seed * 0x6c07_8965, 1, 256);
+        assert!(s.fast > 0, "{s:?}");
+    }
+}
