@@ -699,6 +699,15 @@ fn advance<A: Addr>(
     now: Tick,
     timeout_ms: &[u64; ConnState::COUNT],
 ) -> ConnState {
+    // The common case, a packet of an established connection that neither
+    // closes nor resets it: `step` would keep the state and the FIN owner,
+    // so only the timeout restarts.
+    let cur = s.state;
+    let quiet = tcp_flags & (state::tcp_flags::FIN | state::tcp_flags::RST) == 0;
+    if (cur == ConnState::TcpEstablished as u8 && quiet) || cur == ConnState::UdpReplied as u8 {
+        s.expires = now.0.saturating_add(timeout_ms[usize::from(cur)]);
+        return ConnState::from_u8(cur);
+    }
     let (st, fin_by_reply) = state::step(
         ConnState::from_u8(s.state),
         dir,
