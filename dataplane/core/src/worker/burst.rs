@@ -20,6 +20,11 @@
 //! worker's own `new_connections` and `conntrack_evictions` counters, which
 //! it alone writes.
 //!
+//! Frames the IPv4 fast path (`fast.rs`) can read skip the parse: their
+//! 5-tuple comes from [`fast::read_v4`], and in stage 3 they go through
+//! the fast path with their lookup; only if it declines are they parsed,
+//! then, and handed to the general path with the same lookup.
+//!
 //! Below [`BURST_LOOKUP_MIN_LEN`] live connections the table's hot part
 //! stays in cache, the staged lookup only adds work (parsed headers kept
 //! for a burst, keys hashed ahead: ~90 instructions a packet), and the
@@ -31,6 +36,7 @@ use crate::snapshot::Snapshot;
 use crate::wire::{self, Parsed, L3};
 use crate::{DropReason, Tick};
 
+use super::fast::{self, FastV4};
 use super::{PacketMeta, Verdict, Worker};
 
 /// Live connections from which the staged lookup pays (measured with
@@ -113,11 +119,20 @@ impl Worker {
         // Results stored as returned (no move out of the `Result`: a
         // `Parsed` move costs ~50 instructions); the filler is never read.
         let mut parsed: [Result<Parsed, DropReason>; BURST] = [Err(DropReason::Truncated); BURST];
+        // Frames the IPv4 fast path can read are not parsed here (see below).
+        let mut fast: [Option<FastV4>; BURST] = [None; BURST];
         let mut keys = [NO_KEY; BURST];
         // `key_of[i]`: index in `keys` of frame i's key, or BURST for none.
         let mut key_of = [BURST as u8; BURST];
         let mut nk = 0;
         for (i, (frame, meta)) in frames.iter_mut().zip(metas).enumerate() {
+            if let Some(k) = fast::read_v4(frame.as_mut(), meta) {
+                keys[nk] = k.key();
+                key_of[i] = nk as u8;
+                nk += 1;
+                fast[i] = Some(k);
+                continue;
+            }
             parsed[i] = wire::parse_with(frame.as_mut(), &meta.offload);
             match &parsed[i] {
                 Ok(p) => {
@@ -137,7 +152,6 @@ impl Worker {
         let evictions = self.counters.conntrack_evictions.get();
         // Stage 3: each packet in order, with its lookup if still valid.
         for (i, (frame, meta)) in frames.iter_mut().zip(metas).enumerate() {
-            let Ok(p) = &parsed[i] else { continue };
             let k = usize::from(key_of[i]);
             let hint = match found.get(k) {
                 Some(_) if self.counters.conntrack_evictions.get() != evictions => None,
@@ -145,7 +159,22 @@ impl Worker {
                 Some(&f) => Some(f),
                 None => None,
             };
-            verdicts[i] = self.dispatch(now, snap, frame.as_mut(), p, meta, hint);
+            let frame = frame.as_mut();
+            if let Some(fk) = &fast[i] {
+                if let Some(v) = self.fast_v4_read(now, snap, frame, meta, fk, hint) {
+                    verdicts[i] = v;
+                    continue;
+                }
+                // Declined, nothing written: the general path, parsed now
+                // (the parse accepts every frame `read_v4` accepts).
+                verdicts[i] = match &wire::parse_with(frame, &meta.offload) {
+                    Ok(p) => self.dispatch(now, snap, frame, p, meta, hint),
+                    Err(reason) => self.drop(*reason),
+                };
+                continue;
+            }
+            let Ok(p) = &parsed[i] else { continue };
+            verdicts[i] = self.dispatch(now, snap, frame, p, meta, hint);
         }
     }
 }

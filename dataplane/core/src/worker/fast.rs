@@ -22,12 +22,13 @@
 use std::net::Ipv4Addr;
 
 use crate::conntrack::Direction;
-use crate::flow::{owner_of_client, owner_of_snat_port, Proto};
+use crate::flow::{owner_of_client, owner_of_snat_port, FlowKey, FlowKeyV4, Proto};
 use crate::nat;
 use crate::snapshot::{OwnerKind, Route, Snapshot};
 use crate::wire::ip_proto;
 use crate::Tick;
 
+use super::paths::Found;
 use super::{PacketMeta, Verdict, Worker};
 
 /// Ethernet header without a VLAN tag.
@@ -60,6 +61,93 @@ fn header_checksum_ok(ip: &[u8; IP]) -> bool {
     acc == 0xffff
 }
 
+/// What the fast path read from a frame that has its layout and passes
+/// every check the parse would make: the 5-tuple and what the rewrite needs.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FastV4 {
+    src: [u8; 4],
+    dst: [u8; 4],
+    sport: u16,
+    dport: u16,
+    proto: u8,
+    /// TCP (else UDP).
+    tcp: bool,
+    /// TCP flags; 0 for UDP.
+    flags: u8,
+    /// End of the IP packet.
+    end: usize,
+}
+
+impl FastV4 {
+    /// The conntrack key of the packet, as the general path builds it.
+    #[inline(always)]
+    pub(super) fn key(&self) -> FlowKey {
+        FlowKey::V4(FlowKeyV4 {
+            src: Ipv4Addr::from(self.src),
+            dst: Ipv4Addr::from(self.dst),
+            sport: self.sport,
+            dport: self.dport,
+            proto: if self.tcp { Proto::Tcp } else { Proto::Udp },
+        })
+    }
+}
+
+/// The fast path's read of `frame`: `Some` for an untagged IPv4 frame
+/// without options carrying TCP or UDP that the parse would accept with
+/// the same fields, that is not a fragment and whose TTL is above 1.
+#[inline(always)]
+pub(super) fn read_v4(f: &[u8], meta: &PacketMeta) -> Option<FastV4> {
+    if f.len() < L4 + 8 || f[12] != 0x08 || f[13] != 0x00 || f[ETH] != 0x45 {
+        return None;
+    }
+    let total = usize::from(be16(f, ETH + 2));
+    let end = ETH + total;
+    // MF set or a fragment offset: the general path's business.
+    if end > f.len() || f[ETH + 6] & 0x3f != 0 || f[ETH + 7] != 0 {
+        return None;
+    }
+    // TTL 1 is dropped (or answered) by the general path.
+    if f[ETH + 8] <= 1 {
+        return None;
+    }
+    let proto = f[ETH + 9];
+    let l4_len = total.checked_sub(IP)?;
+    let (tcp, flags) = match proto {
+        ip_proto::TCP => {
+            if l4_len < 20 {
+                return None;
+            }
+            let doff = usize::from(f[L4 + 12] >> 4) * 4;
+            if doff < 20 || doff > l4_len {
+                return None;
+            }
+            (true, f[L4 + 13])
+        }
+        ip_proto::UDP => {
+            let ulen = usize::from(be16(f, L4 + 4));
+            if ulen < 8 || ulen > l4_len {
+                return None;
+            }
+            (false, 0)
+        }
+        _ => return None,
+    };
+    let ip_hdr: &[u8; IP] = f[ETH..L4].try_into().ok()?;
+    if !meta.offload.rx_ipv4_verified && !header_checksum_ok(ip_hdr) {
+        return None;
+    }
+    Some(FastV4 {
+        src: octets(f, ETH + 12),
+        dst: octets(f, ETH + 16),
+        sport: be16(f, L4),
+        dport: be16(f, L4 + 2),
+        proto,
+        tcp,
+        flags,
+        end,
+    })
+}
+
 impl Worker {
     /// See the module doc: `Some` only where the general path would do
     /// exactly the same, `None` (nothing written or counted) otherwise.
@@ -71,50 +159,33 @@ impl Worker {
         frame: &mut [u8],
         meta: &PacketMeta,
     ) -> Option<Verdict> {
-        // --- what the parse checks, for this one layout ---
-        let f: &[u8] = frame;
-        if f.len() < L4 + 8 || f[12] != 0x08 || f[13] != 0x00 || f[ETH] != 0x45 {
-            return None;
-        }
-        let total = usize::from(be16(f, ETH + 2));
-        let end = ETH + total;
-        // MF set or a fragment offset: the general path's business.
-        if end > f.len() || f[ETH + 6] & 0x3f != 0 || f[ETH + 7] != 0 {
-            return None;
-        }
-        let ttl = f[ETH + 8];
-        let proto = f[ETH + 9];
-        // TTL 1 is dropped (or answered) by the general path.
-        if ttl <= 1 {
-            return None;
-        }
-        let l4_len = total.checked_sub(IP)?;
-        let (tcp, flags) = match proto {
-            ip_proto::TCP => {
-                if l4_len < 20 {
-                    return None;
-                }
-                let doff = usize::from(f[L4 + 12] >> 4) * 4;
-                if doff < 20 || doff > l4_len {
-                    return None;
-                }
-                (true, f[L4 + 13])
-            }
-            ip_proto::UDP => {
-                let ulen = usize::from(be16(f, L4 + 4));
-                if ulen < 8 || ulen > l4_len {
-                    return None;
-                }
-                (false, 0)
-            }
-            _ => return None,
-        };
-        let ip_hdr: &[u8; IP] = f[ETH..L4].try_into().ok()?;
-        if !meta.offload.rx_ipv4_verified && !header_checksum_ok(ip_hdr) {
-            return None;
-        }
-        let (src, dst) = (octets(f, ETH + 12), octets(f, ETH + 16));
-        let (sport, dport) = (be16(f, L4), be16(f, L4 + 2));
+        let k = read_v4(frame, meta)?;
+        self.fast_v4_read(now, snap, frame, meta, &k, None)
+    }
+
+    /// [`Worker::fast_v4`] after [`read_v4`] gave `k` for `frame`; `found`
+    /// is the conntrack lookup of `k.key()` done ahead by the burst path,
+    /// if it is still valid.
+    #[inline(always)]
+    pub(super) fn fast_v4_read(
+        &mut self,
+        now: Tick,
+        snap: &Snapshot,
+        frame: &mut [u8],
+        meta: &PacketMeta,
+        k: &FastV4,
+        found: Found,
+    ) -> Option<Verdict> {
+        let FastV4 {
+            src,
+            dst,
+            sport,
+            dport,
+            proto,
+            tcp,
+            flags,
+            end,
+        } = *k;
         let dst32 = u32::from_be_bytes(dst);
 
         // --- the general path's `l4` dispatch, hits only ---
@@ -144,7 +215,10 @@ impl Worker {
             }
             true
         };
-        let (id, dir) = self.conntrack.lookup_v4(src, dst, sport, dport, proto)?;
+        let (id, dir) = match found {
+            Some(hit) => hit?,
+            None => self.conntrack.lookup_v4(src, dst, sport, dport, proto)?,
+        };
         if reply_only && dir != Direction::Reply {
             return None;
         }
@@ -155,7 +229,7 @@ impl Worker {
             return None;
         };
         // --- no way back past this point: the frame is written ---
-        let (head, rest) = frame[..end].split_at_mut(L4);
+        let (head, rest) = frame.get_mut(..end)?.split_at_mut(L4);
         let ip: &mut [u8; IP] = (&mut head[ETH..]).try_into().ok()?;
         nat::rewrite_v4_whole(
             ip,
