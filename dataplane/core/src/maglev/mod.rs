@@ -42,6 +42,7 @@
 //!   rings far smaller.
 
 mod hash;
+mod populate;
 #[cfg(test)]
 mod tests;
 
@@ -51,6 +52,9 @@ use std::num::NonZeroU16;
 
 use hash::BackendKey;
 pub use hash::{client_hash, flow_hash_v4, flow_hash_v6};
+#[cfg(test)]
+use populate::mod_inverse;
+use populate::{Barrett, Entrant};
 
 /// The version of the ring contract above. Two `lbd` builds with the same
 /// version map every flow to the same backend. Bump it (and document why)
@@ -239,32 +243,6 @@ impl fmt::Debug for MaglevRing {
     }
 }
 
-/// Per-backend population state, in canonical (sorted) order.
-#[derive(Debug, Clone, Copy)]
-struct Walker {
-    /// Next slot of this backend's permutation to try.
-    pos: u32,
-    /// Step of the permutation, in `1..M`.
-    skip: u32,
-    /// `k · skip mod M` for k in 0..=PROBE_BATCH, for batched probing.
-    strides: [u32; PROBE_BATCH + 1],
-    /// Weight (> 0) and accumulated credit for weighted turns.
-    weight: u64,
-    credit: u64,
-    /// What the slot stores: the caller's index + 1.
-    value: NonZeroU16,
-}
-
-/// Below this many empty slots the build stops probing and searches the
-/// remaining empty slots directly (see `populate`).
-fn tail_threshold(m: u32) -> u32 {
-    // Probing costs ~M/E probes per turn with E empty slots; the direct
-    // search ~E multiply-reduces. They cross near sqrt(M), which also
-    // measured best (0.5–2 × sqrt(M) tried). Only speed depends on this,
-    // never the result.
-    f64::from(m).sqrt() as u32
-}
-
 impl MaglevRing {
     /// Builds the ring for `backends` with `size` slots.
     ///
@@ -286,12 +264,15 @@ impl MaglevRing {
     /// pipeline drops new flows with `NoBackend`, while established flows
     /// continue, since conntrack stores the backend's address.
     ///
-    /// Cost: O(M log M) probes plus O(N · rounds) credit checks, where
-    /// rounds ≈ M · max_w / W (≤ M). 65,537 slots with 1,000 equal-weight
-    /// backends take about a millisecond (see `benches/maglev.rs`); very
-    /// skewed weights (one backend 1000× the others) cost up to N × M cheap
-    /// credit checks, tens of milliseconds. Builds run on the control
-    /// thread, and unchanged services reuse their ring.
+    /// Cost: O(M log M) probes, and per round one credit check per distinct
+    /// weight, plus a scan of the backends when some but not all weights
+    /// take turns; rounds ≈ M · max_w / W (≤ M). 65,537 slots with 1,000
+    /// equal-weight backends take about 0.65 ms on one core, one backend at
+    /// 1000× the others about 1 ms (see `benches/maglev.rs`); many distinct
+    /// light weights beside a heavy one still cost up to N per round, tens
+    /// of milliseconds at worst. Builds run on the control thread, and
+    /// unchanged services reuse their ring. How the population is made fast
+    /// without changing its result: `populate.rs`.
     pub fn build(backends: &[MaglevBackend], size: u32) -> Result<MaglevRing, MaglevError> {
         check_size(size)?;
         if backends.len() > MAX_BACKENDS {
@@ -328,31 +309,25 @@ impl MaglevRing {
         if backends.is_empty() {
             return Ok(MaglevRing { slots, n_backends });
         }
-        let m = u64::from(size);
-        let mut walkers: Vec<Walker> = order
+        // Exact `% M` and `% (M − 1)` without a division per backend.
+        let (offset_mod, skip_mod) = (Barrett::new(size), Barrett::new(size - 1));
+        let entrants: Vec<Entrant> = order
             .iter()
             .filter(|&&(_, i)| backends[i].weight > 0)
-            .map(|&(key, i)| Walker {
-                pos: (key.offset_hash() % m) as u32,
-                skip: (key.skip_hash() % (m - 1) + 1) as u32,
-                strides: [0; PROBE_BATCH + 1],
-                weight: u64::from(backends[i].weight),
-                credit: 0,
+            .map(|&(key, i)| Entrant {
+                offset: offset_mod.rem(key.offset_hash()) as u32,
+                skip: skip_mod.rem(key.skip_hash()) as u32 + 1,
+                weight: backends[i].weight,
                 // i < MAX_BACKENDS = u16::MAX, so i + 1 fits and is non-zero.
                 value: NonZeroU16::new(i as u16 + 1).expect("index + 1 > 0"),
             })
             .collect();
-        if walkers.is_empty() {
+        if entrants.is_empty() {
             return Err(MaglevError::ZeroTotalWeight {
                 backends: backends.len(),
             });
         }
-        for w in &mut walkers {
-            for k in 1..=PROBE_BATCH {
-                w.strides[k] = ((u64::from(w.strides[k - 1]) + u64::from(w.skip)) % m) as u32;
-            }
-        }
-        populate(&mut walkers, &mut slots);
+        populate::populate(&entrants, &mut slots);
         Ok(MaglevRing { slots, n_backends })
     }
 
@@ -435,176 +410,4 @@ fn check_size(size: u32) -> Result<(), MaglevError> {
     } else {
         Ok(())
     }
-}
-
-/// Takes the turns described at [`MaglevRing::build`] until every slot is
-/// full. `walkers` is in canonical order, non-empty, all weights > 0, and
-/// `walkers.len() <= slots.len()`.
-///
-/// Two phases give the same result as plain probing, only faster:
-/// 1. Probing: walk the permutation past taken slots. A bitmap of taken
-///    slots (8 KiB at M = 65,537) stays in L1 where the slots would not.
-/// 2. Tail: once few slots are empty, probing would cost ~M/E steps per
-///    turn. Instead, for each empty slot `e` compute how many steps away it
-///    is on the walker's permutation, `(e − pos) · skip⁻¹ mod M`, and claim
-///    the nearest. Every slot before `pos` on the permutation is taken, so
-///    the nearest empty slot is exactly the one probing would reach.
-fn populate(walkers: &mut [Walker], slots: &mut [Option<NonZeroU16>]) {
-    let m = slots.len() as u32;
-    let max_w = walkers.iter().map(|w| w.weight).max().unwrap_or(1);
-    let n = walkers.len();
-    let mut turn = 0usize;
-    // Advances round-robin to the next backend whose credit allows a turn.
-    let mut next_turn = |walkers: &mut [Walker]| loop {
-        let w = &mut walkers[turn];
-        let i = turn;
-        turn += 1;
-        if turn == n {
-            turn = 0;
-        }
-        w.credit += w.weight;
-        if w.credit >= max_w {
-            w.credit -= max_w;
-            return i;
-        }
-    };
-
-    // A power-of-two length lets `first_free` mask its index instead of
-    // paying a bounds check per probe.
-    let mut taken = vec![0u64; (m as usize).div_ceil(64).next_power_of_two()];
-    let mut empty = m;
-    let tail = tail_threshold(m);
-    while empty > tail {
-        let w = &mut walkers[next_turn(walkers)];
-        let pos = first_free(&taken, w.pos, &w.strides, m);
-        taken[(pos >> 6) as usize] |= 1 << (pos & 63);
-        slots[pos as usize] = Some(w.value);
-        w.pos = if pos + w.skip >= m {
-            pos + w.skip - m
-        } else {
-            pos + w.skip
-        };
-        empty -= 1;
-    }
-    if empty == 0 {
-        return;
-    }
-
-    let mut empties: Vec<u32> = (0..m)
-        .filter(|&p| taken[(p >> 6) as usize] & (1 << (p & 63)) == 0)
-        .collect();
-    let mut inverse: Vec<Option<u64>> = vec![None; n];
-    let m64 = u64::from(m);
-    let reduce = Barrett::new(m);
-    while !empties.is_empty() {
-        let i = next_turn(walkers);
-        let w = &mut walkers[i];
-        let inv = *inverse[i].get_or_insert_with(|| mod_inverse(w.skip, m));
-        let pos = u64::from(w.pos);
-        let mut best = (u64::MAX, 0usize);
-        for (at, &e) in empties.iter().enumerate() {
-            let e = u64::from(e);
-            let d = if e >= pos { e - pos } else { e + m64 - pos };
-            // d, inv < M ≤ 2^24: the product fits in 48 bits.
-            let steps = reduce.rem(d * inv);
-            if steps < best.0 {
-                best = (steps, at);
-            }
-        }
-        let pos = empties.swap_remove(best.1);
-        slots[pos as usize] = Some(w.value);
-        w.pos = if pos + w.skip >= m {
-            pos + w.skip - m
-        } else {
-            pos + w.skip
-        };
-    }
-}
-
-/// How many permutation entries `first_free` tests per branch.
-const PROBE_BATCH: usize = 8;
-
-/// The first position at or after `pos` on a permutation (given by its
-/// `strides`) whose bit in `taken` is clear. There must be one.
-///
-/// Testing one slot per branch mispredicts about once per probe while the
-/// ring is half full; testing a batch of independent positions and picking
-/// the first clear bit of the batch mispredicts about once per turn.
-#[inline(always)]
-fn first_free(taken: &[u64], mut pos: u32, strides: &[u32; PROBE_BATCH + 1], m: u32) -> u32 {
-    let mask = taken.len() - 1;
-    debug_assert!(taken.len().is_power_of_two());
-    let is_taken = |p: u32| (taken[(p >> 6) as usize & mask] >> (p & 63)) & 1;
-    // While the ring is mostly empty the first probe almost always wins.
-    if is_taken(pos) == 0 {
-        return pos;
-    }
-    pos += strides[1];
-    if pos >= m {
-        pos -= m;
-    }
-    loop {
-        let mut cand = [0u32; PROBE_BATCH];
-        let mut full = 0u32;
-        for k in 0..PROBE_BATCH {
-            let mut p = pos + strides[k];
-            if p >= m {
-                p -= m;
-            }
-            cand[k] = p;
-            full |= (is_taken(p) as u32) << k;
-        }
-        let first = (!full).trailing_zeros() as usize;
-        if first < PROBE_BATCH {
-            return cand[first];
-        }
-        pos += strides[PROBE_BATCH];
-        if pos >= m {
-            pos -= m;
-        }
-    }
-}
-
-/// `x mod m` without a division, for the tail search's inner loop where a
-/// 64-bit `%` would dominate the build (Barrett reduction).
-#[derive(Debug, Clone, Copy)]
-struct Barrett {
-    m: u64,
-    /// ⌊(2^64 − 1) / m⌋, which is ⌊2^64 / m⌋ as m is not a power of two.
-    r: u64,
-}
-
-impl Barrett {
-    fn new(m: u32) -> Self {
-        Barrett {
-            m: u64::from(m),
-            r: u64::MAX / u64::from(m),
-        }
-    }
-
-    /// `x mod m`. The estimate `q = ⌊x·r / 2^64⌋` is `⌊x/m⌋` or one less,
-    /// since `x·r / 2^64 > x/m − x/2^64 > x/m − 1`; one subtraction fixes it.
-    #[inline(always)]
-    fn rem(self, x: u64) -> u64 {
-        let q = ((u128::from(x) * u128::from(self.r)) >> 64) as u64;
-        let r = x - q * self.m;
-        if r >= self.m {
-            r - self.m
-        } else {
-            r
-        }
-    }
-}
-
-/// `a⁻¹ mod m` for prime `m` and `0 < a < m` (extended Euclid).
-fn mod_inverse(a: u32, m: u32) -> u64 {
-    let (mut r0, mut r1) = (i64::from(m), i64::from(a));
-    let (mut t0, mut t1) = (0i64, 1i64);
-    while r1 != 0 {
-        let q = r0 / r1;
-        (r0, r1) = (r1, r0 - q * r1);
-        (t0, t1) = (t1, t0 - q * t1);
-    }
-    debug_assert_eq!(r0, 1, "skip and a prime ring size are coprime");
-    t0.rem_euclid(i64::from(m)) as u64
 }

@@ -429,3 +429,134 @@ fn barrett_matches_rem() {
         }
     }
 }
+
+/// SplitMix64: a seeded, dependency-free source of test inputs.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform-ish in `lo..=hi`.
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+}
+
+/// The fast build (windows, batched probes, weight classes, tail search)
+/// equals the plain reference on random backend sets: sizes from tiny to the
+/// default, one to thousands of backends, and weights equal, mixed, with
+/// zeros, one heavy, or all distinct. A seeded loop, so a failure names its
+/// case and reproduces.
+#[test]
+fn matches_reference_on_random_sets() {
+    let mut rng = Rng(0x6d67_6c76_7465_7374);
+    let mut sizes: Vec<u32> = vec![7, 11, 13, 31, 97, 251, 509, 1021, 2039, 4093, 8191];
+    for _ in 0..6 {
+        let mut p = rng.range(7, 40_000) as u32;
+        while !is_prime(p) {
+            p += 1;
+        }
+        sizes.push(p);
+    }
+    let mut case = 0;
+    for round in 0..24 {
+        for &m in &sizes {
+            let max_n = (m as u64).min(if m > 10_000 { 1500 } else { 600 });
+            let regime = (round + case) % 8;
+            // One heavy backend among many costs the reference a round per
+            // turn of the heavy one: fewer backends there.
+            let max_n = if regime == 4 { max_n.min(100) } else { max_n };
+            let n = match rng.range(0, 3) {
+                0 => rng.range(1, 4.min(max_n)),
+                1 => rng.range(1, max_n.min(40)),
+                _ => rng.range(1, max_n),
+            } as usize;
+            let weights: Vec<u32> = (0..n as u64)
+                .map(|i| match regime {
+                    0 => 1,
+                    1 => 7,
+                    2 => rng.range(1, 4) as u32,
+                    3 => rng.range(0, 10) as u32,
+                    4 => {
+                        if i == 0 {
+                            1000
+                        } else {
+                            1
+                        }
+                    }
+                    5 => rng.range(1, 1000) as u32,
+                    6 => [3, 5, 11][rng.range(0, 2) as usize],
+                    _ => rng.range(0, 3) as u32 * rng.range(0, 1) as u32,
+                })
+                .collect();
+            let mut seen = std::collections::HashSet::new();
+            let mut backends = Vec::with_capacity(n);
+            while backends.len() < n {
+                let addr = if rng.range(0, 3) == 0 {
+                    IpAddr::V6(Ipv6Addr::from(u128::from(rng.next()) | 0x2001_0db8 << 96))
+                } else {
+                    IpAddr::V4(Ipv4Addr::from(rng.next() as u32))
+                };
+                let port = rng.range(1, 4) as u16;
+                if seen.insert((addr, port)) {
+                    backends.push(MaglevBackend::new(addr, port, weights[backends.len()]));
+                }
+            }
+            match MaglevRing::build(&backends, m) {
+                Ok(ring) => assert_eq!(
+                    slots_of(&ring),
+                    reference(&backends, m),
+                    "case {case}: M={m} N={n} regime {regime}"
+                ),
+                Err(e) => {
+                    assert!(backends.iter().all(|b| b.weight == 0), "case {case}: {e}");
+                    assert_eq!(e, MaglevError::ZeroTotalWeight { backends: n });
+                }
+            }
+            case += 1;
+        }
+    }
+    // The benchmark's shapes at the default size, where every phase of the
+    // build runs at full length. (The reference is slow for one heavy
+    // backend among many: a round per turn of the heavy one.)
+    let shapes = [
+        ("equal", &[2u32, 10, 100, 1000, 5000][..]),
+        ("1 to 4", &[10, 1000, 5000]),
+        ("one at 1000x", &[2, 10, 100]),
+    ];
+    for (shape, sizes) in shapes {
+        for &n in sizes {
+            let weight = |i: u32| match shape {
+                "equal" => 1,
+                "1 to 4" => 1 + i % 4,
+                _ => {
+                    if i == 0 {
+                        1000
+                    } else {
+                        1
+                    }
+                }
+            };
+            let backends: Vec<_> = (0..n).map(|i| v4(i, 8080, weight(i))).collect();
+            let ring = MaglevRing::build(&backends, DEFAULT_RING_SIZE).unwrap();
+            assert_eq!(
+                slots_of(&ring),
+                reference(&backends, DEFAULT_RING_SIZE),
+                "{shape}, N={n}"
+            );
+        }
+    }
+    // Beyond 2^16 + 1 slots, where the mirrored map, the window indices and
+    // the tail's packed keys have the least room.
+    for (n, m) in [(300u32, 131_071u32), (2000, 262_139)] {
+        let backends: Vec<_> = (0..n).map(|i| v4(i, 8080, 1 + i % 3)).collect();
+        let ring = MaglevRing::build(&backends, m).unwrap();
+        assert_eq!(slots_of(&ring), reference(&backends, m), "N={n} M={m}");
+    }
+}
