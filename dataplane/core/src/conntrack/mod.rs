@@ -494,23 +494,11 @@ impl Conntrack {
     /// original → (client or SNAT) to backend; reply → VIP to client.
     #[inline]
     pub fn rewrite(&self, id: EntryId, dir: Direction) -> Option<Rewrite> {
-        with_slot!(self.get(id), |s| match dir {
-            Direction::Original => {
-                let src = if s.flags & FULL_NAT != 0 {
-                    (s.snat, s.snat_port)
-                } else {
-                    (s.client, s.client_port)
-                };
-                Rewrite {
-                    src: (src.0.to_ip(), src.1),
-                    dst: (s.backend.to_ip(), s.backend_port),
-                }
-            }
-            Direction::Reply => {
-                Rewrite {
-                    src: (s.vip.to_ip(), s.vip_port),
-                    dst: (s.client.to_ip(), s.client_port),
-                }
+        with_slot!(self.get(id), |s| {
+            let (src, dst) = raw_rewrite(s, dir);
+            Rewrite {
+                src: (src.0.to_ip(), src.1),
+                dst: (dst.0.to_ip(), dst.1),
             }
         })
     }
@@ -727,6 +715,23 @@ fn sweep_one<A: Addr>(t: &mut Table<A>, idx: u32, now: u64) -> Option<Entry> {
         return None;
     }
     t.remove(idx).map(|s| decode(&s))
+}
+
+/// The endpoints of [`Conntrack::rewrite`] in the table's raw form:
+/// original → (client or SNAT) to backend; reply → VIP to client.
+#[inline(always)]
+fn raw_rewrite<A: Addr>(s: &Slot<A>, dir: Direction) -> ((A, u16), (A, u16)) {
+    match dir {
+        Direction::Original => {
+            let src = if s.flags & FULL_NAT != 0 {
+                (s.snat, s.snat_port)
+            } else {
+                (s.client, s.client_port)
+            };
+            (src, (s.backend, s.backend_port))
+        }
+        Direction::Reply => ((s.vip, s.vip_port), (s.client, s.client_port)),
+    }
 }
 
 #[inline]

@@ -6,8 +6,8 @@
 //! [`Conntrack::rewrite`] and give the same answers (a test compares them
 //! on every entry of a busy table).
 
-use super::table::{RawKey, FULL_NAT};
-use super::{Conntrack, Direction, EntryId};
+use super::table::RawKey;
+use super::{raw_rewrite, Conntrack, Direction, EntryId};
 
 /// [`Rewrite`](super::Rewrite) of an IPv4 connection, as octets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,27 +51,12 @@ impl Conntrack {
         if id.is_v6() {
             return None;
         }
-        let s = self.v4.get(id.0)?;
-        Some(match dir {
-            Direction::Original => {
-                let (src, src_port) = if s.flags & FULL_NAT != 0 {
-                    (s.snat, s.snat_port)
-                } else {
-                    (s.client, s.client_port)
-                };
-                RewriteV4 {
-                    src,
-                    src_port,
-                    dst: s.backend,
-                    dst_port: s.backend_port,
-                }
-            }
-            Direction::Reply => RewriteV4 {
-                src: s.vip,
-                src_port: s.vip_port,
-                dst: s.client,
-                dst_port: s.client_port,
-            },
+        let ((src, src_port), (dst, dst_port)) = raw_rewrite(self.v4.get(id.0)?, dir);
+        Some(RewriteV4 {
+            src,
+            src_port,
+            dst,
+            dst_port,
         })
     }
 }

@@ -540,7 +540,7 @@ impl Snapshot {
     #[inline]
     pub fn frontend(&self, addr: IpAddr, port: u16, proto: Proto) -> Option<&Frontend> {
         match addr {
-            IpAddr::V4(a) => self.frontends_v4.get(&v4_key(a, port, proto)),
+            IpAddr::V4(a) => self.frontend_v4(u32::from(a), port, proto),
             IpAddr::V6(a) => self.frontends_v6.get(&v6_key(a, port, proto)),
         }
     }
@@ -621,7 +621,7 @@ impl Snapshot {
     #[inline]
     pub fn owner_kind(&self, ip: IpAddr) -> Option<OwnerKind> {
         match ip {
-            IpAddr::V4(a) => self.owned_v4.get(&u32::from(a)).copied(),
+            IpAddr::V4(a) => self.owner_kind_v4(u32::from(a)),
             IpAddr::V6(a) => self.owned_v6.get(&u128::from(a)).copied(),
         }
     }
@@ -642,17 +642,24 @@ impl Snapshot {
     /// [`route`](Self::route) toward an IPv4 address as a `u32`.
     #[inline(always)]
     pub(crate) fn route_v4(&self, a: u32) -> Option<Route> {
+        match self.next_hop_v4(a) {
+            Some(h) => Some(Route::Resolved(h)),
+            None => self
+                .unresolved_hop(IpAddr::V4(Ipv4Addr::from(a)))
+                .map(Route::Unresolved),
+        }
+    }
+
+    /// [`next_hop`](Self::next_hop) toward an IPv4 address as a `u32`.
+    #[inline(always)]
+    fn next_hop_v4(&self, a: u32) -> Option<NextHop> {
         if let Some(h) = self.neighbors_v4.get(&a) {
-            return Some(Route::Resolved(*h));
+            return Some(*h);
         }
-        // The rest of `next_hop`, then `unresolved_hop`, as `route` does.
-        if !self.connected_v4.iter().any(|&(net, mask, _)| a & mask == net) {
-            if let Some(h) = self.default_v4 {
-                return Some(Route::Resolved(h));
-            }
+        if self.connected_v4.iter().any(|&(net, mask, _)| a & mask == net) {
+            return None;
         }
-        self.unresolved_hop(IpAddr::V4(Ipv4Addr::from(a)))
-            .map(Route::Unresolved)
+        self.default_v4
     }
 
     /// SNAT addresses, IPv4, in the order given (deduplicated).
@@ -685,16 +692,7 @@ impl Snapshot {
     #[inline]
     pub fn next_hop(&self, dst: IpAddr) -> Option<NextHop> {
         match dst {
-            IpAddr::V4(a) => {
-                let a = u32::from(a);
-                if let Some(h) = self.neighbors_v4.get(&a) {
-                    return Some(*h);
-                }
-                if self.connected_v4.iter().any(|&(net, mask, _)| a & mask == net) {
-                    return None;
-                }
-                self.default_v4
-            }
+            IpAddr::V4(a) => self.next_hop_v4(u32::from(a)),
             IpAddr::V6(a) => {
                 let a = u128::from(a);
                 if let Some(h) = self.neighbors_v6.get(&a) {

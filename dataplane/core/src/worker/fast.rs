@@ -21,6 +21,7 @@
 
 use std::net::Ipv4Addr;
 
+use crate::checksum;
 use crate::conntrack::Direction;
 use crate::flow::{owner_of_client, owner_of_snat_port, FlowKey, FlowKeyV4, Proto};
 use crate::nat;
@@ -48,19 +49,6 @@ fn octets(b: &[u8], at: usize) -> [u8; 4] {
     [b[at], b[at + 1], b[at + 2], b[at + 3]]
 }
 
-/// The IPv4 header checksum check of the parse: the one's-complement sum
-/// of the 20 header bytes folds to `0xffff`.
-#[inline(always)]
-fn header_checksum_ok(ip: &[u8; IP]) -> bool {
-    let mut acc = 0u32;
-    for w in ip.chunks_exact(2) {
-        acc += u32::from(u16::from_be_bytes([w[0], w[1]]));
-    }
-    acc = (acc & 0xffff) + (acc >> 16);
-    acc = (acc & 0xffff) + (acc >> 16);
-    acc == 0xffff
-}
-
 /// What the fast path read from a frame that has its layout and passes
 /// every check the parse would make: the 5-tuple and what the rewrite needs.
 #[derive(Debug, Clone, Copy)]
@@ -69,9 +57,8 @@ pub(super) struct FastV4 {
     dst: [u8; 4],
     sport: u16,
     dport: u16,
-    proto: u8,
-    /// TCP (else UDP).
-    tcp: bool,
+    /// TCP or UDP.
+    proto: Proto,
     /// TCP flags; 0 for UDP.
     flags: u8,
     /// End of the IP packet.
@@ -87,7 +74,7 @@ impl FastV4 {
             dst: Ipv4Addr::from(self.dst),
             sport: self.sport,
             dport: self.dport,
-            proto: if self.tcp { Proto::Tcp } else { Proto::Udp },
+            proto: self.proto,
         })
     }
 }
@@ -110,9 +97,8 @@ pub(super) fn read_v4(f: &[u8], meta: &PacketMeta) -> Option<FastV4> {
     if f[ETH + 8] <= 1 {
         return None;
     }
-    let proto = f[ETH + 9];
     let l4_len = total.checked_sub(IP)?;
-    let (tcp, flags) = match proto {
+    let (proto, flags) = match f[ETH + 9] {
         ip_proto::TCP => {
             if l4_len < 20 {
                 return None;
@@ -121,19 +107,19 @@ pub(super) fn read_v4(f: &[u8], meta: &PacketMeta) -> Option<FastV4> {
             if doff < 20 || doff > l4_len {
                 return None;
             }
-            (true, f[L4 + 13])
+            (Proto::Tcp, f[L4 + 13])
         }
         ip_proto::UDP => {
             let ulen = usize::from(be16(f, L4 + 4));
             if ulen < 8 || ulen > l4_len {
                 return None;
             }
-            (false, 0)
+            (Proto::Udp, 0)
         }
         _ => return None,
     };
-    let ip_hdr: &[u8; IP] = f[ETH..L4].try_into().ok()?;
-    if !meta.offload.rx_ipv4_verified && !header_checksum_ok(ip_hdr) {
+    // The parse's check (`Ipv4Packet::verify_checksum`).
+    if !meta.offload.rx_ipv4_verified && checksum::fold(checksum::sum(&f[ETH..L4])) != 0xffff {
         return None;
     }
     Some(FastV4 {
@@ -142,7 +128,6 @@ pub(super) fn read_v4(f: &[u8], meta: &PacketMeta) -> Option<FastV4> {
         sport: be16(f, L4),
         dport: be16(f, L4 + 2),
         proto,
-        tcp,
         flags,
         end,
     })
@@ -182,10 +167,10 @@ impl Worker {
             sport,
             dport,
             proto,
-            tcp,
             flags,
             end,
         } = *k;
+        let tcp = proto == Proto::Tcp;
         let dst32 = u32::from_be_bytes(dst);
 
         // --- the general path's `l4` dispatch, hits only ---
@@ -197,8 +182,7 @@ impl Worker {
             }
             true
         } else if owned.contains(OwnerKind::VIP) {
-            let p = if tcp { Proto::Tcp } else { Proto::Udp };
-            let fe = snap.frontend_v4(dst32, dport, p)?;
+            let fe = snap.frontend_v4(dst32, dport, proto)?;
             // As `Snapshot::lookup`: a frontend of an existing service.
             snap.get_service(fe.service)?;
             if multi && owner_of_client(Ipv4Addr::from(src).into(), sport, self.n_workers) != self.id {
@@ -217,7 +201,7 @@ impl Worker {
         };
         let (id, dir) = match found {
             Some(hit) => hit?,
-            None => self.conntrack.lookup_v4(src, dst, sport, dport, proto)?,
+            None => self.conntrack.lookup_v4(src, dst, sport, dport, proto as u8)?,
         };
         if reply_only && dir != Direction::Reply {
             return None;
