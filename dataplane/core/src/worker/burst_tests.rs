@@ -25,7 +25,7 @@ const MAC0: [u8; 6] = [2, 0, 0, 0, 0, 0x10];
 const MAC1: [u8; 6] = [2, 0, 0, 0, 0, 0x11];
 const PEER: [u8; 6] = [2, 0, 0, 0, 0, 0xc1];
 
-fn ip(s: &str) -> IpAddr {
+pub(in crate::worker) fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
@@ -33,6 +33,11 @@ fn ip(s: &str) -> IpAddr {
 /// backends on port 1; full-NAT TCP 10.0.0.100:80 and [fd00::100]:80, DNAT
 /// UDP 10.0.0.101:53.
 pub(in crate::worker) fn snapshot() -> Snapshot {
+    builder().build().unwrap()
+}
+
+/// The builder of [`snapshot`], for tests that add to it.
+pub(in crate::worker) fn builder() -> SnapshotBuilder<'static> {
     let mut b = SnapshotBuilder::new(1);
     b.interface(
         0,
@@ -72,7 +77,7 @@ pub(in crate::worker) fn snapshot() -> Snapshot {
         b.backend(dns, BackendSpec::new(ip(&format!("10.1.0.{i}")), 53))
             .unwrap();
     }
-    b.build().unwrap()
+    b
 }
 
 /// [`snapshot`] with 10.0.0.3, the gateway and backend 10.1.0.13
@@ -119,7 +124,7 @@ impl Rng {
     }
 }
 
-fn tcp(src: (IpAddr, u16), dst: (IpAddr, u16), flags: u64, ttl: u8) -> Vec<u8> {
+pub(in crate::worker) fn tcp(src: (IpAddr, u16), dst: (IpAddr, u16), flags: u64, ttl: u8) -> Vec<u8> {
     let b = etherparse::PacketBuilder::ethernet2(PEER, MAC0);
     let b = match (src.0, dst.0) {
         (IpAddr::V4(s), IpAddr::V4(d)) => b.ipv4(s.octets(), d.octets(), ttl),
@@ -144,7 +149,7 @@ fn tcp(src: (IpAddr, u16), dst: (IpAddr, u16), flags: u64, ttl: u8) -> Vec<u8> {
     out
 }
 
-fn udp(src: (IpAddr, u16), dst: (IpAddr, u16)) -> Vec<u8> {
+pub(in crate::worker) fn udp(src: (IpAddr, u16), dst: (IpAddr, u16)) -> Vec<u8> {
     let (IpAddr::V4(s), IpAddr::V4(d)) = (src.0, dst.0) else {
         unreachable!()
     };
@@ -167,7 +172,7 @@ fn echo_to_interface(id: u16) -> Vec<u8> {
     out
 }
 
-fn client(rng: &mut Rng, v6: bool) -> (IpAddr, u16) {
+pub(in crate::worker) fn client(rng: &mut Rng, v6: bool) -> (IpAddr, u16) {
     let addr = if v6 {
         // fd99::2 is off every prefix, and there is no IPv6 gateway.
         let net = [0xfd00, 0xfd99][rng.below(2) as usize];

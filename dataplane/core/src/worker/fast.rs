@@ -25,7 +25,7 @@ use crate::checksum;
 use crate::conntrack::Direction;
 use crate::flow::{owner_of_client, owner_of_snat_port, FlowKey, FlowKeyV4, Proto};
 use crate::nat;
-use crate::snapshot::{OwnerKind, Route, Snapshot};
+use crate::snapshot::{NextHop, OwnerKind, Route, Snapshot};
 use crate::wire::ip_proto;
 use crate::Tick;
 
@@ -53,16 +53,16 @@ fn octets(b: &[u8], at: usize) -> [u8; 4] {
 /// every check the parse would make: the 5-tuple and what the rewrite needs.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct FastV4 {
-    src: [u8; 4],
-    dst: [u8; 4],
-    sport: u16,
-    dport: u16,
+    pub(super) src: [u8; 4],
+    pub(super) dst: [u8; 4],
+    pub(super) sport: u16,
+    pub(super) dport: u16,
     /// TCP or UDP.
-    proto: Proto,
+    pub(super) proto: Proto,
     /// TCP flags; 0 for UDP.
-    flags: u8,
+    pub(super) flags: u8,
     /// End of the IP packet.
-    end: usize,
+    pub(super) end: usize,
 }
 
 impl FastV4 {
@@ -133,6 +133,27 @@ pub(super) fn read_v4(f: &[u8], meta: &PacketMeta) -> Option<FastV4> {
     })
 }
 
+/// Rewrites `frame`, which [`read_v4`] read as `k`, to carry `src → dst`
+/// (TTL decremented, checksums per `meta`'s offload flags) and addresses it
+/// to `hop`.
+#[inline(always)]
+pub(super) fn write_v4(
+    frame: &mut [u8],
+    k: &FastV4,
+    src: (Ipv4Addr, u16),
+    dst: (Ipv4Addr, u16),
+    hop: &NextHop,
+    meta: &PacketMeta,
+) {
+    // `read_v4` checked `end <= frame.len()`; the `if let` cannot fail.
+    if let Some((head, rest)) = frame.get_mut(..k.end).map(|f| f.split_at_mut(L4)) {
+        if let Ok(ip) = <&mut [u8; IP]>::try_from(&mut head[ETH..]) {
+            nat::rewrite_v4_whole(ip, rest, k.proto == Proto::Tcp, src, dst, &meta.offload);
+        }
+    }
+    nat::set_l2(frame, hop.src_mac, hop.dst_mac);
+}
+
 impl Worker {
     /// See the module doc: `Some` only where the general path would do
     /// exactly the same, `None` (nothing written or counted) otherwise.
@@ -168,28 +189,29 @@ impl Worker {
             dport,
             proto,
             flags,
-            end,
+            ..
         } = *k;
-        let tcp = proto == Proto::Tcp;
         let dst32 = u32::from_be_bytes(dst);
 
-        // --- the general path's `l4` dispatch, hits only ---
+        // --- the general path's `l4` dispatch ---
         let owned = snap.owner_kind_v4(dst32).unwrap_or_default();
         let multi = self.n_workers > 1;
-        let reply_only = if owned.contains(OwnerKind::SNAT) {
+        // The frontend's service and counter slot on the forward path;
+        // `None` where only a reply may match.
+        let forward = if owned.contains(OwnerKind::SNAT) {
             if multi && owner_of_snat_port(dport, self.n_workers) != self.id {
                 return None;
             }
-            true
+            None
         } else if owned.contains(OwnerKind::VIP) {
             let fe = snap.frontend_v4(dst32, dport, proto)?;
             // As `Snapshot::lookup`: a frontend of an existing service.
-            snap.get_service(fe.service)?;
+            let svc = snap.get_service(fe.service)?;
             if multi && owner_of_client(Ipv4Addr::from(src).into(), sport, self.n_workers) != self.id {
                 return None;
             }
             // The forward path takes a hit in either direction.
-            false
+            Some((svc, fe.stats_slot))
         } else if owned != OwnerKind::default() {
             return None;
         } else {
@@ -197,11 +219,17 @@ impl Worker {
             if multi && owner_of_client(Ipv4Addr::from(dst).into(), dport, self.n_workers) != self.id {
                 return None;
             }
-            true
+            None
         };
-        let (id, dir) = match found {
-            Some(hit) => hit?,
-            None => self.conntrack.lookup_v4(src, dst, sport, dport, proto as u8)?,
+        let reply_only = forward.is_none();
+        let hit = match found {
+            Some(hit) => hit,
+            None => self.conntrack.lookup_v4(src, dst, sport, dport, proto as u8),
+        };
+        let Some((id, dir)) = hit else {
+            // A new connection to a frontend (`paths::open`).
+            let (svc, fe_slot) = forward?;
+            return self.fast_open_v4(now, snap, frame, meta, k, svc, fe_slot);
         };
         if reply_only && dir != Direction::Reply {
             return None;
@@ -213,17 +241,14 @@ impl Worker {
             return None;
         };
         // --- no way back past this point: the frame is written ---
-        let (head, rest) = frame.get_mut(..end)?.split_at_mut(L4);
-        let ip: &mut [u8; IP] = (&mut head[ETH..]).try_into().ok()?;
-        nat::rewrite_v4_whole(
-            ip,
-            rest,
-            tcp,
+        write_v4(
+            frame,
+            k,
             (Ipv4Addr::from(rw.src), rw.src_port),
             (Ipv4Addr::from(rw.dst), rw.dst_port),
-            &meta.offload,
+            &hop,
+            meta,
         );
-        nat::set_l2(frame, hop.src_mac, hop.dst_mac);
         if let Some(tags) = self.conntrack.touch(id, dir, flags, now) {
             self.count_flow(tags, frame.len());
         }

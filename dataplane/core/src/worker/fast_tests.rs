@@ -6,11 +6,19 @@
 //! general path gives; the two workers' whole state (conntrack, SNAT pools,
 //! counters) stays equal.
 
-use super::super::burst::tests::{frame, meta, snapshot, snapshot_unresolved, worker, Reply, Rng};
+use std::time::Duration;
+
+use super::super::burst::tests::{
+    builder, client, frame, ip, meta, snapshot, snapshot_unresolved, tcp, udp, worker, Reply, Rng,
+};
 use crate::checksum::ChecksumOffload;
-use crate::snapshot::Snapshot;
+use crate::conntrack;
+use crate::flow::{Proto, WorkerId};
+use crate::snapshot::{
+    BackendSpec, Cidr, ForwardMode, FrontendKind, FrontendSpec, ServiceSpec, SessionAffinity, Snapshot,
+};
 use crate::wire;
-use crate::worker::Verdict;
+use crate::worker::{Verdict, Worker, WorkerConfig};
 use crate::Tick;
 
 /// Damages one header field the fast path reads, or the frame's length.
@@ -102,15 +110,23 @@ struct Seen {
     declined: u64,
 }
 
+/// A random frame of [`frame`]'s traffic.
+type Gen = fn(&mut Rng, &[Reply]) -> (Vec<u8>, u16);
+
 fn run(snap: &Snapshot, seed: u64, n_workers: u16, capacity: u32) -> Seen {
-    let mut fast = worker(n_workers, capacity);
-    let mut general = worker(n_workers, capacity);
+    let mk = || worker(n_workers, capacity);
+    run_with(snap, seed, mk, frame)
+}
+
+fn run_with(snap: &Snapshot, seed: u64, mk: impl Fn() -> Worker, gen: Gen) -> Seen {
+    let mut fast = mk();
+    let mut general = mk();
     let mut rng = Rng(seed | 1);
     let mut replies: Vec<Reply> = Vec::new();
     let mut seen = Seen::default();
     let mut now = 0;
     for n in 0..3000u32 {
-        let (mut f, port) = frame(&mut rng, &replies);
+        let (mut f, port) = gen(&mut rng, &replies);
         let mut m = meta(port);
         if rng.below(4) == 0 {
             m.offload = offload(&mut rng);
@@ -195,5 +211,96 @@ fn fast_path_with_unresolved_next_hops() {
     for seed in 1..=4 {
         let s = run(&snap, seed * 0x6c07_8965, 1, 256);
         assert!(s.fast > 0, "{s:?}");
+    }
+}
+
+/// [`snapshot`] plus services that refuse or steer new connections:
+/// full-NAT TCP 10.0.0.102:80 open to 10.0.0.2/32 only, with client-IP
+/// affinity; full-NAT TCP 10.0.0.103:80 with no backend; DNAT TCP
+/// 10.0.0.104:80 (no SYN needed) with one backend whose next hop is
+/// unknown and one that is resolved.
+fn snapshot_policies() -> Snapshot {
+    let mut b = builder();
+    let mut only = ServiceSpec::new("default/only");
+    only.mode = ForwardMode::FullNat;
+    only.source_ranges = vec![Cidr::new(ip("10.0.0.2"), 32).unwrap()];
+    only.affinity = SessionAffinity::ClientIp {
+        timeout: Duration::from_secs(60),
+    };
+    let only = b.service(only).unwrap();
+    let fe = FrontendSpec::new(ip("10.0.0.102"), 80, Proto::Tcp, FrontendKind::LoadBalancer);
+    b.frontend(only, fe).unwrap();
+    let mut empty = ServiceSpec::new("default/empty");
+    empty.mode = ForwardMode::FullNat;
+    let empty = b.service(empty).unwrap();
+    let fe = FrontendSpec::new(ip("10.0.0.103"), 80, Proto::Tcp, FrontendKind::LoadBalancer);
+    b.frontend(empty, fe).unwrap();
+    let dnat = b.service(ServiceSpec::new("default/dnat")).unwrap();
+    let fe = FrontendSpec::new(ip("10.0.0.104"), 80, Proto::Tcp, FrontendKind::LoadBalancer);
+    b.frontend(dnat, fe).unwrap();
+    for i in 11..=13 {
+        b.backend(only, BackendSpec::new(ip(&format!("10.1.0.{i}")), 8080))
+            .unwrap();
+    }
+    // 10.1.0.20 has no neighbor entry: `Resolve`.
+    for a in ["10.1.0.11", "10.1.0.20"] {
+        b.backend(dnat, BackendSpec::new(ip(a), 8080)).unwrap();
+    }
+    b.build().unwrap()
+}
+
+/// [`frame`]'s traffic, a third of it new and established flows toward
+/// the services of [`snapshot_policies`].
+fn policy_frame(rng: &mut Rng, replies: &[Reply]) -> (Vec<u8>, u16) {
+    if rng.below(3) != 0 {
+        return frame(rng, replies);
+    }
+    let vip = (
+        ip(["10.0.0.102", "10.0.0.103", "10.0.0.104"][rng.below(3) as usize]),
+        80,
+    );
+    let f = match rng.below(4) {
+        // SYN, ACK, FIN+ACK, RST+ACK.
+        0..=2 => tcp(client(rng, false), vip, [1, 2, 6, 10][rng.below(4) as usize], 64),
+        // UDP to a TCP-only frontend.
+        _ => udp(client(rng, false), vip),
+    };
+    (f, 0)
+}
+
+/// A worker whose SNAT pool holds 8 ports, so new full-NAT connections
+/// find it exhausted.
+fn worker_few_ports(capacity: u32) -> Worker {
+    let mut cfg = WorkerConfig::new(WorkerId(0), 1);
+    cfg.conntrack = conntrack::Config {
+        evict_window: 4,
+        ..conntrack::Config::new(capacity, capacity / 2)
+    };
+    cfg.snat_addresses = vec![ip("10.1.0.100"), ip("fd01::100")];
+    cfg.snat_ports = 1024..=1031;
+    cfg.frontend_slots = 8;
+    cfg.backend_slots = 8;
+    Worker::new(cfg).unwrap()
+}
+
+#[test]
+fn fast_path_opens_connections_as_the_general_path() {
+    let snap = snapshot_policies();
+    for seed in 1..=6u64 {
+        let s = run_with(
+            &snap,
+            seed.wrapping_mul(0x2d35_8dcc_aa6c_78a5),
+            || worker(1, 1024),
+            policy_frame,
+        );
+        assert!(s.fast > 500, "{s:?}");
+    }
+    // Full tables (evictions, stateless DNAT forwards, `ConntrackFull`)
+    // and an exhausted SNAT pool.
+    for seed in 1..=6u64 {
+        let s = run_with(&snap, seed * 0x1b87_3593, || worker(1, 8), policy_frame);
+        assert!(s.fast > 100, "{s:?}");
+        let s = run_with(&snap, seed * 0x4cf5_ad43, || worker_few_ports(256), policy_frame);
+        assert!(s.fast > 100, "{s:?}");
     }
 }

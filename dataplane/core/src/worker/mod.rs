@@ -48,6 +48,7 @@
 mod burst;
 pub use burst::BURST_LOOKUP_MIN_LEN;
 mod fast;
+mod fast_open;
 mod paths;
 
 use std::net::IpAddr;

@@ -1,0 +1,130 @@
+//! The IPv4 fast path for the first packet of a connection: what
+//! `paths::forward` → `paths::open` → `paths::translate` do for a TCP SYN
+//! or UDP datagram to a frontend that conntrack does not know, on the
+//! fixed-offset read of [`fast::read_v4`](super::fast::read_v4) instead of
+//! a [`Parsed`](crate::wire::Parsed).
+//!
+//! Same contract as the established fast path (`fast.rs`): `Some(verdict)`
+//! only where the general path would give that verdict, that frame and
+//! those counters, and `None`, having changed nothing, otherwise. Every
+//! check that can refuse the packet without changing state (source ranges,
+//! a TCP segment that is not a SYN, no backend, a backend without a
+//! resolved next hop, no SNAT port left) is made before the first change,
+//! and declines: the general path then refuses it with its own counted
+//! reason. Past the SNAT allocation the outcome is the general path's
+//! whatever happens: a new entry (evicting one if the table is full), a
+//! stateless DNAT forward, or a `ConntrackFull` drop.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use crate::conntrack::{Direction, InsertError, Nat, Tags};
+use crate::flow::{FlowKey, FlowKeyV4, Proto};
+use crate::maglev::flow_hash_v4;
+use crate::snapshot::{Family, ForwardMode, Route, Service, Snapshot};
+use crate::wire::TcpFlags;
+use crate::{DropReason, Tick};
+
+use super::fast::{write_v4, FastV4};
+use super::{release_snat, PacketMeta, Verdict, Worker};
+
+impl Worker {
+    /// A new connection to `svc` (frontend counter slot `fe_slot`) opened
+    /// by the packet `frame`, read as `k`, whose 5-tuple conntrack misses.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    pub(super) fn fast_open_v4(
+        &mut self,
+        now: Tick,
+        snap: &Snapshot,
+        frame: &mut [u8],
+        meta: &PacketMeta,
+        k: &FastV4,
+        svc: &Service,
+        fe_slot: u32,
+    ) -> Option<Verdict> {
+        let client = Ipv4Addr::from(k.src);
+        if !svc.allows_source(IpAddr::V4(client)) {
+            return None;
+        }
+        let full_nat = svc.mode() == ForwardMode::FullNat;
+        let syn = k.flags & (TcpFlags::SYN.0 | TcpFlags::ACK.0) == TcpFlags::SYN.0;
+        if k.proto == Proto::Tcp && full_nat && !syn {
+            return None;
+        }
+        let flow = flow_hash_v4(k.src, k.dst, k.sport, k.dport, k.proto as u8);
+        let backend = svc.pick(svc.pick_hash(IpAddr::V4(client), flow), Family::V4)?;
+        let IpAddr::V4(be_addr) = backend.addr else {
+            return None;
+        };
+        let be = (backend.addr, backend.port);
+        let be_slot = backend.stats_slot;
+        // `translate` would drop (`NoRoute`) or hold the packet (`Resolve`)
+        // after creating the entry: the general path's business.
+        let Some(Route::Resolved(hop)) = snap.route_v4(u32::from(be_addr)) else {
+            return None;
+        };
+
+        // --- no way back past this point: state changes ---
+        let nat = if full_nat {
+            Nat::FullNat {
+                backend: be,
+                snat: self.snat.alloc(be, k.proto)?,
+            }
+        } else {
+            Nat::Dnat { backend: be }
+        };
+        let src = match nat.snat() {
+            Some((IpAddr::V4(a), port)) => (a, port),
+            // `alloc` hands out an address of the backend's family.
+            _ => (client, k.sport),
+        };
+        let key = FlowKey::V4(FlowKeyV4 {
+            src: client,
+            dst: Ipv4Addr::from(k.dst),
+            sport: k.sport,
+            dport: k.dport,
+            proto: k.proto,
+        });
+        let tags = Tags {
+            frontend: fe_slot,
+            backend: be_slot,
+        };
+        let (ct, snat, counters) = (&mut self.conntrack, &mut self.snat, &self.counters);
+        let inserted = ct.insert(key, nat, tags, now, |evicted| {
+            counters.conntrack_evictions.inc();
+            release_snat(snat, evicted);
+        });
+        let id = match inserted {
+            Ok(id) => {
+                counters.new_connections.inc();
+                if let Some(c) = counters.frontend(fe_slot) {
+                    c.connections.inc();
+                }
+                if let Some(c) = counters.backend(be_slot) {
+                    c.connections.inc();
+                }
+                Some(id)
+            }
+            Err(InsertError::Full) if !full_nat => {
+                counters.stateless_forwards.inc();
+                None
+            }
+            Err(_) => {
+                if let Some(ep) = nat.snat() {
+                    let _ = snat.free(ep, k.proto);
+                }
+                return Some(self.drop(DropReason::ConntrackFull));
+            }
+        };
+        write_v4(frame, k, src, (be_addr, backend.port), &hop, meta);
+        if let Some(id) = id {
+            if let Some(tags) = self.conntrack.touch(id, Direction::Original, k.flags, now) {
+                self.count_flow(tags, frame.len());
+            }
+        }
+        Some(Verdict::Transmit {
+            port: hop.port,
+            len: frame.len(),
+        })
+    }
+}
