@@ -318,6 +318,21 @@ const fn space_of(proto: Proto) -> usize {
     }
 }
 
+/// Slots of [`SnatPorts`]' IPv4 address map: a power of two, four times
+/// [`SnatPorts::MAX_ADDRESSES`].
+const V4_SLOTS: usize = 256;
+/// An empty slot of that map (no address index reaches it).
+const NO_ADDR: u8 = u8::MAX;
+const _: () =
+    assert!(4 * SnatPorts::MAX_ADDRESSES <= V4_SLOTS && SnatPorts::MAX_ADDRESSES < NO_ADDR as usize);
+
+/// Home slot of an IPv4 address in that map (Fibonacci hashing: the top
+/// bits of a multiply, so addresses differing in any byte spread).
+#[inline]
+fn v4_home(a: u32) -> usize {
+    (a.wrapping_mul(0x9E37_79B9) >> 24) as usize
+}
+
 /// A fixed-capacity FIFO of free ports with an in-use bitmap.
 #[derive(Debug, Clone)]
 struct PortPool {
@@ -393,9 +408,12 @@ pub struct SnatPorts {
     worker: WorkerId,
     mask: u16,
     addrs: Box<[IpAddr]>,
-    /// The IPv4 entries of `addrs` as integers, with their index there:
-    /// `free` runs on every expiry and eviction of a full-NAT flow, and a
-    /// scan of `u32`s costs a fraction of one of `IpAddr`s.
+    /// The IPv4 entries of `addrs` by value, for `free`, which runs on
+    /// every expiry and eviction of a full-NAT flow: an open-addressed map
+    /// of [`V4_SLOTS`] `(address, index in addrs)` pairs, linear probing,
+    /// [`NO_ADDR`] marking an empty slot. At most a quarter full, so a
+    /// lookup is one or two probes (a scan of 32 addresses was ~100
+    /// instructions).
     v4_index: Box<[(u32, u8)]>,
     /// `pools[addr * SPACES + space]`.
     pools: Box<[PortPool]>,
@@ -445,15 +463,18 @@ impl SnatPorts {
         let pools = (0..addresses.len() * SPACES)
             .map(|_| PortPool::new(&ports))
             .collect();
-        let v4_index = addresses
-            .iter()
-            .enumerate()
-            .filter_map(|(i, a)| match a {
-                // MAX_ADDRESSES keeps the index within a u8.
-                IpAddr::V4(a) => Some((u32::from(*a), i as u8)),
-                IpAddr::V6(_) => None,
-            })
-            .collect();
+        let mut v4_index = vec![(0, NO_ADDR); V4_SLOTS].into_boxed_slice();
+        for (i, a) in addresses.iter().enumerate() {
+            if let IpAddr::V4(a) = a {
+                let a = u32::from(*a);
+                let mut h = v4_home(a);
+                while v4_index[h].1 != NO_ADDR {
+                    h = (h + 1) % V4_SLOTS;
+                }
+                // MAX_ADDRESSES keeps the index within a u8, below NO_ADDR.
+                v4_index[h] = (a, i as u8);
+            }
+        }
         Ok(SnatPorts {
             worker,
             mask,
@@ -505,17 +526,28 @@ impl SnatPorts {
     /// Returns a pair handed out by [`SnatPorts::alloc`] to the pool.
     pub fn free(&mut self, snat: (IpAddr, u16), proto: Proto) -> Result<(), SnatFreeError> {
         let i = match snat.0 {
-            IpAddr::V4(a) => {
-                let key = u32::from(a);
-                self.v4_index
-                    .iter()
-                    .find(|e| e.0 == key)
-                    .map(|e| usize::from(e.1))
-            }
+            IpAddr::V4(a) => self.v4_position(u32::from(a)),
             IpAddr::V6(_) => self.addrs.iter().position(|a| *a == snat.0),
         }
         .ok_or(SnatFreeError::UnknownAddress)?;
         self.pools[i * SPACES + space_of(proto)].push(snat.1)
+    }
+
+    /// The index in `addrs` of the IPv4 address `a`.
+    #[inline]
+    fn v4_position(&self, a: u32) -> Option<usize> {
+        let mut h = v4_home(a);
+        // Never full (MAX_ADDRESSES < V4_SLOTS): the loop meets an empty slot.
+        loop {
+            let (k, i) = self.v4_index[h];
+            if i == NO_ADDR {
+                return None;
+            }
+            if k == a {
+                return Some(usize::from(i));
+            }
+            h = (h + 1) % V4_SLOTS;
+        }
     }
 
     /// Free ports left on `addr` for `proto`; 0 for an unknown address.
@@ -681,6 +713,39 @@ mod tests {
             p.free(("2001:db8::3".parse().unwrap(), 1024), Proto::Tcp),
             Err(SnatFreeError::UnknownAddress)
         );
+    }
+
+    #[test]
+    fn snat_free_finds_each_of_the_most_addresses() {
+        // 64 addresses, consecutive and spread over /8s, so several share
+        // a home slot of the IPv4 map and probe past each other.
+        let addrs: Vec<IpAddr> = (0..SnatPorts::MAX_ADDRESSES as u32)
+            .map(|i| {
+                IpAddr::V4(Ipv4Addr::from(if i % 2 == 0 {
+                    0x0a00_0000 + i
+                } else {
+                    i << 24 | 1
+                }))
+            })
+            .collect();
+        let mut p = SnatPorts::new(WorkerId(0), 1, &addrs, 1024..=1025).unwrap();
+        let be = (v4(10, 9, 0, 1), 80);
+        let held: Vec<_> = (0..2 * addrs.len())
+            .map(|_| p.alloc(be, Proto::Udp).unwrap())
+            .collect();
+        assert_eq!(p.alloc(be, Proto::Udp), None);
+        for &pair in &held {
+            p.free(pair, Proto::Udp).unwrap();
+        }
+        for &a in &addrs {
+            assert_eq!(p.available(a, Proto::Udp), 2, "{a}");
+        }
+        for unknown in [v4(10, 0, 0, 64), v4(0, 0, 0, 0), v4(255, 255, 255, 255)] {
+            assert_eq!(
+                p.free((unknown, 1024), Proto::Udp),
+                Err(SnatFreeError::UnknownAddress)
+            );
+        }
     }
 
     #[test]

@@ -711,10 +711,13 @@ fn advance<A: Addr>(
 /// Removes the slot at `idx` if it is in use and expired at `now`.
 #[inline]
 fn sweep_one<A: Addr>(t: &mut Table<A>, idx: u32, now: u64) -> Option<Entry> {
-    if t.get(idx)?.expires > now {
+    let s = t.get(idx)?;
+    if s.expires > now {
         return None;
     }
-    t.remove(idx).map(|s| decode(&s))
+    let e = decode(s);
+    t.discard(idx);
+    Some(e)
 }
 
 /// The endpoints of [`Conntrack::rewrite`] in the table's raw form:
