@@ -709,3 +709,73 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn sweep_removes_due_entries_in_slot_order_across_families() {
+    // Both families, live and expired entries interleaved, budgets that
+    // cross the IPv4/IPv6 boundary and wrap.
+    let mut ct = table(300, 100);
+    for n in 0..280u16 {
+        ins(
+            &mut ct,
+            key(client(n), VIP, Proto::Udp),
+            dnat(),
+            u64::from(n % 7) * S,
+        )
+        .unwrap();
+    }
+    let vip6 = (IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1)), 53);
+    let be6 = (IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 9)), 53);
+    for n in 0..90u16 {
+        let c = (
+            IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, n)),
+            5000 + n,
+        );
+        let k = key(c, vip6, Proto::Udp);
+        ct.insert(
+            k,
+            Nat::Dnat { backend: be6 },
+            Tags::default(),
+            Tick(u64::from(n % 5) * S),
+            |_| {},
+        )
+        .unwrap();
+    }
+    // Free some slots in the middle so runs mix free, live and due slots.
+    for n in (0..280u16).step_by(9) {
+        let (id, _) = ct.lookup(&key(client(n), VIP, Proto::Udp)).unwrap();
+        ct.remove(id).unwrap();
+    }
+    let udp = ct.timeouts().udp_unreplied.as_millis() as u64;
+    for (now, budget) in [
+        (udp + 2 * S, 77),
+        (udp + 4 * S, 250),
+        (udp + 4 * S, 131),
+        (udp + 9 * S, 400),
+    ] {
+        // What a one-by-one sweep from the cursor removes, in order.
+        let cap4 = u64::from(ct.v4.capacity());
+        let total = cap4 + u64::from(ct.v6.capacity());
+        let mut want = Vec::new();
+        let mut pos = ct.sweep;
+        for _ in 0..budget.min(total) {
+            let slot = if pos < cap4 {
+                ct.v4.get(pos as u32).filter(|s| s.expires <= now).map(decode)
+            } else {
+                ct.v6
+                    .get((pos - cap4) as u32)
+                    .filter(|s| s.expires <= now)
+                    .map(decode)
+            };
+            want.extend(slot.map(|e| e.original));
+            pos = (pos + 1) % total;
+        }
+        let mut got = Vec::new();
+        let st = ct.expire(Tick(now), budget as usize, |e| got.push(e.original));
+        assert_eq!(got, want, "now {now} budget {budget}");
+        assert_eq!(st.expired, want.len());
+        assert_eq!(ct.sweep, pos);
+        ct.check();
+    }
+    assert!(ct.is_empty() || ct.len() < 300);
+}
