@@ -74,6 +74,18 @@ pub fn sum(data: &[u8]) -> u32 {
     u32::from(fold(acc as u32))
 }
 
+/// [`sum`] of a 20-byte header (an IPv4 header without options), for the
+/// per-packet check of the fast path: five loads and adds, no loop (the
+/// general `sum`, not inlined there, cost ~55 instructions).
+#[inline(always)]
+pub fn sum20(h: &[u8; 20]) -> u32 {
+    let w = |i: usize| u64::from(u32::from_be_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]));
+    let mut acc = w(0) + w(4) + w(8) + w(12) + w(16);
+    acc = (acc & 0xffff_ffff) + (acc >> 32);
+    acc = (acc & 0xffff_ffff) + (acc >> 32);
+    u32::from(fold(acc as u32))
+}
+
 /// The Internet checksum of `data` (checksum field, if inside, zeroed first).
 #[inline]
 pub fn checksum(data: &[u8]) -> u16 {
@@ -353,6 +365,12 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn sum20_is_sum(h in prop::array::uniform20(any::<u8>())) {
+            prop_assert_eq!(sum20(&h), sum(&h));
+            prop_assert_eq!(fold(sum20(&h)) as u32, fold(reference_sum(&h)) as u32);
+        }
+
         #[test]
         fn sum_matches_reference(data in proptest::collection::vec(any::<u8>(), 0..200)) {
             prop_assert_eq!(sum(&data), reference_sum(&data));

@@ -119,8 +119,11 @@ pub(super) fn read_v4(f: &[u8], meta: &PacketMeta) -> Option<FastV4> {
         _ => return None,
     };
     // The parse's check (`Ipv4Packet::verify_checksum`).
-    if !meta.offload.rx_ipv4_verified && checksum::fold(checksum::sum(&f[ETH..L4])) != 0xffff {
-        return None;
+    if !meta.offload.rx_ipv4_verified {
+        let h: &[u8; IP] = f[ETH..L4].try_into().ok()?;
+        if checksum::fold(checksum::sum20(h)) != 0xffff {
+            return None;
+        }
     }
     Some(FastV4 {
         src: octets(f, ETH + 12),
