@@ -11,8 +11,9 @@
 //!   behind the default gateway, so both directions take the neighbor hash
 //!   and the default-route fallback. Frames are 60-byte TCP ACKs; IPv4
 //!   header checksums are verified in software (no rx offload).
-//! - Established: the table is filled with n = 1k or 1M connections (a SYN
-//!   and the backend's SYN-ACK each, through `handle_packet`). The timed
+//! - Established: the table is filled with n = 1k or 1M connections (a SYN,
+//!   the backend's SYN-ACK and the client's ACK each, through
+//!   `handle_packet`, so every entry is ESTABLISHED). The timed
 //!   bursts walk all n flows in a random order unrelated to insertion, so
 //!   at 1M every packet pays the index and entry misses a real worker pays.
 //! - Frame reuse: a rewrite changes the frame, so pristine copies are kept
@@ -172,6 +173,15 @@ fn established(n: usize) -> Established {
         let mut synack = tcp(reply.src(), reply.dst(), true, true);
         let v = worker.handle_packet(Tick(1), &snap, &mut synack, &meta(1));
         assert!(matches!(v, Verdict::Transmit { port: 0, .. }), "{v:?}");
+        // The client's ACK completes the handshake: both directions then
+        // measure established entries.
+        let mut ack = tcp(client(i), vip, false, true);
+        let v = worker.handle_packet(Tick(1), &snap, &mut ack, &meta(0));
+        assert!(matches!(v, Verdict::Transmit { port: 1, .. }), "{v:?}");
+        assert_eq!(
+            worker.conntrack().state(id),
+            Some(conntrack::ConnState::TcpEstablished)
+        );
         fwd.push(tcp(client(i), vip, false, true));
         rev.push(tcp(reply.src(), reply.dst(), false, true));
     }
