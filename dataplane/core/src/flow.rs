@@ -523,6 +523,28 @@ impl SnatPorts {
         None
     }
 
+    /// A guess at the IPv4 pair the `nth` next [`SnatPorts::alloc`] toward
+    /// an IPv4 backend will hand out, if no port is freed meanwhile and no
+    /// address runs dry: for warming loads only (a wrong guess costs a
+    /// wasted load, never a wrong answer).
+    #[inline]
+    pub fn peek_v4(&self, nth: usize, proto: Proto) -> Option<(Ipv4Addr, u16)> {
+        let n = self.addrs.len();
+        if n == 0 {
+            return None;
+        }
+        let i = (self.next_v4 + nth) % n;
+        let IpAddr::V4(a) = self.addrs[i] else {
+            return None;
+        };
+        let pool = &self.pools[i * SPACES + space_of(proto)];
+        let ahead = nth / n;
+        if ahead >= pool.len {
+            return None;
+        }
+        Some((a, pool.ring[(pool.head + ahead) % pool.ring.len()]))
+    }
+
     /// Returns a pair handed out by [`SnatPorts::alloc`] to the pool.
     pub fn free(&mut self, snat: (IpAddr, u16), proto: Proto) -> Result<(), SnatFreeError> {
         let i = match snat.0 {
@@ -713,6 +735,31 @@ mod tests {
             p.free(("2001:db8::3".parse().unwrap(), 1024), Proto::Tcp),
             Err(SnatFreeError::UnknownAddress)
         );
+    }
+
+    #[test]
+    fn snat_peek_guesses_the_next_allocations() {
+        // Without frees, the guesses are exactly what alloc hands out next,
+        // across the round-robin, until every pool is empty.
+        let addrs = [v4(198, 51, 100, 1), v4(198, 51, 100, 2), v4(198, 51, 100, 3)];
+        // Worker 1 of 2: 8 odd ports on each address.
+        let mut p = SnatPorts::new(WorkerId(1), 2, &addrs, 1024..=1039).unwrap();
+        let be = (v4(10, 9, 0, 1), 80);
+        let as_v4 = |x: Option<(IpAddr, u16)>| {
+            x.map(|(a, port)| match a {
+                IpAddr::V4(a) => (a, port),
+                IpAddr::V6(_) => unreachable!(),
+            })
+        };
+        for _ in 0..6 {
+            let guesses: Vec<_> = (0..4).map(|n| p.peek_v4(n, Proto::Tcp)).collect();
+            for (n, g) in guesses.into_iter().enumerate() {
+                assert!(g.is_some(), "guess {n}");
+                assert_eq!(g, as_v4(p.alloc(be, Proto::Tcp)), "guess {n}");
+            }
+        }
+        assert_eq!(p.peek_v4(0, Proto::Tcp), None);
+        assert_eq!(p.alloc(be, Proto::Tcp), None);
     }
 
     #[test]

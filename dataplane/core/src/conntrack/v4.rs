@@ -44,6 +44,22 @@ impl Conntrack {
         self.v4.find(&k, self.v4.hash(&k)).map(|(i, d)| (EntryId(i), d))
     }
 
+    /// Loads the home index slot of the IPv4 key `src:sport → dst:dport`
+    /// and returns something derived from it, for the caller to sink into
+    /// `black_box`: a warming load for a key about to be looked up or
+    /// inserted (the burst path's new connections' reply keys).
+    #[inline]
+    pub fn peek_v4(&self, src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, proto: u8) -> u32 {
+        let k = RawKey {
+            src,
+            dst,
+            sport,
+            dport,
+            proto,
+        };
+        self.v4.peek_home(self.v4.hash(&k))
+    }
+
     /// [`Conntrack::rewrite`] of an IPv4 connection; `None` for a stale or
     /// IPv6 id.
     #[inline(always)]

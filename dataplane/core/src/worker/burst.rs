@@ -25,6 +25,13 @@
 //! the fast path with their lookup; only if it declines are they parsed,
 //! then, and handed to the general path with the same lookup.
 //!
+//! A packet that misses and may open a connection will, in stage 3, look up
+//! and insert its reply key: another cold index slot. Stage 2b loads those
+//! slots for the whole burst too, with the backend Maglev picks and a guess
+//! at the SNAT pairs the allocator will hand out next
+//! ([`SnatPorts::peek_v4`](crate::flow::SnatPorts::peek_v4)). It only
+//! reads: a wrong guess wastes a load and changes no answer.
+//!
 //! Below [`BURST_LOOKUP_MIN_LEN`] live connections the table's hot part
 //! stays in cache, the staged lookup only adds work (parsed headers kept
 //! for a burst, keys hashed ahead: ~90 instructions a packet), and the
@@ -44,6 +51,9 @@ use super::{PacketMeta, Verdict, Worker};
 /// connections, 1.7-2.3x faster at 20k, 100k and 1M). Tests use 0, so the
 /// staged path is what they check.
 pub const BURST_LOOKUP_MIN_LEN: usize = if cfg!(test) { 0 } else { 1 << 12 };
+
+// A burst's frames fit the bit masks of `burst_chunk`.
+const _: () = assert!(BURST <= 32);
 
 /// Fills unused key slots; never looked up.
 const NO_KEY: FlowKey = FlowKey::V4(FlowKeyV4 {
@@ -125,8 +135,11 @@ impl Worker {
         // `key_of[i]`: index in `keys` of frame i's key, or BURST for none.
         let mut key_of = [BURST as u8; BURST];
         let mut nk = 0;
+        // Bit i: frame i was read by the fast path and may open a connection.
+        let mut opens = 0u32;
         for (i, (frame, meta)) in frames.iter_mut().zip(metas).enumerate() {
             if let Some(k) = fast::read_v4(frame.as_mut(), meta) {
+                opens |= u32::from(k.may_open()) << i;
                 keys[nk] = k.key();
                 key_of[i] = nk as u8;
                 nk += 1;
@@ -148,6 +161,18 @@ impl Worker {
         // Stage 2: the conntrack misses of the whole burst, overlapped.
         let mut found: [Option<(EntryId, Direction)>; BURST] = [None; BURST];
         self.conntrack.lookup_burst(&keys[..nk], &mut found[..nk]);
+        // Stage 2b: the reply-key index slots of the new connections the
+        // fast path will open, loaded together too.
+        let mut sink = 0u32;
+        let mut nth = 0;
+        while opens != 0 {
+            let i = opens.trailing_zeros() as usize;
+            opens &= opens - 1;
+            if let (Some(k), Some(None)) = (&fast[i], found.get(usize::from(key_of[i]))) {
+                sink ^= self.warm_open_v4(snap, k, &mut nth);
+            }
+        }
+        core::hint::black_box(sink);
         let inserts = self.counters.new_connections.get();
         let evictions = self.counters.conntrack_evictions.get();
         // Stage 3: each packet in order, with its lookup if still valid.

@@ -26,7 +26,7 @@ use crate::conntrack::Direction;
 use crate::flow::{owner_of_client, owner_of_snat_port, FlowKey, FlowKeyV4, Proto};
 use crate::nat;
 use crate::snapshot::{NextHop, OwnerKind, Route, Snapshot};
-use crate::wire::ip_proto;
+use crate::wire::{ip_proto, TcpFlags};
 use crate::Tick;
 
 use super::paths::Found;
@@ -66,6 +66,13 @@ pub(super) struct FastV4 {
 }
 
 impl FastV4 {
+    /// Whether the packet may open a connection: a UDP datagram or a TCP
+    /// SYN without ACK (what the burst path warms a reply key for).
+    #[inline(always)]
+    pub(super) fn may_open(&self) -> bool {
+        self.proto == Proto::Udp || self.flags & (TcpFlags::SYN.0 | TcpFlags::ACK.0) == TcpFlags::SYN.0
+    }
+
     /// The conntrack key of the packet, as the general path builds it.
     #[inline(always)]
     pub(super) fn key(&self) -> FlowKey {

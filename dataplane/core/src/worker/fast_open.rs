@@ -28,6 +28,41 @@ use super::fast::{write_v4, FastV4};
 use super::{release_snat, PacketMeta, Verdict, Worker};
 
 impl Worker {
+    /// For a frame of the burst path read as `k` whose 5-tuple missed:
+    /// if it may open a connection to a frontend, loads the index slot of
+    /// the reply key that [`Worker::fast_open_v4`] will check and insert,
+    /// with the backend Maglev picks and the `nth` next SNAT pair (`nth`
+    /// counts the full-NAT guesses of the burst so far). Reads only; the
+    /// returned value is for `black_box`.
+    #[inline]
+    pub(super) fn warm_open_v4(&self, snap: &Snapshot, k: &FastV4, nth: &mut usize) -> u32 {
+        let Some(fe) = snap.frontend_v4(u32::from_be_bytes(k.dst), k.dport, k.proto) else {
+            return 0;
+        };
+        let Some(svc) = snap.get_service(fe.service) else {
+            return 0;
+        };
+        let client = IpAddr::V4(Ipv4Addr::from(k.src));
+        let flow = flow_hash_v4(k.src, k.dst, k.sport, k.dport, k.proto as u8);
+        let Some(b) = svc.pick(svc.pick_hash(client, flow), Family::V4) else {
+            return 0;
+        };
+        let IpAddr::V4(be) = b.addr else {
+            return 0;
+        };
+        let (dst, dport) = if svc.mode() == ForwardMode::FullNat {
+            let Some((a, p)) = self.snat.peek_v4(*nth, k.proto) else {
+                return 0;
+            };
+            *nth += 1;
+            (a.octets(), p)
+        } else {
+            (k.src, k.sport)
+        };
+        self.conntrack
+            .peek_v4(be.octets(), dst, b.port, dport, k.proto as u8)
+    }
+
     /// A new connection to `svc` (frontend counter slot `fe_slot`) opened
     /// by the packet `frame`, read as `k`, whose 5-tuple conntrack misses.
     #[allow(clippy::too_many_arguments)]
