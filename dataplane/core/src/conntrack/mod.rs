@@ -21,8 +21,8 @@
 //!   recomputes both with `size_of`.
 //! - **A flow cache per entry.** Each entry keeps, per direction, the next
 //!   hop the worker's IPv4 fast path resolved for it and the
-//!   [`Snapshot::epoch`](crate::snapshot::Snapshot::epoch) it did so under;
-//!   a new entry starts uncached.
+//!   [`Snapshot::epoch`](crate::snapshot::Snapshot::epoch) it did so under
+//!   ([`Conntrack::rewrite_cached_v4`]); a new entry starts uncached.
 //!
 //! # Expiry
 //! An entry expires a state-dependent idle time after its last packet

@@ -144,6 +144,27 @@ impl HopCache {
         epoch: 0,
         hops: [NONE; 2],
     };
+
+    /// The cached hop of `dir` if it was computed for `epoch` (non-zero).
+    #[inline(always)]
+    pub fn get(&self, dir: Direction, epoch: u64) -> Option<u32> {
+        let hop = self.hops[dir_bit(dir) as usize];
+        (self.epoch == epoch && epoch != 0 && hop != NONE).then_some(hop)
+    }
+
+    /// Caches `hop` for `dir` under `epoch`. A cache of another epoch is
+    /// dropped first (the other direction becomes uncached), so a direction
+    /// never validates with a hop from an older snapshot.
+    #[inline]
+    pub fn set(&mut self, dir: Direction, epoch: u64, hop: u32) {
+        if self.epoch != epoch {
+            *self = HopCache {
+                epoch,
+                hops: [NONE; 2],
+            };
+        }
+        self.hops[dir_bit(dir) as usize] = hop;
+    }
 }
 
 impl Default for HopCache {
