@@ -80,7 +80,7 @@ pub struct Cli {
     pub node_name: Option<String>,
 
     /// Connections tracked per worker (IPv4; IPv6 gets a sixteenth), fixed
-    /// at start: about 80 bytes each.
+    /// at start: about 96 bytes each.
     #[arg(long, value_name = "N", default_value_t = 1 << 20, value_parser = clap::value_parser!(u32).range(1024..=(1 << 26)))]
     pub conntrack_size: u32,
 

@@ -15,9 +15,14 @@
 //!   port, never an index into a snapshot, so established connections
 //!   survive any snapshot swap.
 //! - **Separate IPv4 and IPv6 storage.** An IPv4 connection costs
-//!   [`Conntrack::BYTES_PER_CONN_V4`] = 80 bytes (48-byte entry + 4 index
-//!   slots × 8 bytes), an IPv6 one [`Conntrack::BYTES_PER_CONN_V6`] = 128
-//!   bytes (96 + 32); a test recomputes both with `size_of`.
+//!   [`Conntrack::BYTES_PER_CONN_V4`] = 96 bytes (a 64-byte entry, one
+//!   cache line, + 4 index slots × 8 bytes), an IPv6 one
+//!   [`Conntrack::BYTES_PER_CONN_V6`] = 160 bytes (128 + 32); a test
+//!   recomputes both with `size_of`.
+//! - **A flow cache per entry.** Each entry keeps, per direction, the next
+//!   hop the worker's IPv4 fast path resolved for it and the
+//!   [`Snapshot::epoch`](crate::snapshot::Snapshot::epoch) it did so under
+//!   ([`Conntrack::rewrite_cached_v4`]); a new entry starts uncached.
 //!
 //! # Expiry
 //! An entry expires a state-dependent idle time after its last packet
@@ -61,7 +66,7 @@ pub use v4::RewriteV4;
 
 use crate::flow::{FlowKey, FlowKeyV4, FlowKeyV6, Proto};
 use crate::time::Tick;
-use table::{Addr, RawKey, Slot, Table, FIN_BY_REPLY, FULL_NAT};
+use table::{Addr, HopCache, RawKey, Slot, Table, FIN_BY_REPLY, FULL_NAT};
 
 /// An address and port.
 pub type Endpoint = (IpAddr, u16);
@@ -639,6 +644,7 @@ fn insert_in<A: Addr>(
         proto: key.proto,
         state: state as u8,
         flags,
+        cache: HopCache::UNCACHED,
     };
     let reply = slot.reply_key();
     if reply == key {

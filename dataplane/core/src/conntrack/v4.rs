@@ -5,6 +5,11 @@
 //! They read the same table as [`Conntrack::lookup`] and
 //! [`Conntrack::rewrite`] and give the same answers (a test compares them
 //! on every entry of a busy table).
+//!
+//! The entry's flow cache ([`Conntrack::rewrite_cached_v4`],
+//! [`Conntrack::set_cached_hop_v4`]) holds, per direction, the next hop
+//! the fast path resolved for it and the snapshot epoch it did so under;
+//! the fast path trusts it only under that same epoch.
 
 use super::table::RawKey;
 use super::{raw_rewrite, Conntrack, Direction, EntryId};
@@ -75,6 +80,52 @@ impl Conntrack {
             dst_port,
         })
     }
+
+    /// [`Conntrack::rewrite_v4`] and, in the same visit to the entry, the
+    /// next-hop index cached for `dir` by
+    /// [`set_cached_hop_v4`](Self::set_cached_hop_v4) under snapshot epoch
+    /// `epoch`: `Some` only if the entry's cache was filled for that very
+    /// epoch, which is not 0, and for `dir`. `None` for a stale or IPv6 id.
+    #[inline(always)]
+    pub(crate) fn rewrite_cached_v4(
+        &self,
+        id: EntryId,
+        dir: Direction,
+        epoch: u64,
+    ) -> Option<(RewriteV4, Option<u32>)> {
+        if id.is_v6() {
+            return None;
+        }
+        let s = self.v4.get(id.0)?;
+        let ((src, src_port), (dst, dst_port)) = raw_rewrite(s, dir);
+        let rw = RewriteV4 {
+            src,
+            src_port,
+            dst,
+            dst_port,
+        };
+        Some((rw, s.cache.get(dir, epoch)))
+    }
+
+    /// Caches `hop` as the next hop of the IPv4 entry's `dir` under
+    /// snapshot epoch `epoch`. If the entry's cache holds another epoch,
+    /// the other direction is uncached first, so no direction validates
+    /// with a hop from an older snapshot. Does nothing for epoch 0 (an
+    /// empty snapshot, never cached) and returns false for a stale or IPv6
+    /// id.
+    #[inline]
+    pub(crate) fn set_cached_hop_v4(&mut self, id: EntryId, dir: Direction, epoch: u64, hop: u32) -> bool {
+        if id.is_v6() {
+            return false;
+        }
+        let Some(s) = self.v4.get_mut(id.0) else {
+            return false;
+        };
+        if epoch != 0 {
+            s.cache.set(dir, epoch, hop);
+        }
+        true
+    }
 }
 
 #[cfg(test)]
@@ -91,6 +142,83 @@ mod tests {
             IpAddr::V4(a) => a.octets(),
             IpAddr::V6(_) => panic!("IPv4 only"),
         }
+    }
+
+    fn one_entry() -> (Conntrack, EntryId) {
+        let mut ct = Conntrack::new(Config::new(16, 16)).unwrap();
+        let key = FlowKey::V4(FlowKeyV4 {
+            src: Ipv4Addr::new(10, 0, 0, 1),
+            dst: Ipv4Addr::new(192, 0, 2, 1),
+            sport: 1234,
+            dport: 80,
+            proto: Proto::Tcp,
+        });
+        let backend = (IpAddr::V4(Ipv4Addr::new(10, 9, 0, 1)), 8080);
+        let id = ct.insert(key, Nat::Dnat { backend }, Tags::default(), Tick(0), |_| {});
+        (ct, id.unwrap())
+    }
+
+    fn cached(ct: &Conntrack, id: EntryId, dir: Direction, epoch: u64) -> Option<u32> {
+        ct.rewrite_cached_v4(id, dir, epoch).unwrap().1
+    }
+
+    #[test]
+    fn the_flow_cache_answers_only_for_its_epoch_and_direction() {
+        use Direction::{Original, Reply};
+        let (mut ct, id) = one_entry();
+        // New: uncached, whatever the epoch (0 included).
+        for e in [0, 1, 7] {
+            assert_eq!(cached(&ct, id, Original, e), None);
+            assert_eq!(cached(&ct, id, Reply, e), None);
+        }
+        assert!(ct.set_cached_hop_v4(id, Original, 7, 3));
+        assert_eq!(cached(&ct, id, Original, 7), Some(3));
+        assert_eq!(cached(&ct, id, Reply, 7), None);
+        assert_eq!(cached(&ct, id, Original, 8), None);
+        assert!(ct.set_cached_hop_v4(id, Reply, 7, 4));
+        assert_eq!(
+            (cached(&ct, id, Original, 7), cached(&ct, id, Reply, 7)),
+            (Some(3), Some(4))
+        );
+        // A new epoch for one direction uncaches the other.
+        assert!(ct.set_cached_hop_v4(id, Reply, 9, 5));
+        assert_eq!(cached(&ct, id, Reply, 9), Some(5));
+        assert_eq!(cached(&ct, id, Original, 9), None);
+        assert_eq!(cached(&ct, id, Original, 7), None);
+        assert_eq!(cached(&ct, id, Reply, 7), None);
+        // Epoch 0 (the empty snapshot) is never cached nor answered.
+        assert!(ct.set_cached_hop_v4(id, Original, 0, 6));
+        assert_eq!(cached(&ct, id, Original, 0), None);
+        assert_eq!(cached(&ct, id, Reply, 9), Some(5));
+        // The rewrite is the plain one.
+        for dir in [Original, Reply] {
+            assert_eq!(
+                ct.rewrite_cached_v4(id, dir, 9).unwrap().0,
+                ct.rewrite_v4(id, dir).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn a_reused_slot_starts_uncached() {
+        let (mut ct, id) = one_entry();
+        assert!(ct.set_cached_hop_v4(id, Direction::Original, 7, 3));
+        ct.remove(id).unwrap();
+        assert_eq!(ct.rewrite_cached_v4(id, Direction::Original, 7), None);
+        assert!(!ct.set_cached_hop_v4(id, Direction::Original, 7, 3));
+        let key = FlowKey::V4(FlowKeyV4 {
+            src: Ipv4Addr::new(10, 0, 0, 2),
+            dst: Ipv4Addr::new(192, 0, 2, 1),
+            sport: 1234,
+            dport: 80,
+            proto: Proto::Udp,
+        });
+        let backend = (IpAddr::V4(Ipv4Addr::new(10, 9, 0, 2)), 8080);
+        let id2 = ct
+            .insert(key, Nat::Dnat { backend }, Tags::default(), Tick(0), |_| {})
+            .unwrap();
+        assert_eq!(id2, id, "the freed slot is reused");
+        assert_eq!(cached(&ct, id2, Direction::Original, 7), None);
     }
 
     #[test]

@@ -605,6 +605,7 @@ impl<'p> SnapshotBuilder<'p> {
 
         Ok(Snapshot {
             revision,
+            epoch: super::next_epoch(),
             local_node,
             services: services.into_boxed_slice(),
             service_names: names,
@@ -617,6 +618,7 @@ impl<'p> SnapshotBuilder<'p> {
             ports: port_configs.into_boxed_slice(),
             connected_v4: routes.connected_v4.into_boxed_slice(),
             connected_v6: routes.connected_v6.into_boxed_slice(),
+            hops_v4: routes.hops_v4.into_boxed_slice(),
             neighbors_v4: routes.neighbors_v4,
             neighbors_v6: routes.neighbors_v6,
             default_v4: routes.default_v4,

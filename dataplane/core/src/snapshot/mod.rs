@@ -58,6 +58,7 @@ mod tests_update;
 mod update;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -490,10 +491,22 @@ type ConnectedV4 = (u32, u32, u16);
 /// A connected IPv6 prefix: (network, mask, port).
 type ConnectedV6 = (u128, u128, u16);
 
+/// The next [`Snapshot::epoch`]; 0 is never handed out.
+static NEXT_EPOCH: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh epoch, unique in the process, for a snapshot whose contents
+/// may differ from every earlier one's. Only uniqueness matters, so the
+/// increment needs no ordering with other memory.
+fn next_epoch() -> u64 {
+    NEXT_EPOCH.fetch_add(1, Ordering::Relaxed)
+}
+
 /// The immutable lookup state of one revision. See the module doc.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     revision: u64,
+    /// See [`Snapshot::epoch`].
+    epoch: u64,
     local_node: Option<Box<str>>,
     services: Box<[Arc<Service>]>,
     service_names: HashMap<Box<str>, ServiceId>,
@@ -507,9 +520,14 @@ pub struct Snapshot {
     /// Longest prefix first, so the first match is the best one.
     connected_v4: Box<[ConnectedV4]>,
     connected_v6: Box<[ConnectedV6]>,
-    neighbors_v4: HashMap<u32, NextHop>,
+    /// The resolved IPv4 next hops, so that one can be named by a `u32`
+    /// ([`Snapshot::hop`]): every neighbor entry and the default route.
+    hops_v4: Box<[NextHop]>,
+    /// IPv4 neighbor → index into `hops_v4`.
+    neighbors_v4: HashMap<u32, u32>,
     neighbors_v6: HashMap<u128, NextHop>,
-    default_v4: Option<NextHop>,
+    /// Index into `hops_v4`.
+    default_v4: Option<u32>,
     default_v6: Option<NextHop>,
     frontend_slots: u32,
     backend_slots: u32,
@@ -528,6 +546,21 @@ impl Snapshot {
     #[inline]
     pub fn revision(&self) -> u64 {
         self.revision
+    }
+
+    /// This snapshot's contents' identity in the process: every
+    /// [`SnapshotBuilder::build`] and `Snapshot::with_*` takes a new value
+    /// from one process-wide counter, a clone keeps it (same contents), and
+    /// [`Snapshot::empty`] has 0, which no built snapshot has. Two
+    /// snapshots with the same non-zero epoch answer every lookup alike,
+    /// so a worker may cache what a lookup answered for as long as the
+    /// epoch it stored with the answer is the current one (the conntrack
+    /// flow cache does). Unlike [`revision`](Self::revision), which the
+    /// control plane chooses and e.g. [`with_neighbors`](Self::with_neighbors)
+    /// keeps.
+    #[inline]
+    pub fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     /// The node name [`TrafficPolicy::Local`] compared against.
@@ -650,16 +683,33 @@ impl Snapshot {
         }
     }
 
-    /// [`next_hop`](Self::next_hop) toward an IPv4 address as a `u32`.
+    /// [`route_v4`](Self::route_v4) when it is resolved, as the index of
+    /// the next hop for [`hop`](Self::hop): `Some(i)` exactly when
+    /// `route_v4(a)` is `Some(Route::Resolved(h))`, and then
+    /// `hop(i) == Some(&h)`. `None` for an unresolved hop or no route.
     #[inline(always)]
-    fn next_hop_v4(&self, a: u32) -> Option<NextHop> {
-        if let Some(h) = self.neighbors_v4.get(&a) {
-            return Some(*h);
+    pub(crate) fn next_hop_index_v4(&self, a: u32) -> Option<u32> {
+        if let Some(&i) = self.neighbors_v4.get(&a) {
+            return Some(i);
         }
         if self.connected_v4.iter().any(|&(net, mask, _)| a & mask == net) {
             return None;
         }
         self.default_v4
+    }
+
+    /// The resolved IPv4 next hop with index `i` (from
+    /// [`next_hop_index_v4`](Self::next_hop_index_v4) on this snapshot or
+    /// one of the same [`epoch`](Self::epoch)); `None` out of range.
+    #[inline(always)]
+    pub(crate) fn hop_v4(&self, i: u32) -> Option<&NextHop> {
+        self.hops_v4.get(i as usize)
+    }
+
+    /// [`next_hop`](Self::next_hop) toward an IPv4 address as a `u32`.
+    #[inline(always)]
+    fn next_hop_v4(&self, a: u32) -> Option<NextHop> {
+        self.next_hop_index_v4(a).and_then(|i| self.hop_v4(i)).copied()
     }
 
     /// SNAT addresses, IPv4, in the order given (deduplicated).

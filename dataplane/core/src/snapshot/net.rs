@@ -7,6 +7,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use hashbrown::hash_map::Entry;
 use hashbrown::HashMap;
 
 use super::builder::{is_unicast, is_unicast_mac, InterfaceSpec, MAX_PORTS};
@@ -130,9 +131,13 @@ pub(super) fn check_snat(snat: &[IpAddr]) -> Result<(Vec<Ipv4Addr>, Vec<Ipv6Addr
 pub(super) struct Routes {
     pub(super) connected_v4: Vec<ConnectedV4>,
     pub(super) connected_v6: Vec<ConnectedV6>,
-    pub(super) neighbors_v4: HashMap<u32, NextHop>,
+    /// The resolved IPv4 next hops that `neighbors_v4` and `default_v4`
+    /// index: one per neighbor in the order given, then the default
+    /// route's unless it equals its gateway's neighbor hop.
+    pub(super) hops_v4: Vec<NextHop>,
+    pub(super) neighbors_v4: HashMap<u32, u32>,
     pub(super) neighbors_v6: HashMap<u128, NextHop>,
-    pub(super) default_v4: Option<NextHop>,
+    pub(super) default_v4: Option<u32>,
     pub(super) default_v6: Option<NextHop>,
 }
 
@@ -182,7 +187,17 @@ impl Routes {
                 dst_mac: mac,
             };
             let old = match addr {
-                IpAddr::V4(a) => r.neighbors_v4.insert(u32::from(a), hop),
+                // A repeated address keeps its first hop, which a
+                // same-MAC repeat equals (its port comes from the address).
+                IpAddr::V4(a) => match r.neighbors_v4.entry(u32::from(a)) {
+                    Entry::Occupied(o) => r.hops_v4.get(*o.get() as usize).copied(),
+                    Entry::Vacant(v) => {
+                        // Fewer hops than neighbors given: fits a `u32`.
+                        v.insert(r.hops_v4.len() as u32);
+                        r.hops_v4.push(hop);
+                        None
+                    }
+                },
                 IpAddr::V6(a) => r.neighbors_v6.insert(u128::from(a), hop),
             };
             if let Some(old) = old.filter(|o| o.dst_mac != mac) {
@@ -208,13 +223,24 @@ impl Routes {
             .iter()
             .enumerate()
             .filter_map(|(i, p)| Some((i, p.as_ref()?)));
-        r.default_v4 = ports_iter
+        // (the gateway's neighbor hop index, the default hop)
+        let default_v4 = ports_iter
             .clone()
             .find_map(|(i, p)| {
                 let g = p.gateway_v4?;
-                Some(via(i, p, r.neighbors_v4.get(&u32::from(g)).map(|h| h.dst_mac)))
+                let gi = r.neighbors_v4.get(&u32::from(g)).copied();
+                let mac = gi.and_then(|gi| r.hops_v4.get(gi as usize)).map(|h| h.dst_mac);
+                Some(gi.zip(via(i, p, mac)))
             })
             .flatten();
+        r.default_v4 = default_v4.map(|(gi, hop)| {
+            if r.hops_v4.get(gi as usize) == Some(&hop) {
+                gi
+            } else {
+                r.hops_v4.push(hop);
+                r.hops_v4.len() as u32 - 1
+            }
+        });
         r.default_v6 = ports_iter
             .find_map(|(i, p)| {
                 let g = p.gateway_v6?;

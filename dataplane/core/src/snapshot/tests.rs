@@ -270,7 +270,7 @@ fn client_ip_affinity_hashes_the_client() {
     assert_eq!(s.service(plain).pick_hash(c, 123), 123);
 }
 
-fn routed() -> Snapshot {
+pub(super) fn routed() -> Snapshot {
     let mut b = base();
     b.interface(1, MAC1, cidr("10.0.0.129/25"), None)
         .interface(1, MAC1, cidr("172.16.0.1/16"), None)

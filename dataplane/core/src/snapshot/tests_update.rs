@@ -1,9 +1,10 @@
 //! [`Snapshot::with_services`]: only the named services change;
-//! [`Snapshot::with_neighbors`] and [`Snapshot::route`].
+//! [`Snapshot::with_neighbors`] and [`Snapshot::route`]; epochs and the
+//! IPv4 hop index.
 
 use std::sync::Arc;
 
-use super::tests::{add_service, base, be, fe, ip, MAC0, MAC1};
+use super::tests::{add_service, base, be, fe, ip, routed, MAC0, MAC1};
 use super::*;
 
 fn two() -> Snapshot {
@@ -172,4 +173,82 @@ fn route_is_the_next_hop_or_what_to_resolve() {
     assert_eq!((r.port(), r.src_mac(), r.dst_mac()), (1, MAC1, Some(mac)));
     let r = s2.route(ip("10.0.0.7")).unwrap();
     assert_eq!((r.port(), r.src_mac(), r.dst_mac()), (0, MAC0, None));
+}
+
+#[test]
+fn every_new_snapshot_has_a_new_epoch_and_a_clone_keeps_it() {
+    assert_eq!(Snapshot::empty().epoch(), 0);
+    assert_eq!(Snapshot::default().epoch(), 0);
+    let s1 = two();
+    let s2 = two();
+    assert_ne!(s1.epoch(), 0);
+    assert_ne!(s1.epoch(), s2.epoch());
+    assert_eq!(s1.clone().epoch(), s1.epoch());
+    let s3 = s1.with_neighbors(&[]).unwrap();
+    let s4 = s1
+        .with_services(
+            8,
+            vec![(ServiceSpec::new("default/api"), vec![be("10.1.0.1", 8080)])],
+        )
+        .unwrap();
+    let mut seen = vec![s1.epoch(), s2.epoch(), s3.epoch(), s4.epoch()];
+    assert!(seen.iter().all(|&e| e != 0));
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(seen.len(), 4, "epochs are unique");
+    // Failed updates hand out nothing that could be mistaken for `s1`.
+    assert!(s1.with_neighbors(&[(ip("172.31.0.1"), MAC0)]).is_err());
+}
+
+#[test]
+fn the_ipv4_hop_index_names_the_resolved_route() {
+    let s1 = routed();
+    let (mac, gw) = ([2, 0, 0, 0, 0, 0x77], [2, 0, 0, 0, 0, 0xfe]);
+    let s2 = s1
+        .with_neighbors(&[
+            (ip("10.0.0.7"), mac),
+            (ip("10.0.0.200"), mac),
+            (ip("10.0.0.254"), gw),
+        ])
+        .unwrap();
+    let s3 = s1.with_neighbors(&[]).unwrap();
+    let dsts = [
+        "10.0.0.7",
+        "10.0.0.8",
+        "10.0.0.200",
+        "10.0.0.254",
+        "172.16.3.3",
+        "8.8.8.8",
+        "198.51.100.1",
+        "0.0.0.0",
+        "255.255.255.255",
+    ];
+    for s in [&s1, &s2, &s3, &Snapshot::empty()] {
+        for d in dsts {
+            let IpAddr::V4(a) = ip(d) else { unreachable!() };
+            let a = u32::from(a);
+            let by_index = s
+                .next_hop_index_v4(a)
+                .map(|i| *s.hop_v4(i).expect("index in range"));
+            let by_route = match s.route_v4(a) {
+                Some(Route::Resolved(h)) => Some(h),
+                _ => None,
+            };
+            assert_eq!(by_index, by_route, "{d}");
+            assert_eq!(by_index, s.next_hop(ip(d)), "{d}");
+        }
+    }
+    // The default route shares its gateway's neighbor hop when they are
+    // equal; in `routed()` the gateway's neighbor entry is out of port 1
+    // (longest prefix) but the default route out of port 0.
+    let idx = |s: &Snapshot, d: &str| {
+        let IpAddr::V4(a) = ip(d) else { unreachable!() };
+        s.next_hop_index_v4(u32::from(a))
+    };
+    assert_ne!(idx(&s1, "8.8.8.8"), idx(&s1, "10.0.0.254"));
+    let s4 = two().with_neighbors(&[(ip("10.0.0.254"), gw)]).unwrap();
+    assert!(idx(&s4, "8.8.8.8").is_some());
+    assert_eq!(idx(&s4, "8.8.8.8"), idx(&s4, "10.0.0.254"));
+    assert_eq!(s4.hops_v4.len(), 1);
+    assert!(s1.hop_v4(u32::MAX).is_none());
 }

@@ -7,6 +7,8 @@
 //! builder's own service path, so they are validated and share their rings
 //! with `self` where the eligible backends did not change.
 //!
+//! Each gives the new snapshot a new [`Snapshot::epoch`], as a build does.
+//!
 //! Not for adding or removing services or changing frontends: use
 //! [`SnapshotBuilder`] (with `reuse_from` and
 //! [`keep_service`](SnapshotBuilder::keep_service)).
@@ -68,6 +70,7 @@ impl Snapshot {
         let built = b.build()?;
         let mut next = self.clone();
         next.revision = revision;
+        next.epoch = super::next_epoch();
         let mut services = next.services.into_vec();
         for (id, s) in ids.iter().zip(built.services.iter()) {
             next.backend_slots = s
@@ -128,6 +131,8 @@ impl Snapshot {
             .collect();
         let routes = Routes::new(&drafts, neighbors)?;
         let mut next = self.clone();
+        next.epoch = super::next_epoch();
+        next.hops_v4 = routes.hops_v4.into_boxed_slice();
         next.neighbors_v4 = routes.neighbors_v4;
         next.neighbors_v6 = routes.neighbors_v6;
         next.default_v4 = routes.default_v4;

@@ -7,7 +7,7 @@
 //! instructions a packet. Here an untagged IPv4 frame without options is
 //! read at fixed offsets into `u32`s and octets, and each step uses its
 //! IPv4 form ([`Snapshot::owner_kind_v4`], [`Conntrack::lookup_v4`],
-//! [`Conntrack::rewrite_v4`], [`Snapshot::route_v4`],
+//! [`Conntrack::rewrite_v4`], [`Snapshot::next_hop_index_v4`],
 //! [`nat::rewrite_v4_whole`]).
 //!
 //! The contract, which makes the fast path invisible: `fast_v4` returns
@@ -18,6 +18,24 @@
 //! about to expire, a next hop to resolve or no route) it returns `None`
 //! having written nothing and counted nothing, and the general path runs.
 //! Tests feed random and corrupted traffic through both paths and compare.
+//!
+//! # The flow cache
+//!
+//! For a packet of a tracked connection, the owner and frontend checks
+//! (three hash probes) and the route lookup (a probe and a scan of the
+//! connected prefixes) give the same answer for every packet of the same
+//! entry and direction as long as the snapshot is the same: the packet's
+//! 5-tuple is the entry's key for that direction (the lookup matched it
+//! exactly), a snapshot never changes, and the worker's id and worker
+//! count are fixed. So once a direction has passed them all, the index of
+//! its next hop ([`Snapshot::next_hop_index_v4`]) is stored in the entry
+//! with the snapshot's [`Snapshot::epoch`]
+//! ([`Conntrack::set_cached_hop_v4`]), and its later packets read it with
+//! the rewrite ([`Conntrack::rewrite_cached_v4`]) and skip the checks. A
+//! snapshot with another epoch (every build or update takes a new one; the
+//! empty snapshot's 0 never matches) finds the cache stale and runs the
+//! checks again, which refill it. Nothing is cached for a packet that
+//! declines, so a hand-over or a missing route is re-examined every time.
 
 use std::net::Ipv4Addr;
 
@@ -25,7 +43,7 @@ use crate::checksum;
 use crate::conntrack::Direction;
 use crate::flow::{owner_of_client, owner_of_snat_port, FlowKey, FlowKeyV4, Proto};
 use crate::nat;
-use crate::snapshot::{NextHop, OwnerKind, Route, Snapshot};
+use crate::snapshot::{NextHop, OwnerKind, Service, Snapshot};
 use crate::wire::{ip_proto, TcpFlags};
 use crate::Tick;
 
@@ -192,63 +210,34 @@ impl Worker {
         k: &FastV4,
         found: Found,
     ) -> Option<Verdict> {
-        let FastV4 {
-            src,
-            dst,
-            sport,
-            dport,
-            proto,
-            flags,
-            ..
-        } = *k;
-        let dst32 = u32::from_be_bytes(dst);
-
-        // --- the general path's `l4` dispatch ---
-        let owned = snap.owner_kind_v4(dst32).unwrap_or_default();
-        let multi = self.n_workers > 1;
-        // The frontend's service and counter slot on the forward path;
-        // `None` where only a reply may match.
-        let forward = if owned.contains(OwnerKind::SNAT) {
-            if multi && owner_of_snat_port(dport, self.n_workers) != self.id {
-                return None;
-            }
-            None
-        } else if owned.contains(OwnerKind::VIP) {
-            let fe = snap.frontend_v4(dst32, dport, proto)?;
-            // As `Snapshot::lookup`: a frontend of an existing service.
-            let svc = snap.get_service(fe.service)?;
-            if multi && owner_of_client(Ipv4Addr::from(src).into(), sport, self.n_workers) != self.id {
-                return None;
-            }
-            // The forward path takes a hit in either direction.
-            Some((svc, fe.stats_slot))
-        } else if owned != OwnerKind::default() {
-            return None;
-        } else {
-            // A DNAT reply, owned by the client: the destination.
-            if multi && owner_of_client(Ipv4Addr::from(dst).into(), dport, self.n_workers) != self.id {
-                return None;
-            }
-            None
-        };
-        let reply_only = forward.is_none();
         let hit = match found {
             Some(hit) => hit,
-            None => self.conntrack.lookup_v4(src, dst, sport, dport, proto as u8),
+            None => self
+                .conntrack
+                .lookup_v4(k.src, k.dst, k.sport, k.dport, k.proto as u8),
         };
         let Some((id, dir)) = hit else {
             // A new connection to a frontend (`paths::open`).
-            let (svc, fe_slot) = forward?;
+            let (svc, fe_slot) = self.fast_v4_dispatch(snap, k)??;
             return self.fast_open_v4(now, snap, frame, meta, k, svc, fe_slot);
         };
-        if reply_only && dir != Direction::Reply {
-            return None;
-        }
-        let rw = self.conntrack.rewrite_v4(id, dir)?;
-
-        // --- `translate` ---
-        let Some(Route::Resolved(hop)) = snap.route_v4(u32::from_be_bytes(rw.dst)) else {
-            return None;
+        let epoch = snap.epoch();
+        let (rw, cached) = self.conntrack.rewrite_cached_v4(id, dir, epoch)?;
+        let hop = match cached.and_then(|i| snap.hop_v4(i)) {
+            // The flow cache (module doc): this entry's `dir` passed every
+            // check below under this very snapshot.
+            Some(hop) => hop,
+            None => {
+                let reply_only = self.fast_v4_dispatch(snap, k)?.is_none();
+                if reply_only && dir != Direction::Reply {
+                    return None;
+                }
+                // --- `translate`: only a resolved next hop ---
+                let i = snap.next_hop_index_v4(u32::from_be_bytes(rw.dst))?;
+                let hop = snap.hop_v4(i)?;
+                self.conntrack.set_cached_hop_v4(id, dir, epoch, i);
+                hop
+            }
         };
         // --- no way back past this point: the frame is written ---
         write_v4(
@@ -256,10 +245,10 @@ impl Worker {
             k,
             (Ipv4Addr::from(rw.src), rw.src_port),
             (Ipv4Addr::from(rw.dst), rw.dst_port),
-            &hop,
+            hop,
             meta,
         );
-        if let Some(tags) = self.conntrack.touch(id, dir, flags, now) {
+        if let Some(tags) = self.conntrack.touch(id, dir, k.flags, now) {
             self.count_flow(tags, frame.len());
         }
         Some(Verdict::Transmit {
@@ -267,8 +256,48 @@ impl Worker {
             len: frame.len(),
         })
     }
+
+    /// The general path's `l4` dispatch of `k` on this worker: `None`
+    /// where it would not take the forward or reply path here (another
+    /// worker's flow, an owned address that is no frontend of an existing
+    /// service, ...), else `Some(Some((service, frontend counter slot)))`
+    /// for the forward path, which takes a conntrack hit in either
+    /// direction, and `Some(None)` where only a reply may match. A function
+    /// of the snapshot, `k`'s 5-tuple and this worker's id alone.
+    #[inline(always)]
+    fn fast_v4_dispatch<'s>(&self, snap: &'s Snapshot, k: &FastV4) -> Option<Option<(&'s Service, u32)>> {
+        let dst32 = u32::from_be_bytes(k.dst);
+        let owned = snap.owner_kind_v4(dst32).unwrap_or_default();
+        let multi = self.n_workers > 1;
+        if owned.contains(OwnerKind::SNAT) {
+            if multi && owner_of_snat_port(k.dport, self.n_workers) != self.id {
+                return None;
+            }
+            Some(None)
+        } else if owned.contains(OwnerKind::VIP) {
+            let fe = snap.frontend_v4(dst32, k.dport, k.proto)?;
+            // As `Snapshot::lookup`: a frontend of an existing service.
+            let svc = snap.get_service(fe.service)?;
+            if multi && owner_of_client(Ipv4Addr::from(k.src).into(), k.sport, self.n_workers) != self.id {
+                return None;
+            }
+            Some(Some((svc, fe.stats_slot)))
+        } else if owned != OwnerKind::default() {
+            None
+        } else {
+            // A DNAT reply, owned by the client: the destination.
+            if multi && owner_of_client(Ipv4Addr::from(k.dst).into(), k.dport, self.n_workers) != self.id {
+                return None;
+            }
+            Some(None)
+        }
+    }
 }
 
 #[cfg(test)]
 #[path = "fast_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "fast_cache_tests.rs"]
+mod cache_tests;
