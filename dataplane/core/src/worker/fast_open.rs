@@ -20,7 +20,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use crate::conntrack::{Direction, InsertError, Nat, Tags};
 use crate::flow::{FlowKey, FlowKeyV4, Proto};
 use crate::maglev::flow_hash_v4;
-use crate::snapshot::{Family, ForwardMode, Route, Service, Snapshot};
+use crate::snapshot::{Family, ForwardMode, Service, Snapshot};
 use crate::wire::TcpFlags;
 use crate::{DropReason, Tick};
 
@@ -95,9 +95,8 @@ impl Worker {
         let be_slot = backend.stats_slot;
         // `translate` would drop (`NoRoute`) or hold the packet (`Resolve`)
         // after creating the entry: the general path's business.
-        let Some(Route::Resolved(hop)) = snap.route_v4(u32::from(be_addr)) else {
-            return None;
-        };
+        let hop_index = snap.next_hop_index_v4(u32::from(be_addr))?;
+        let hop = *snap.hop_v4(hop_index)?;
 
         // --- no way back past this point: state changes ---
         let nat = if full_nat {
@@ -153,6 +152,10 @@ impl Worker {
         };
         write_v4(frame, k, src, (be_addr, backend.port), &hop, meta);
         if let Some(id) = id {
+            // The flow cache (`fast.rs`): the checks that led here passed
+            // for this entry's original direction under this snapshot.
+            self.conntrack
+                .set_cached_hop_v4(id, Direction::Original, snap.epoch(), hop_index);
             if let Some(tags) = self.conntrack.touch(id, Direction::Original, k.flags, now) {
                 self.count_flow(tags, frame.len());
             }
