@@ -94,14 +94,23 @@ pub(in crate::worker) fn snapshot_unresolved() -> Snapshot {
 }
 
 pub(in crate::worker) fn worker(n_workers: u16, capacity: u32) -> Worker {
+    // Small pools keep the `Debug` comparison fast.
+    worker_with_ports(n_workers, capacity, 1024..=1279)
+}
+
+/// [`worker`] with SNAT ports `ports` on each SNAT address.
+pub(in crate::worker) fn worker_with_ports(
+    n_workers: u16,
+    capacity: u32,
+    ports: std::ops::RangeInclusive<u16>,
+) -> Worker {
     let mut cfg = WorkerConfig::new(WorkerId(0), n_workers);
     cfg.conntrack = conntrack::Config {
         evict_window: 4,
         ..conntrack::Config::new(capacity, capacity / 2)
     };
     cfg.snat_addresses = vec![ip("10.1.0.100"), ip("fd01::100")];
-    // Small pools keep the `Debug` comparison fast.
-    cfg.snat_ports = 1024..=1279;
+    cfg.snat_ports = ports;
     cfg.frontend_slots = 8;
     cfg.backend_slots = 8;
     Worker::new(cfg).unwrap()

@@ -17,15 +17,15 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use crate::conntrack::{Direction, InsertError, Nat, Tags};
+use crate::conntrack::{Direction, Nat, Tags};
 use crate::flow::{FlowKey, FlowKeyV4, Proto};
 use crate::maglev::flow_hash_v4;
 use crate::snapshot::{Family, ForwardMode, Service, Snapshot};
 use crate::wire::TcpFlags;
-use crate::{DropReason, Tick};
+use crate::Tick;
 
 use super::fast::{write_v4, FastV4};
-use super::{release_snat, PacketMeta, Verdict, Worker};
+use super::{PacketMeta, Verdict, Worker};
 
 impl Worker {
     /// For a frame of the burst path read as `k` whose 5-tuple missed:
@@ -123,32 +123,9 @@ impl Worker {
             frontend: fe_slot,
             backend: be_slot,
         };
-        let (ct, snat, counters) = (&mut self.conntrack, &mut self.snat, &self.counters);
-        let inserted = ct.insert(key, nat, tags, now, |evicted| {
-            counters.conntrack_evictions.inc();
-            release_snat(snat, evicted);
-        });
-        let id = match inserted {
-            Ok(id) => {
-                counters.new_connections.inc();
-                if let Some(c) = counters.frontend(fe_slot) {
-                    c.connections.inc();
-                }
-                if let Some(c) = counters.backend(be_slot) {
-                    c.connections.inc();
-                }
-                Some(id)
-            }
-            Err(InsertError::Full) if !full_nat => {
-                counters.stateless_forwards.inc();
-                None
-            }
-            Err(_) => {
-                if let Some(ep) = nat.snat() {
-                    let _ = snat.free(ep, k.proto);
-                }
-                return Some(self.drop(DropReason::ConntrackFull));
-            }
+        let id = match self.insert_opened(now, key, nat, tags) {
+            Ok(id) => id,
+            Err(reason) => return Some(self.drop(reason)),
         };
         write_v4(frame, k, src, (be_addr, backend.port), &hop, meta);
         if let Some(id) = id {

@@ -9,16 +9,16 @@
 use std::time::Duration;
 
 use super::super::burst::tests::{
-    builder, client, frame, ip, meta, snapshot, snapshot_unresolved, tcp, udp, worker, Reply, Rng,
+    builder, client, frame, ip, meta, snapshot, snapshot_unresolved, tcp, udp, worker, worker_with_ports,
+    Reply, Rng,
 };
 use crate::checksum::ChecksumOffload;
-use crate::conntrack;
-use crate::flow::{Proto, WorkerId};
+use crate::flow::Proto;
 use crate::snapshot::{
     BackendSpec, Cidr, ForwardMode, FrontendKind, FrontendSpec, ServiceSpec, SessionAffinity, Snapshot,
 };
 use crate::wire;
-use crate::worker::{Verdict, Worker, WorkerConfig};
+use crate::worker::{Verdict, Worker};
 use crate::Tick;
 
 /// Damages one header field the fast path reads, or the frame's length.
@@ -290,21 +290,6 @@ fn policy_frame(rng: &mut Rng, replies: &[Reply]) -> (Vec<u8>, u16) {
     (f, 0)
 }
 
-/// A worker whose SNAT pool holds 8 ports, so new full-NAT connections
-/// find it exhausted.
-fn worker_few_ports(capacity: u32) -> Worker {
-    let mut cfg = WorkerConfig::new(WorkerId(0), 1);
-    cfg.conntrack = conntrack::Config {
-        evict_window: 4,
-        ..conntrack::Config::new(capacity, capacity / 2)
-    };
-    cfg.snat_addresses = vec![ip("10.1.0.100"), ip("fd01::100")];
-    cfg.snat_ports = 1024..=1031;
-    cfg.frontend_slots = 8;
-    cfg.backend_slots = 8;
-    Worker::new(cfg).unwrap()
-}
-
 #[test]
 fn fast_path_opens_connections_as_the_general_path() {
     let snap = snapshot_policies();
@@ -318,11 +303,16 @@ fn fast_path_opens_connections_as_the_general_path() {
         assert!(s.fast > 500, "{s:?}");
     }
     // Full tables (evictions, stateless DNAT forwards, `ConntrackFull`)
-    // and an exhausted SNAT pool.
+    // and an exhausted SNAT pool (8 ports).
     for seed in 1..=6u64 {
         let s = run_with(&snap, seed * 0x1b87_3593, || worker(1, 8), policy_frame);
         assert!(s.fast > 100, "{s:?}");
-        let s = run_with(&snap, seed * 0x4cf5_ad43, || worker_few_ports(256), policy_frame);
+        let s = run_with(
+            &snap,
+            seed * 0x4cf5_ad43,
+            || worker_with_ports(1, 256, 1024..=1031),
+            policy_frame,
+        );
         assert!(s.fast > 100, "{s:?}");
     }
 }

@@ -188,6 +188,23 @@ impl Worker {
             src: nat.snat().unwrap_or((p.src, p.src_port)),
             dst: be,
         };
+        let id = self.insert_opened(now, key, nat, tags)?;
+        Ok((id.map(|id| (id, Direction::Original)), rw))
+    }
+
+    /// Tracks a connection being opened with `nat` (and `tags`' counter
+    /// slots), counting it per frontend and backend, and counting and
+    /// releasing the SNAT port of any entry it evicts. `Ok(None)`: the
+    /// table is full of established connections and a DNAT flow goes on
+    /// statelessly (counted); a full-NAT one cannot, so its SNAT port is
+    /// returned and the packet dropped (`ConntrackFull`).
+    pub(super) fn insert_opened(
+        &mut self,
+        now: Tick,
+        key: FlowKey,
+        nat: Nat,
+        tags: Tags,
+    ) -> Result<Option<EntryId>, DropReason> {
         let (ct, snat, counters) = (&mut self.conntrack, &mut self.snat, &self.counters);
         let inserted = ct.insert(key, nat, tags, now, |evicted| {
             counters.conntrack_evictions.inc();
@@ -196,21 +213,21 @@ impl Worker {
         match inserted {
             Ok(id) => {
                 counters.new_connections.inc();
-                if let Some(c) = counters.frontend(fe_slot) {
+                if let Some(c) = counters.frontend(tags.frontend) {
                     c.connections.inc();
                 }
-                if let Some(c) = counters.backend(be_slot) {
+                if let Some(c) = counters.backend(tags.backend) {
                     c.connections.inc();
                 }
-                Ok((Some((id, Direction::Original)), rw))
+                Ok(Some(id))
             }
-            Err(InsertError::Full) if !full_nat => {
+            Err(InsertError::Full) if nat.snat().is_none() => {
                 counters.stateless_forwards.inc();
-                Ok((None, rw))
+                Ok(None)
             }
             Err(_) => {
                 if let Some(ep) = nat.snat() {
-                    let _ = snat.free(ep, proto);
+                    let _ = snat.free(ep, key.proto());
                 }
                 Err(DropReason::ConntrackFull)
             }
