@@ -12,7 +12,8 @@
 //! the fast path trusts it only under that same epoch.
 
 use super::table::RawKey;
-use super::{raw_rewrite, Conntrack, Direction, EntryId};
+use super::{advance, raw_rewrite, Conntrack, Direction, EntryId, Tags};
+use crate::Tick;
 
 /// [`Rewrite`](super::Rewrite) of an IPv4 connection, as octets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +106,46 @@ impl Conntrack {
             dst_port,
         };
         Some((rw, s.cache.get(dir, epoch)))
+    }
+
+    /// For a packet of the IPv4 entry `id` travelling `dir` whose cached
+    /// next hop under `epoch` is an index into `hops` (the snapshot's hop
+    /// table): accounts the packet as [`Conntrack::touch`] does and returns
+    /// the rewrite, that hop and the tags, all in one visit to the entry. `None`, with
+    /// nothing changed, when the cache does not hold such a hop (or the id
+    /// is stale or IPv6): the caller then checks, and touches, the slow way.
+    #[inline(always)]
+    pub(crate) fn touch_cached_v4<'h, H>(
+        &mut self,
+        id: EntryId,
+        dir: Direction,
+        epoch: u64,
+        hops: &'h [H],
+        tcp_flags: u8,
+        now: Tick,
+    ) -> Option<(RewriteV4, &'h H, Tags)> {
+        if id.is_v6() {
+            return None;
+        }
+        let timeout_ms = &self.timeout_ms;
+        let s = self.v4.get_mut(id.0)?;
+        let hop = hops.get(s.cache.get(dir, epoch)? as usize)?;
+        let ((src, src_port), (dst, dst_port)) = raw_rewrite(s, dir);
+        advance(s, dir, tcp_flags, now, timeout_ms);
+        let tags = Tags {
+            frontend: s.tags[0],
+            backend: s.tags[1],
+        };
+        Some((
+            RewriteV4 {
+                src,
+                src_port,
+                dst,
+                dst_port,
+            },
+            hop,
+            tags,
+        ))
     }
 
     /// Caches `hop` as the next hop of the IPv4 entry's `dir` under

@@ -708,6 +708,13 @@ impl Snapshot {
         self.hops_v4.get(i as usize)
     }
 
+    /// The table [`hop_v4`](Self::hop_v4) reads: `hops_v4()[i]` is
+    /// `hop_v4(i)`.
+    #[inline(always)]
+    pub(crate) fn hops_v4(&self) -> &[NextHop] {
+        &self.hops_v4
+    }
+
     /// [`next_hop`](Self::next_hop) toward an IPv4 address as a `u32`.
     #[inline(always)]
     fn next_hop_v4(&self, a: u32) -> Option<NextHop> {

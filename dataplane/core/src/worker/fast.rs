@@ -222,6 +222,24 @@ impl Worker {
             return self.fast_open_v4(now, snap, frame, meta, k, svc, fe_slot);
         };
         let epoch = snap.epoch();
+        // The flow cache (module doc) in one visit to the entry: rewrite,
+        // hop, state and tags; nothing can decline after it.
+        let hops = snap.hops_v4();
+        if let Some((rw, hop, tags)) = self.conntrack.touch_cached_v4(id, dir, epoch, hops, k.flags, now) {
+            write_v4(
+                frame,
+                k,
+                (Ipv4Addr::from(rw.src), rw.src_port),
+                (Ipv4Addr::from(rw.dst), rw.dst_port),
+                hop,
+                meta,
+            );
+            self.count_flow(tags, frame.len());
+            return Some(Verdict::Transmit {
+                port: hop.port,
+                len: frame.len(),
+            });
+        }
         let (rw, cached) = self.conntrack.rewrite_cached_v4(id, dir, epoch)?;
         let hop = match cached.and_then(|i| snap.hop_v4(i)) {
             // The flow cache (module doc): this entry's `dir` passed every
