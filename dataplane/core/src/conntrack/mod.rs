@@ -22,7 +22,7 @@
 //! - **A flow cache per entry.** Each entry keeps, per direction, the next
 //!   hop the worker's IPv4 fast path resolved for it and the
 //!   [`Snapshot::epoch`](crate::snapshot::Snapshot::epoch) it did so under
-//!   ([`Conntrack::rewrite_cached_v4`]); a new entry starts uncached.
+//!   (`Conntrack::touch_cached_v4`); a new entry starts uncached.
 //!
 //! # Expiry
 //! An entry expires a state-dependent idle time after its last packet

@@ -6,7 +6,7 @@
 //! [`Conntrack::rewrite`] and give the same answers (a test compares them
 //! on every entry of a busy table).
 //!
-//! The entry's flow cache ([`Conntrack::rewrite_cached_v4`],
+//! The entry's flow cache ([`Conntrack::touch_cached_v4`],
 //! [`Conntrack::set_cached_hop_v4`]) holds, per direction, the next hop
 //! the fast path resolved for it and the snapshot epoch it did so under;
 //! the fast path trusts it only under that same epoch.
@@ -14,6 +14,17 @@
 use super::table::RawKey;
 use super::{advance, raw_rewrite, Conntrack, Direction, EntryId, Tags};
 use crate::Tick;
+
+#[inline(always)]
+fn raw_key(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, proto: u8) -> RawKey<[u8; 4]> {
+    RawKey {
+        src,
+        dst,
+        sport,
+        dport,
+        proto,
+    }
+}
 
 /// [`Rewrite`](super::Rewrite) of an IPv4 connection, as octets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,13 +51,7 @@ impl Conntrack {
         dport: u16,
         proto: u8,
     ) -> Option<(EntryId, Direction)> {
-        let k = RawKey {
-            src,
-            dst,
-            sport,
-            dport,
-            proto,
-        };
+        let k = raw_key(src, dst, sport, dport, proto);
         self.v4.find(&k, self.v4.hash(&k)).map(|(i, d)| (EntryId(i), d))
     }
 
@@ -56,13 +61,7 @@ impl Conntrack {
     /// inserted (the burst path's new connections' reply keys).
     #[inline]
     pub fn peek_v4(&self, src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, proto: u8) -> u32 {
-        let k = RawKey {
-            src,
-            dst,
-            sport,
-            dport,
-            proto,
-        };
+        let k = raw_key(src, dst, sport, dport, proto);
         self.v4.peek_home(self.v4.hash(&k))
     }
 
@@ -87,7 +86,9 @@ impl Conntrack {
     /// [`set_cached_hop_v4`](Self::set_cached_hop_v4) under snapshot epoch
     /// `epoch`: `Some` only if the entry's cache was filled for that very
     /// epoch, which is not 0, and for `dir`. `None` for a stale or IPv6 id.
-    #[inline(always)]
+    /// Tests read the cache through it; the fast path uses
+    /// [`touch_cached_v4`](Self::touch_cached_v4).
+    #[cfg(test)]
     pub(crate) fn rewrite_cached_v4(
         &self,
         id: EntryId,

@@ -31,7 +31,8 @@
 //! its next hop ([`Snapshot::next_hop_index_v4`]) is stored in the entry
 //! with the snapshot's [`Snapshot::epoch`]
 //! ([`Conntrack::set_cached_hop_v4`]), and its later packets read it with
-//! the rewrite ([`Conntrack::rewrite_cached_v4`]) and skip the checks. A
+//! the rewrite, accounting the packet in the same visit
+//! ([`Conntrack::touch_cached_v4`]), and skip the checks. A
 //! snapshot with another epoch (every build or update takes a new one; the
 //! empty snapshot's 0 never matches) finds the cache stale and runs the
 //! checks again, which refill it. Nothing is cached for a packet that
@@ -224,28 +225,13 @@ impl Worker {
         let epoch = snap.epoch();
         // The flow cache (module doc) in one visit to the entry: rewrite,
         // hop, state and tags; nothing can decline after it.
-        let hops = snap.hops_v4();
-        if let Some((rw, hop, tags)) = self.conntrack.touch_cached_v4(id, dir, epoch, hops, k.flags, now) {
-            write_v4(
-                frame,
-                k,
-                (Ipv4Addr::from(rw.src), rw.src_port),
-                (Ipv4Addr::from(rw.dst), rw.dst_port),
-                hop,
-                meta,
-            );
-            self.count_flow(tags, frame.len());
-            return Some(Verdict::Transmit {
-                port: hop.port,
-                len: frame.len(),
-            });
-        }
-        let (rw, cached) = self.conntrack.rewrite_cached_v4(id, dir, epoch)?;
-        let hop = match cached.and_then(|i| snap.hop_v4(i)) {
-            // The flow cache (module doc): this entry's `dir` passed every
-            // check below under this very snapshot.
-            Some(hop) => hop,
+        let cached = self
+            .conntrack
+            .touch_cached_v4(id, dir, epoch, snap.hops_v4(), k.flags, now);
+        let (rw, hop, tags) = match cached {
+            Some((rw, hop, tags)) => (rw, hop, Some(tags)),
             None => {
+                let rw = self.conntrack.rewrite_v4(id, dir)?;
                 let reply_only = self.fast_v4_dispatch(snap, k)?.is_none();
                 if reply_only && dir != Direction::Reply {
                     return None;
@@ -253,11 +239,11 @@ impl Worker {
                 // --- `translate`: only a resolved next hop ---
                 let i = snap.next_hop_index_v4(u32::from_be_bytes(rw.dst))?;
                 let hop = snap.hop_v4(i)?;
+                // --- no way back past this point ---
                 self.conntrack.set_cached_hop_v4(id, dir, epoch, i);
-                hop
+                (rw, hop, self.conntrack.touch(id, dir, k.flags, now))
             }
         };
-        // --- no way back past this point: the frame is written ---
         write_v4(
             frame,
             k,
@@ -266,7 +252,7 @@ impl Worker {
             hop,
             meta,
         );
-        if let Some(tags) = self.conntrack.touch(id, dir, k.flags, now) {
+        if let Some(tags) = tags {
             self.count_flow(tags, frame.len());
         }
         Some(Verdict::Transmit {
