@@ -339,12 +339,19 @@ const SWEEP_BUDGET: usize = 256;
 
 impl NewFlows {
     fn new() -> NewFlows {
+        NewFlows::with_capacity(1 << 20)
+    }
+
+    /// With a table of `capacity` IPv4 connections: below the pool's 256k
+    /// flows, every SYN past the first `capacity` evicts an embryonic entry
+    /// (the SYN flood `bench/run.sh` runs end to end).
+    fn with_capacity(capacity: u32) -> NewFlows {
         let vip = (IpAddr::V4(VIP), 80);
         let mut syns: Vec<Frame> = (0..SYN_POOL).map(|i| tcp(client(i), vip, true, false)).collect();
         shuffle(&mut syns, 77);
         NewFlows {
             snap: snapshot(),
-            worker: worker(1 << 20),
+            worker: worker(capacity),
             syns,
             cursor: 0,
             now: 0,
@@ -440,7 +447,7 @@ fn bench_timer(c: &mut Criterion) {
 criterion_group!(benches, bench_timer, bench_established, bench_new_flow);
 
 /// Instruction counting under callgrind, instead of criterion:
-/// `PIPELINE_COUNT=forward|reply|new [PIPELINE_MODE=burst] [PIPELINE_N=1000]
+/// `PIPELINE_COUNT=forward|reply|new|new_full [PIPELINE_MODE=burst] [PIPELINE_N=1000]
 /// valgrind --tool=callgrind --toggle-collect='*counted_bursts*' <bench binary>`
 /// runs 1,000 warm-up bursts, then 1,000 bursts inside `counted_bursts`;
 /// divide its instructions by 32,000.
@@ -453,8 +460,12 @@ fn count_instructions(what: &str) {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1000);
-    if what == "new" {
-        let mut nf = NewFlows::new();
+    if what == "new" || what == "new_full" {
+        let mut nf = if what == "new" {
+            NewFlows::new()
+        } else {
+            NewFlows::with_capacity(FULL_TABLE)
+        };
         let mut verdicts = [Verdict::ToHost; BURST];
         for _ in 0..SYN_POOL / BURST {
             nf.burst(mode, true, &mut verdicts);
@@ -540,7 +551,25 @@ fn medians() {
         }
     }
     assert_eq!(nf.worker.counters().total_drops(), 0);
+    // A SYN flood: the table full, every SYN evicting.
+    let mut full = NewFlows::with_capacity(FULL_TABLE);
+    for _ in 0..SYN_POOL / BURST {
+        full.burst(Mode::Packet, false, &mut verdicts);
+    }
+    for mode in [Mode::Packet, Mode::Burst] {
+        let before = full.worker.counters().conntrack_evictions.get();
+        let t = (0..bursts)
+            .map(|_| full.burst(mode, false, &mut verdicts))
+            .collect();
+        report(&format!("new_flow_full_table/{}", mode.name()), t);
+        let evicted = full.worker.counters().conntrack_evictions.get() - before;
+        assert_eq!(evicted, (bursts * BURST) as u64, "every SYN evicts");
+    }
+    assert_eq!(full.worker.counters().total_drops(), 0);
 }
+
+/// The table of the SYN-flood variant: 64k IPv4 connections.
+const FULL_TABLE: u32 = 1 << 16;
 
 fn main() {
     if std::env::var("PIPELINE_MEDIANS").is_ok() {

@@ -66,7 +66,7 @@ pub use v4::RewriteV4;
 
 use crate::flow::{FlowKey, FlowKeyV4, FlowKeyV6, Proto};
 use crate::time::Tick;
-use table::{Addr, HopCache, RawKey, Slot, Table, FIN_BY_REPLY, FULL_NAT};
+use table::{Addr, HopCache, RawKey, Slot, Table, FIN_BY_REPLY, FULL_NAT, NEVER_EVICT};
 
 /// An address and port.
 pub type Endpoint = (IpAddr, u16);
@@ -659,17 +659,7 @@ fn insert_in<A: Addr>(
     }
     if t.is_full() {
         let now = ctx.now;
-        // Rank: 0 expired, 1 embryonic, 2 closing; established never.
-        let victim = t.pick_victim(ctx.window, |s| {
-            if s.expires <= now {
-                return Some(0u8);
-            }
-            match ConnState::from_u8(s.state).class() {
-                EvictClass::Embryonic => Some(1),
-                EvictClass::Closing => Some(2),
-                EvictClass::Established => None,
-            }
-        });
+        let victim = t.pick_victim(ctx.window, |s| evict_key(s.state, s.expires, now));
         let old = victim.and_then(|v| t.remove(v)).ok_or(InsertError::Full)?;
         let counter = if old.expires <= now {
             &mut stats.evicted_expired
@@ -683,6 +673,41 @@ fn insert_in<A: Addr>(
     }
     t.insert(slot, h_orig, h_reply).ok_or(InsertError::Full)
 }
+
+/// An entry's eviction key for [`Table::pick_victim`] at `now`, smallest
+/// first: expired entries (class 0), then embryonic (1), then closing (2),
+/// each by earliest expiry; established ones never ([`NEVER_EVICT`]). The
+/// class sits in the top two bits above the expiry, which is clamped to
+/// 62 bits (146 million years of milliseconds).
+#[inline(always)]
+fn evict_key(state: u8, expires: u64, now: u64) -> u64 {
+    const EXPIRY: u64 = (1 << 62) - 1;
+    let e = expires.min(EXPIRY);
+    // Established: all ones whatever `e`.
+    let live = EVICT_CLASS[usize::from(state)] | e;
+    if expires <= now {
+        e
+    } else {
+        live
+    }
+}
+
+/// [`evict_key`]'s class bits by state byte: a table of 256, so the
+/// per-slot lookup of the eviction scan needs no bounds check; bytes that
+/// are no state (never stored) count as established.
+const EVICT_CLASS: [u64; 256] = {
+    let mut t = [NEVER_EVICT; 256];
+    let mut i = 0;
+    while i < ConnState::COUNT {
+        t[i] = match ConnState::ALL[i].class() {
+            EvictClass::Embryonic => 1 << 62,
+            EvictClass::Closing => 2 << 62,
+            EvictClass::Established => NEVER_EVICT,
+        };
+        i += 1;
+    }
+    t
+};
 
 /// One packet's effect on an entry: state machine and timeout.
 #[inline(always)]
