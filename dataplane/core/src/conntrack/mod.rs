@@ -38,8 +38,9 @@
 //!
 //! # Eviction
 //! When a family's slab is full, [`Conntrack::insert`] looks at a window of
-//! [`Config::evict_window`] slots from a CLOCK hand that moves on after every
-//! search, and evicts the best candidate: an already-expired entry first,
+//! [`Config::evict_window`] slots from a CLOCK hand (which then moves to
+//! just past the victim, or past the window if it evicted nothing), and
+//! evicts the best candidate: an already-expired entry first,
 //! then an embryonic one (SYN only, unreplied UDP/ICMP), then a closing one
 //! (FIN-wait … time-wait, RST-closed); within a class, the one closest to
 //! expiry. Established entries (and replied UDP/ICMP) are never evicted
