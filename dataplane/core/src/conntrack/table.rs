@@ -528,6 +528,29 @@ impl<A: Addr> Table<A> {
         Some(best.1)
     }
 
+    /// Burst warming: when the table is full, loads the home index slots
+    /// of both keys of the `n` in-use slots from the CLOCK hand, the next
+    /// victims of a SYN flood (every insert evicts and the hand moves just
+    /// past each victim, the oldest of its window), and returns something
+    /// derived from them for `black_box`. Reads only.
+    pub fn peek_victims(&self, n: u32) -> u32 {
+        let cap = self.capacity();
+        if !self.is_full() || cap == 0 {
+            return 0;
+        }
+        let mut sink = 0;
+        let mut i = self.evict_hand;
+        for _ in 0..n.min(cap) {
+            let s = &self.slots[i as usize];
+            if s.in_use() {
+                sink ^=
+                    self.peek_home(self.hash(&s.original_key())) ^ self.peek_home(self.hash(&s.reply_key()));
+            }
+            i = if i + 1 == cap { 0 } else { i + 1 };
+        }
+        sink
+    }
+
     /// Checks every invariant in the module docs; for tests.
     #[cfg(test)]
     pub fn check(&self) {

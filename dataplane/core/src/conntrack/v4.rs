@@ -65,6 +65,14 @@ impl Conntrack {
         self.v4.peek_home(self.v4.hash(&k))
     }
 
+    /// Warms the index slots the next `n` evictions from a full IPv4 table
+    /// will edit, when they can be foreseen (a SYN flood: the entries from
+    /// the eviction hand on); returns a value for `black_box`. Reads only.
+    #[inline]
+    pub fn peek_victims_v4(&self, n: u32) -> u32 {
+        self.v4.peek_victims(n)
+    }
+
     /// [`Conntrack::rewrite`] of an IPv4 connection; `None` for a stale or
     /// IPv6 id.
     #[inline(always)]

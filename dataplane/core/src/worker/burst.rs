@@ -165,13 +165,17 @@ impl Worker {
         // fast path will open, loaded together too.
         let mut sink = 0u32;
         let mut nth = 0;
+        let mut n_open = 0;
         while opens != 0 {
             let i = opens.trailing_zeros() as usize;
             opens &= opens - 1;
             if let (Some(k), Some(None)) = (&fast[i], found.get(usize::from(key_of[i]))) {
                 sink ^= self.warm_open_v4(snap, k, &mut nth);
+                n_open += 1;
             }
         }
+        // In a full table each of them evicts: the victims' index slots too.
+        sink ^= self.conntrack.peek_victims_v4(n_open);
         core::hint::black_box(sink);
         let inserts = self.counters.new_connections.get();
         let evictions = self.counters.conntrack_evictions.get();
