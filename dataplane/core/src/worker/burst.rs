@@ -29,8 +29,10 @@
 //! and insert its reply key: another cold index slot. Stage 2b loads those
 //! slots for the whole burst too, with the backend Maglev picks and a guess
 //! at the SNAT pairs the allocator will hand out next
-//! ([`SnatPorts::peek_v4`](crate::flow::SnatPorts::peek_v4)). It only
-//! reads: a wrong guess wastes a load and changes no answer.
+//! ([`SnatPorts::peek_v4`](crate::flow::SnatPorts::peek_v4)), and, when
+//! the table is full, the index slots of the entries those inserts will
+//! evict (the next ones from the eviction hand). It only reads: a wrong
+//! guess wastes a load and changes no answer.
 //!
 //! Below [`BURST_LOOKUP_MIN_LEN`] live connections the table's hot part
 //! stays in cache, the staged lookup only adds work (parsed headers kept
