@@ -1,5 +1,6 @@
-//! The IPv4 fast path of [`Worker::handle_packet`]: packets of established
-//! TCP and UDP connections, the bulk of what a balancer forwards.
+//! The IPv4 fast path of [`Worker::handle_packet`]: TCP and UDP packets of
+//! tracked connections, the bulk of what a balancer forwards, and (in
+//! `fast_open.rs`) the first packets of new ones.
 //!
 //! The general path parses into a [`Parsed`](crate::wire::Parsed) with
 //! `IpAddr`s, builds a [`FlowKey`](crate::flow::FlowKey), and goes through
@@ -14,9 +15,10 @@
 //! `Some(verdict)` only for a packet that the general path would answer
 //! with that same verdict, the same output frame and the same counters;
 //! for anything else (another frame layout, anything the parse would
-//! reject, a new connection, a miss, a packet another worker owns, a TTL
-//! about to expire, a next hop to resolve or no route) it returns `None`
-//! having written nothing and counted nothing, and the general path runs.
+//! reject, a packet another worker owns, a TTL about to expire, a next hop
+//! to resolve or no route, a new connection the general path would refuse)
+//! it returns `None` having written nothing and counted nothing, and the
+//! general path runs.
 //! Tests feed random and corrupted traffic through both paths and compare.
 //!
 //! # The flow cache
@@ -85,11 +87,18 @@ pub(super) struct FastV4 {
 }
 
 impl FastV4 {
+    /// A TCP segment that may open a connection: SYN without ACK (what
+    /// `paths::opens_connection` checks on a parsed packet).
+    #[inline(always)]
+    pub(super) fn is_syn(&self) -> bool {
+        self.proto == Proto::Tcp && self.flags & (TcpFlags::SYN.0 | TcpFlags::ACK.0) == TcpFlags::SYN.0
+    }
+
     /// Whether the packet may open a connection: a UDP datagram or a TCP
-    /// SYN without ACK (what the burst path warms a reply key for).
+    /// SYN (what the burst path warms a reply key for).
     #[inline(always)]
     pub(super) fn may_open(&self) -> bool {
-        self.proto == Proto::Udp || self.flags & (TcpFlags::SYN.0 | TcpFlags::ACK.0) == TcpFlags::SYN.0
+        self.proto == Proto::Udp || self.is_syn()
     }
 
     /// The conntrack key of the packet, as the general path builds it.

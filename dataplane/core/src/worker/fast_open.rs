@@ -18,10 +18,9 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use crate::conntrack::{Direction, Nat, Tags};
-use crate::flow::{FlowKey, FlowKeyV4, Proto};
+use crate::flow::Proto;
 use crate::maglev::flow_hash_v4;
-use crate::snapshot::{Family, ForwardMode, Service, Snapshot};
-use crate::wire::TcpFlags;
+use crate::snapshot::{Backend, Family, ForwardMode, Service, Snapshot};
 use crate::Tick;
 
 use super::fast::{write_v4, FastV4};
@@ -42,12 +41,7 @@ impl Worker {
         let Some(svc) = snap.get_service(fe.service) else {
             return 0;
         };
-        let client = IpAddr::V4(Ipv4Addr::from(k.src));
-        let flow = flow_hash_v4(k.src, k.dst, k.sport, k.dport, k.proto as u8);
-        let Some(b) = svc.pick(svc.pick_hash(client, flow), Family::V4) else {
-            return 0;
-        };
-        let IpAddr::V4(be) = b.addr else {
+        let Some((b, be)) = pick_v4(svc, k) else {
             return 0;
         };
         let (dst, dport) = if svc.mode() == ForwardMode::FullNat {
@@ -82,23 +76,17 @@ impl Worker {
             return None;
         }
         let full_nat = svc.mode() == ForwardMode::FullNat;
-        let syn = k.flags & (TcpFlags::SYN.0 | TcpFlags::ACK.0) == TcpFlags::SYN.0;
-        if k.proto == Proto::Tcp && full_nat && !syn {
+        if k.proto == Proto::Tcp && full_nat && !k.is_syn() {
             return None;
         }
-        let flow = flow_hash_v4(k.src, k.dst, k.sport, k.dport, k.proto as u8);
-        let backend = svc.pick(svc.pick_hash(IpAddr::V4(client), flow), Family::V4)?;
-        let IpAddr::V4(be_addr) = backend.addr else {
-            return None;
-        };
+        let (backend, be_addr) = pick_v4(svc, k)?;
         let be = (backend.addr, backend.port);
         let be_slot = backend.stats_slot;
         // `translate` would drop (`NoRoute`) or hold the packet (`Resolve`)
         // after creating the entry: the general path's business.
         let hop_index = snap.next_hop_index_v4(u32::from(be_addr))?;
         let hop = *snap.hop_v4(hop_index)?;
-
-        // --- no way back past this point: state changes ---
+        // An exhausted pool changes nothing: the general path counts it.
         let nat = if full_nat {
             Nat::FullNat {
                 backend: be,
@@ -107,18 +95,14 @@ impl Worker {
         } else {
             Nat::Dnat { backend: be }
         };
+
+        // --- no way back past this point: a SNAT port is taken ---
         let src = match nat.snat() {
             Some((IpAddr::V4(a), port)) => (a, port),
             // `alloc` hands out an address of the backend's family.
             _ => (client, k.sport),
         };
-        let key = FlowKey::V4(FlowKeyV4 {
-            src: client,
-            dst: Ipv4Addr::from(k.dst),
-            sport: k.sport,
-            dport: k.dport,
-            proto: k.proto,
-        });
+        let key = k.key();
         let tags = Tags {
             frontend: fe_slot,
             backend: be_slot,
@@ -141,5 +125,19 @@ impl Worker {
             port: hop.port,
             len: frame.len(),
         })
+    }
+}
+
+/// The backend Maglev picks for a new connection read as `k` to `svc`
+/// (IPv4 ring; client-IP affinity as `Service::pick_hash` says), with its
+/// address as an `Ipv4Addr`: what `paths::open` picks for the same packet.
+#[inline(always)]
+fn pick_v4<'s>(svc: &'s Service, k: &FastV4) -> Option<(&'s Backend, Ipv4Addr)> {
+    let client = IpAddr::V4(Ipv4Addr::from(k.src));
+    let flow = flow_hash_v4(k.src, k.dst, k.sport, k.dport, k.proto as u8);
+    let b = svc.pick(svc.pick_hash(client, flow), Family::V4)?;
+    match b.addr {
+        IpAddr::V4(a) => Some((b, a)),
+        IpAddr::V6(_) => None,
     }
 }

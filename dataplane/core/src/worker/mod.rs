@@ -240,9 +240,10 @@ impl Worker {
         self.handle_packet_general(now, snap, frame, meta)
     }
 
-    /// [`Worker::handle_packet`] without the IPv4 fast path (`fast.rs`),
-    /// which answers established IPv4 TCP and UDP packets exactly as this
-    /// would; exposed so tests and benches can hold one against the other.
+    /// [`Worker::handle_packet`] without the IPv4 fast path (`fast.rs`,
+    /// `fast_open.rs`), which answers the IPv4 TCP and UDP packets it takes
+    /// exactly as this would; exposed so tests and benches can hold one
+    /// against the other.
     #[doc(hidden)]
     pub fn handle_packet_general(
         &mut self,
