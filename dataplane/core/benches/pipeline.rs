@@ -29,6 +29,10 @@
 //!   returning its SNAT port. In steady state ~100k-230k connections are
 //!   live. `new_flow/*` times the packets and the tick (the expiry is part of
 //!   what a new flow costs); `new_flow_no_tick/*` the packets only.
+//! - SYN flood (`PIPELINE_MEDIANS` only): `new_flow_full_table/*`, a 64k
+//!   table and SYNs of 256k flows, and `new_flow_full_table_1m/*`, the
+//!   default 1M table and SYNs of 2M flows: the table full, every SYN
+//!   evicts an embryonic entry (as in `bench/run.sh`'s SYN floods).
 //! - Each variant is checked once before timing: every verdict must be a
 //!   `Transmit` (and every SYN a new connection).
 //!
@@ -330,7 +334,9 @@ struct NewFlows {
     worker: Worker,
     syns: Vec<Frame>,
     cursor: usize,
-    now: u64,
+    /// Simulated time, in microseconds, and its step per burst.
+    now_us: u64,
+    step_us: u64,
 }
 
 const SYN_POOL: usize = 1 << 18;
@@ -339,22 +345,24 @@ const SWEEP_BUDGET: usize = 256;
 
 impl NewFlows {
     fn new() -> NewFlows {
-        NewFlows::with_capacity(1 << 20)
+        NewFlows::with_capacity(1 << 20, SYN_POOL)
     }
 
-    /// With a table of `capacity` IPv4 connections: below the pool's 256k
-    /// flows, every SYN past the first `capacity` evicts an embryonic entry
-    /// (the SYN flood `bench/run.sh` runs end to end).
-    fn with_capacity(capacity: u32) -> NewFlows {
+    /// With a table of `capacity` IPv4 connections and SYNs of `pool`
+    /// distinct flows: below `pool`, every SYN past the first `capacity`
+    /// evicts an embryonic entry (the SYN flood `bench/run.sh` runs end to
+    /// end).
+    fn with_capacity(capacity: u32, pool: usize) -> NewFlows {
         let vip = (IpAddr::V4(VIP), 80);
-        let mut syns: Vec<Frame> = (0..SYN_POOL).map(|i| tcp(client(i), vip, true, false)).collect();
+        let mut syns: Vec<Frame> = (0..pool).map(|i| tcp(client(i), vip, true, false)).collect();
         shuffle(&mut syns, 77);
         NewFlows {
             snap: snapshot(),
             worker: worker(capacity),
             syns,
             cursor: 0,
-            now: 0,
+            now_us: 0,
+            step_us: NEW_FLOW_TICK_MS * 1000,
         }
     }
 
@@ -364,8 +372,8 @@ impl NewFlows {
         let metas = [meta(0); BURST];
         let mut work = [[0u8; FRAME]; BURST];
         load(&mut work, &self.syns, &mut self.cursor);
-        self.now += NEW_FLOW_TICK_MS;
-        let now = Tick(self.now);
+        self.now_us += self.step_us;
+        let now = Tick(self.now_us / 1000);
         let t = Instant::now();
         process(
             mode,
@@ -447,7 +455,7 @@ fn bench_timer(c: &mut Criterion) {
 criterion_group!(benches, bench_timer, bench_established, bench_new_flow);
 
 /// Instruction counting under callgrind, instead of criterion:
-/// `PIPELINE_COUNT=forward|reply|new|new_full [PIPELINE_MODE=burst] [PIPELINE_N=1000]
+/// `PIPELINE_COUNT=forward|reply|new|new_full|new_full_1m [PIPELINE_MODE=burst] [PIPELINE_N=1000]
 /// valgrind --tool=callgrind --toggle-collect='*counted_bursts*' <bench binary>`
 /// runs 1,000 warm-up bursts, then 1,000 bursts inside `counted_bursts`;
 /// divide its instructions by 32,000.
@@ -460,14 +468,14 @@ fn count_instructions(what: &str) {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1000);
-    if what == "new" || what == "new_full" {
+    if what == "new" || what == "new_full" || what == "new_full_1m" {
         let mut nf = if what == "new" {
             NewFlows::new()
         } else {
-            NewFlows::with_capacity(FULL_TABLE)
+            full_table(what == "new_full_1m")
         };
         let mut verdicts = [Verdict::ToHost; BURST];
-        for _ in 0..SYN_POOL / BURST {
+        for _ in 0..nf.syns.len() / BURST {
             nf.burst(mode, true, &mut verdicts);
         }
         counted_new(&mut nf, mode, 1000);
@@ -551,25 +559,40 @@ fn medians() {
         }
     }
     assert_eq!(nf.worker.counters().total_drops(), 0);
-    // A SYN flood: the table full, every SYN evicting.
-    let mut full = NewFlows::with_capacity(FULL_TABLE);
-    for _ in 0..SYN_POOL / BURST {
-        full.burst(Mode::Packet, false, &mut verdicts);
+    // A SYN flood: the table full, every SYN evicting; in a 64k table, and
+    // in a 1M one (the default capacity, as end to end).
+    for big in [false, true] {
+        let mut full = full_table(big);
+        for _ in 0..full.syns.len() / BURST {
+            full.burst(Mode::Packet, false, &mut verdicts);
+        }
+        let name = if big { "new_flow_full_table_1m" } else { "new_flow_full_table" };
+        for mode in [Mode::Packet, Mode::Burst] {
+            let before = full.worker.counters().conntrack_evictions.get();
+            let t = (0..bursts)
+                .map(|_| full.burst(mode, false, &mut verdicts))
+                .collect();
+            report(&format!("{name}/{}", mode.name()), t);
+            let evicted = full.worker.counters().conntrack_evictions.get() - before;
+            assert_eq!(evicted, (bursts * BURST) as u64, "every SYN evicts");
+        }
+        assert_eq!(full.worker.counters().total_drops(), 0);
     }
-    for mode in [Mode::Packet, Mode::Burst] {
-        let before = full.worker.counters().conntrack_evictions.get();
-        let t = (0..bursts)
-            .map(|_| full.burst(mode, false, &mut verdicts))
-            .collect();
-        report(&format!("new_flow_full_table/{}", mode.name()), t);
-        let evicted = full.worker.counters().conntrack_evictions.get() - before;
-        assert_eq!(evicted, (bursts * BURST) as u64, "every SYN evicts");
-    }
-    assert_eq!(full.worker.counters().total_drops(), 0);
 }
 
-/// The table of the SYN-flood variant: 64k IPv4 connections.
-const FULL_TABLE: u32 = 1 << 16;
+/// The tables of the SYN-flood variants: 64k IPv4 connections (SYNs of
+/// 256k flows, 20 ms a burst), or `big`, 1M (SYNs of 2M flows, 20 us a
+/// burst, 1.6M SYNs a second as end to end: at 20 ms a burst, entries would
+/// expire before the table filled).
+fn full_table(big: bool) -> NewFlows {
+    if big {
+        let mut nf = NewFlows::with_capacity(1 << 20, 1 << 21);
+        nf.step_us = 20;
+        nf
+    } else {
+        NewFlows::with_capacity(1 << 16, SYN_POOL)
+    }
+}
 
 fn main() {
     if std::env::var("PIPELINE_MEDIANS").is_ok() {

@@ -85,6 +85,11 @@ pub enum Direction {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct EntryId(u32);
 
+/// A key's hash in its family's table, from
+/// [`Conntrack::lookup_burst_hashed`]; see [`Conntrack::lookup_hashed`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct KeyHash(u32);
+
 /// Keys per stage of [`Conntrack::lookup_burst`]: an rx burst.
 pub const BURST: usize = 32;
 
@@ -411,39 +416,65 @@ impl Conntrack {
     /// lines, so the misses of a burst overlap. Plain loads rather than
     /// prefetch intrinsics: the crate's lints allow no exceptions.
     pub fn lookup_burst(&self, keys: &[FlowKey], out: &mut [Option<(EntryId, Direction)>]) {
+        let mut hashes = [KeyHash::default(); BURST];
         for (keys, out) in keys.chunks(BURST).zip(out.chunks_mut(BURST)) {
-            let mut hashes = [0u32; BURST];
-            let mut vals = [0u32; BURST];
-            for ((k, h), v) in keys.iter().zip(&mut hashes).zip(&mut vals) {
-                (*h, *v) = match k {
-                    FlowKey::V4(k) => {
-                        let h = self.v4.hash(&raw_v4(k));
-                        (h, self.v4.peek_home(h))
-                    }
-                    FlowKey::V6(k) => {
-                        let h = self.v6.hash(&raw_v6(k));
-                        (h, self.v6.peek_home(h))
-                    }
-                };
-            }
-            let mut sink = 0u32;
-            for (k, v) in keys.iter().zip(&vals) {
-                sink ^= match k {
-                    FlowKey::V4(_) => self.v4.peek_slot(*v),
-                    FlowKey::V6(_) => self.v6.peek_slot(*v),
-                };
-            }
-            // Keeps the warming loads from being optimized away.
-            core::hint::black_box(sink);
-            for ((k, h), o) in keys.iter().zip(&hashes).zip(out.iter_mut()) {
-                *o = match k {
-                    FlowKey::V4(k) => self.v4.find(&raw_v4(k), *h).map(|(i, d)| (EntryId(i), d)),
-                    FlowKey::V6(k) => self
-                        .v6
-                        .find(&raw_v6(k), *h)
-                        .map(|(i, d)| (EntryId(i | V6_BIT), d)),
-                };
-            }
+            self.lookup_burst_hashed(keys, out, &mut hashes);
+        }
+    }
+
+    /// [`Conntrack::lookup_burst`] of at most [`BURST`] keys that also
+    /// stores each key's table hash in `hashes[i]`, for
+    /// [`Conntrack::lookup_hashed`] to look the same key up again later
+    /// without hashing it (the burst path, after its inserts or evictions).
+    /// Handles the first `min` of the three lengths and of [`BURST`].
+    #[inline]
+    pub(crate) fn lookup_burst_hashed(
+        &self,
+        keys: &[FlowKey],
+        out: &mut [Option<(EntryId, Direction)>],
+        hashes: &mut [KeyHash],
+    ) {
+        let n = keys.len().min(out.len()).min(hashes.len()).min(BURST);
+        let (keys, out, hashes) = (&keys[..n], &mut out[..n], &mut hashes[..n]);
+        let mut vals = [0u32; BURST];
+        for ((k, h), v) in keys.iter().zip(hashes.iter_mut()).zip(&mut vals) {
+            (h.0, *v) = match k {
+                FlowKey::V4(k) => {
+                    let h = self.v4.hash(&raw_v4(k));
+                    (h, self.v4.peek_home(h))
+                }
+                FlowKey::V6(k) => {
+                    let h = self.v6.hash(&raw_v6(k));
+                    (h, self.v6.peek_home(h))
+                }
+            };
+        }
+        let mut sink = 0u32;
+        for (k, v) in keys.iter().zip(&vals) {
+            sink ^= match k {
+                FlowKey::V4(_) => self.v4.peek_slot(*v),
+                FlowKey::V6(_) => self.v6.peek_slot(*v),
+            };
+        }
+        // Keeps the warming loads from being optimized away.
+        core::hint::black_box(sink);
+        for ((k, h), o) in keys.iter().zip(hashes.iter()).zip(out.iter_mut()) {
+            *o = self.lookup_hashed(k, *h);
+        }
+    }
+
+    /// [`Conntrack::lookup`] of `key` with its hash from
+    /// [`Conntrack::lookup_burst_hashed`] (of the same key: any other hash
+    /// gives a wrong answer). The hash depends only on the key and the
+    /// table's seeds, so it stays valid whatever is inserted or removed.
+    #[inline(always)]
+    pub(crate) fn lookup_hashed(&self, key: &FlowKey, hash: KeyHash) -> Option<(EntryId, Direction)> {
+        match key {
+            FlowKey::V4(k) => self.v4.find(&raw_v4(k), hash.0).map(|(i, d)| (EntryId(i), d)),
+            FlowKey::V6(k) => self
+                .v6
+                .find(&raw_v6(k), hash.0)
+                .map(|(i, d)| (EntryId(i | V6_BIT), d)),
         }
     }
 

@@ -360,6 +360,36 @@ fn lookup_burst_matches_single_lookups() {
         "extra outputs untouched"
     );
     assert!(out.iter().filter(|o| o.is_some()).count() > 40);
+    // The hashes it keeps find the same keys again after the table changed:
+    // removed keys miss, keys inserted since hit.
+    let burst = &probes[..BURST];
+    let (mut found, mut hashes) = ([None; BURST], [KeyHash::default(); BURST]);
+    ct.lookup_burst_hashed(burst, &mut found, &mut hashes);
+    for id in found.iter().step_by(3).flatten().map(|f| f.0) {
+        ct.remove(id);
+    }
+    // Removed forward keys of IPv4 flows to the VIP, opened again.
+    let reopen: Vec<FlowKey> = burst
+        .iter()
+        .filter(|k| k.dst() == VIP && ct.lookup(k).is_none())
+        .step_by(2)
+        .copied()
+        .collect();
+    assert!(!reopen.is_empty());
+    for k in reopen {
+        ins(&mut ct, k, dnat(), 0).unwrap();
+    }
+    let (mut hits, mut misses) = (0, 0);
+    for (k, h) in burst.iter().zip(hashes) {
+        let got = ct.lookup_hashed(k, h);
+        assert_eq!(got, ct.lookup(k), "{k:?}");
+        if got.is_some() {
+            hits += 1;
+        } else {
+            misses += 1;
+        }
+    }
+    assert!(hits > 5 && misses > 5, "{hits} hits, {misses} misses");
     let mut empty = table(0, 0);
     empty.lookup_burst(&probes, &mut out);
     assert!(out.iter().all(Option::is_none));

@@ -18,7 +18,10 @@
 //! insert a miss is looked up again. After an eviction (a slot freed and
 //! reused) every result is looked up again. Both are detected through the
 //! worker's own `new_connections` and `conntrack_evictions` counters, which
-//! it alone writes.
+//! it alone writes. Looking up again starts from the key's hash kept from
+//! stage 2 ([`Conntrack::lookup_hashed`](crate::conntrack::Conntrack::lookup_hashed)),
+//! on index lines stage 2 loaded: under a SYN flood, where every packet
+//! inserts and evicts, that is every lookup after the burst's first.
 //!
 //! Frames the IPv4 fast path (`fast.rs`) can read skip the parse: their
 //! 5-tuple comes from [`fast::read_v4`], and in stage 3 they go through
@@ -39,7 +42,7 @@
 //! for a burst, keys hashed ahead: ~90 instructions a packet), and the
 //! burst is handled packet by packet instead.
 
-use crate::conntrack::{Direction, EntryId, BURST};
+use crate::conntrack::{Direction, EntryId, KeyHash, BURST};
 use crate::flow::{FlowKey, FlowKeyV4, Proto};
 use crate::snapshot::Snapshot;
 use crate::wire::{self, Parsed, L3};
@@ -162,7 +165,9 @@ impl Worker {
         }
         // Stage 2: the conntrack misses of the whole burst, overlapped.
         let mut found: [Option<(EntryId, Direction)>; BURST] = [None; BURST];
-        self.conntrack.lookup_burst(&keys[..nk], &mut found[..nk]);
+        let mut hashes = [KeyHash::default(); BURST];
+        self.conntrack
+            .lookup_burst_hashed(&keys[..nk], &mut found[..nk], &mut hashes[..nk]);
         // Stage 2b: the reply-key index slots of the new connections the
         // fast path will open, loaded together too.
         let mut sink = 0u32;
@@ -181,12 +186,17 @@ impl Worker {
         core::hint::black_box(sink);
         let inserts = self.counters.new_connections.get();
         let evictions = self.counters.conntrack_evictions.get();
-        // Stage 3: each packet in order, with its lookup if still valid.
+        // Stage 3: each packet in order, with its lookup, done again (from
+        // its hash, on a line stage 2 loaded) where it may have changed.
         for (i, (frame, meta)) in frames.iter_mut().zip(metas).enumerate() {
             let k = usize::from(key_of[i]);
             let hint = match found.get(k) {
-                Some(_) if self.counters.conntrack_evictions.get() != evictions => None,
-                Some(None) if self.counters.new_connections.get() != inserts => None,
+                Some(&f)
+                    if self.counters.conntrack_evictions.get() != evictions
+                        || f.is_none() && self.counters.new_connections.get() != inserts =>
+                {
+                    Some(self.conntrack.lookup_hashed(&keys[k], hashes[k]))
+                }
                 Some(&f) => Some(f),
                 None => None,
             };
