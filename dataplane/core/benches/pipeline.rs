@@ -566,7 +566,11 @@ fn medians() {
         for _ in 0..full.syns.len() / BURST {
             full.burst(Mode::Packet, false, &mut verdicts);
         }
-        let name = if big { "new_flow_full_table_1m" } else { "new_flow_full_table" };
+        let name = if big {
+            "new_flow_full_table_1m"
+        } else {
+            "new_flow_full_table"
+        };
         for mode in [Mode::Packet, Mode::Burst] {
             let before = full.worker.counters().conntrack_evictions.get();
             let t = (0..bursts)

@@ -40,10 +40,14 @@
 //! When a family's slab is full, [`Conntrack::insert`] looks at a window of
 //! [`Config::evict_window`] slots from a CLOCK hand (which then moves to
 //! just past the victim, or past the window if it evicted nothing), and
-//! evicts the best candidate: an already-expired entry first,
-//! then an embryonic one (SYN only, unreplied UDP/ICMP), then a closing one
-//! (FIN-wait … time-wait, RST-closed); within a class, the one closest to
-//! expiry. Established entries (and replied UDP/ICMP) are never evicted
+//! evicts the first already-expired or embryonic entry (SYN only,
+//! unreplied UDP/ICMP) it meets, as Linux's conntrack drops the first
+//! unassured entry of a chain; if the window holds neither, the closing
+//! one (FIN-wait … time-wait, RST-closed) closest to expiry. In a table
+//! that stays full, a new entry takes its victim's slot, behind the hand,
+//! so the slots ahead of the hand were filled longest ago; under a SYN
+//! flood an eviction examines one slot.
+//! Established entries (and replied UDP/ICMP) are never evicted
 //! before they expire: if the window holds nothing else, the insert fails
 //! with [`InsertError::Full`] and the caller forwards DNAT statelessly or
 //! drops full-NAT with `ConntrackFull`. The bounded window keeps the cost of
@@ -691,7 +695,7 @@ fn insert_in<A: Addr>(
     }
     if t.is_full() {
         let now = ctx.now;
-        let victim = t.pick_victim(ctx.window, |s| evict_key(s.state, s.expires, now));
+        let victim = t.pick_victim(ctx.window, TAKE_AT_ONCE, |s| evict_key(s.state, s.expires, now));
         let old = victim.and_then(|v| t.remove(v)).ok_or(InsertError::Full)?;
         let counter = if old.expires <= now {
             &mut stats.evicted_expired
@@ -723,6 +727,12 @@ fn evict_key(state: u8, expires: u64, now: u64) -> u64 {
         live
     }
 }
+
+/// [`evict_key`]s below this (expired and embryonic entries) are evicted
+/// as soon as the eviction scan meets one: the first from the hand, not
+/// the one closest to expiry (Linux's conntrack likewise drops the first
+/// unassured entry it meets). Only closing entries are ranked by expiry.
+const TAKE_AT_ONCE: u64 = 2 << 62;
 
 /// [`evict_key`]'s class bits by state byte: a table of 256, so the
 /// per-slot lookup of the eviction scan needs no bounds check; bytes that

@@ -485,6 +485,49 @@ fn eviction_prefers_expired_then_earliest_expiry() {
 }
 
 #[test]
+fn eviction_takes_the_first_expired_or_embryonic_from_the_hand() {
+    let mut ct = Conntrack::new(Config {
+        evict_window: 8,
+        ..Config::new(8, 0)
+    })
+    .unwrap();
+    // Slots in insert order: established TCP, except slot 2, a SYN at
+    // 50 s (embryonic until 110 s), and slot 5, UDP at 0 s never replied
+    // (expired at 30 s).
+    for n in 0..8u16 {
+        let (proto, at) = match n {
+            2 => (Proto::Tcp, 50 * S),
+            5 => (Proto::Udp, 0),
+            _ => (Proto::Tcp, 0),
+        };
+        let id = ins(&mut ct, key(client(n), VIP, proto), dnat(), at).unwrap();
+        if n != 2 && n != 5 {
+            pkt(&mut ct, id, Direction::Original, ACK, 0);
+        }
+    }
+    let mut evicted = Vec::new();
+    for (n, at) in [(100u16, 60 * S), (101, 61 * S)] {
+        ct.insert(
+            key(client(n), VIP, Proto::Tcp),
+            dnat(),
+            Tags::default(),
+            Tick(at),
+            |e| evicted.push(e.original),
+        )
+        .unwrap();
+    }
+    // The embryonic slot 2 comes first from the hand, before the expired
+    // slot 5; then the hand is at 3, and slot 5 is next.
+    assert_eq!(
+        evicted,
+        [key(client(2), VIP, Proto::Tcp), key(client(5), VIP, Proto::Udp)]
+    );
+    let st = ct.stats();
+    assert_eq!((st.evicted_embryonic, st.evicted_expired), (1, 1));
+    ct.check();
+}
+
+#[test]
 fn full_of_established_refuses_with_full() {
     let (mut ct, _) = full_table([true; 8]);
     let r = ct.insert(
