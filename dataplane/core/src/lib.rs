@@ -11,7 +11,7 @@
 //! - [`wire`]: zero-copy views over Ethernet, 802.1Q, ARP, IPv4, IPv6, TCP,
 //!   UDP and ICMP, smoltcp-style (`new_checked`, then accessors never panic).
 //! - [`checksum`]: full and RFC 1624 incremental Internet checksums.
-//! - [`drop`]: [`DropReason`], the `#[repr(u8)]` enum that indexes the
+//! - [`drop`](mod@drop): [`DropReason`], the `#[repr(u8)]` enum that indexes the
 //!   per-worker drop counters.
 //! - [`local`]: answers for the balancer's own addresses (ARP, ICMP echo,
 //!   ICMPv6 echo and neighbor solicitation).

@@ -184,7 +184,8 @@ fn fmix64(mut k: u64) -> u64 {
 ///
 /// Encoding: `w0 = src‖dst` (8 bytes, big-endian) and
 /// `w1 = sport << 32 | dport << 16 | proto`, absorbed in that order from
-/// [`SEED_FLOW_V4`] and finished with `fmix64` (see the module doc).
+/// the seed `SEED_FLOW_V4` (`u64::from_le_bytes(*b"lbd:flw4")`) and
+/// finished with `fmix64` (see the module doc).
 #[inline]
 pub fn flow_hash_v4(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, proto: u8) -> u64 {
     let w0 = u64::from(u32::from_be_bytes(src)) << 32 | u64::from(u32::from_be_bytes(dst));
@@ -196,7 +197,8 @@ pub fn flow_hash_v4(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, proto: u
 ///
 /// Encoding: the source address as two big-endian words (high, low), then
 /// the destination likewise, then `sport << 32 | dport << 16 | proto`,
-/// absorbed in that order from [`SEED_FLOW_V6`], finished with `fmix64`.
+/// absorbed in that order from the seed `SEED_FLOW_V6`
+/// (`u64::from_le_bytes(*b"lbd:flw6")`), finished with `fmix64`.
 #[inline]
 pub fn flow_hash_v6(src: [u8; 16], dst: [u8; 16], sport: u16, dport: u16, proto: u8) -> u64 {
     let s = u128::from_be_bytes(src);
@@ -213,9 +215,10 @@ pub fn flow_hash_v6(src: [u8; 16], dst: [u8; 16], sport: u16, dport: u16, proto:
 /// The hash of a client address alone, for client-IP session affinity: every
 /// flow of one client maps to the same backend while the ring is unchanged.
 ///
-/// Encoding: IPv4 absorbs the address as one big-endian word from
-/// [`SEED_CLIENT_V4`]; IPv6 absorbs its two big-endian halves (high, low)
-/// from [`SEED_CLIENT_V6`]; both finish with `fmix64`. An IPv4-mapped IPv6
+/// Encoding: IPv4 absorbs the address as one big-endian word from the seed
+/// `SEED_CLIENT_V4` (`u64::from_le_bytes(*b"lbd:cli4")`); IPv6 absorbs its
+/// two big-endian halves (high, low) from `SEED_CLIENT_V6`
+/// (`u64::from_le_bytes(*b"lbd:cli6")`); both finish with `fmix64`. An IPv4-mapped IPv6
 /// address hashes as IPv6.
 #[inline]
 pub fn client_hash(addr: IpAddr) -> u64 {

@@ -69,7 +69,11 @@ pub fn inner_rewrite(rw: &Rewrite) -> Rewrite {
 /// `outer`'s addresses (ports ignored) and a decremented TTL / hop limit;
 /// the quoted packet gets `inner`'s addresses and ports (for a quoted echo,
 /// the identifier); every checksum that covers a changed word is updated.
-/// See the [module doc](self) for which rewrite is which.
+/// Which is which: look conntrack up with the quoted flow reversed (the
+/// key of the error's own direction) and take that direction's rewrite
+/// `rw`; `outer` is `rw` (or `(p.src, 0)` as source to keep the reporting
+/// router's address) and `inner` is [`inner_rewrite`]`(&rw)`, since the
+/// quoted packet travelled the other way.
 ///
 /// `p` must be the result of parsing `frame`. Errors, with `frame` left
 /// unchanged: `MalformedIcmp` if `p` is not an ICMP error or its quote is

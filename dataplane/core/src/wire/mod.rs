@@ -9,7 +9,7 @@
 //! Contract: `new_unchecked` wraps any buffer (accessors may then panic on a
 //! short one); `new_checked` validates lengths and the fields those lengths
 //! depend on, and after it succeeds **no accessor panics**. It returns the
-//! precise [`DropReason`]: a frame or IP header that runs past the end is
+//! precise [`DropReason`](crate::DropReason): a frame or IP header that runs past the end is
 //! `Truncated`; an invalid IP header is `MalformedIpv4`/`MalformedIpv6`; L4
 //! problems, truncation included, are the protocol's own reason
 //! (`MalformedTcp`, `MalformedUdp`, `MalformedIcmp`), since the counters must
