@@ -88,6 +88,21 @@ impl ConnState {
         }
     }
 
+    /// True if the packet that opens a connection of `proto` (TCP flags
+    /// `tcp_flags`, ignored for UDP and ICMP) leaves it in
+    /// [`ConnState::initial`]: accounting it on the new entry would then
+    /// only restart the timeout the insert has just set. False for a TCP
+    /// RST (closes) and a bare ACK (a mid-stream pickup, established).
+    /// Agrees with the state machine for every flag byte (tested).
+    #[inline]
+    pub const fn first_packet_keeps_initial(proto: Proto, tcp_flags: u8) -> bool {
+        use tcp_flags::{ACK, RST, SYN};
+        match proto {
+            Proto::Tcp => tcp_flags & RST == 0 && (tcp_flags & ACK == 0 || tcp_flags & SYN != 0),
+            Proto::Udp | Proto::Icmp | Proto::Icmpv6 => true,
+        }
+    }
+
     /// How willingly an entry in this state is evicted under pressure.
     #[inline]
     pub const fn class(self) -> EvictClass {
@@ -269,6 +284,21 @@ mod tests {
     use super::*;
     use ConnState::*;
     use Direction::{Original as O, Reply as R};
+
+    #[test]
+    fn first_packet_keeps_initial_agrees_with_step() {
+        for proto in [Proto::Tcp, Proto::Udp, Proto::Icmp, Proto::Icmpv6] {
+            let init = ConnState::initial(proto);
+            for flags in 0..=u8::MAX {
+                let stepped = step(init, O, flags, false);
+                assert_eq!(
+                    ConnState::first_packet_keeps_initial(proto, flags),
+                    stepped == (init, false),
+                    "{proto:?} flags {flags:#04x} -> {stepped:?}"
+                );
+            }
+        }
+    }
 
     /// Runs a packet sequence from the initial TCP state, returning the states.
     fn run(packets: &[(Direction, u8)]) -> Vec<ConnState> {

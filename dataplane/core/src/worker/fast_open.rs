@@ -17,7 +17,7 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use crate::conntrack::{Direction, Nat, Tags};
+use crate::conntrack::{ConnState, Direction, Nat, Tags};
 use crate::flow::Proto;
 use crate::maglev::flow_hash_v4;
 use crate::snapshot::{Backend, Family, ForwardMode, Service, Snapshot};
@@ -117,7 +117,12 @@ impl Worker {
             // for this entry's original direction under this snapshot.
             self.conntrack
                 .set_cached_hop_v4(id, Direction::Original, snap.epoch(), hop_index);
-            if let Some(tags) = self.conntrack.touch(id, Direction::Original, k.flags, now) {
+            // Accounting the packet on the entry (`paths::translate`'s
+            // `touch`) restarts the timeout the insert has just set, unless
+            // the packet moves the entry out of its initial state.
+            if ConnState::first_packet_keeps_initial(k.proto, k.flags) {
+                self.count_flow(tags, frame.len());
+            } else if let Some(tags) = self.conntrack.touch(id, Direction::Original, k.flags, now) {
                 self.count_flow(tags, frame.len());
             }
         }
