@@ -49,6 +49,7 @@ use crate::wire::{self, Parsed, L3};
 use crate::{DropReason, Tick};
 
 use super::fast::{self, FastV4};
+use super::fast_open::Pick;
 use super::{PacketMeta, Verdict, Worker};
 
 /// Live connections from which the staged lookup pays (measured with
@@ -170,14 +171,16 @@ impl Worker {
             .lookup_burst_hashed(&keys[..nk], &mut found[..nk], &mut hashes[..nk]);
         // Stage 2b: the reply-key index slots of the new connections the
         // fast path will open, loaded together too.
+        // Their Maglev picks are kept for stage 3.
         let mut sink = 0u32;
         let mut nth = 0;
         let mut n_open = 0;
+        let mut picks: [Option<Pick<'_>>; BURST] = [None; BURST];
         while opens != 0 {
             let i = opens.trailing_zeros() as usize;
             opens &= opens - 1;
             if let (Some(k), Some(None)) = (&fast[i], found.get(usize::from(key_of[i]))) {
-                sink ^= self.warm_open_v4(snap, k, &mut nth);
+                sink ^= self.warm_open_v4(snap, k, &mut nth, &mut picks[i]);
                 n_open += 1;
             }
         }
@@ -202,7 +205,7 @@ impl Worker {
             };
             let frame = frame.as_mut();
             if let Some(fk) = &fast[i] {
-                if let Some(v) = self.fast_v4_read(now, snap, frame, meta, fk, hint) {
+                if let Some(v) = self.fast_v4_read(now, snap, frame, meta, fk, hint, picks[i]) {
                     verdicts[i] = v;
                     continue;
                 }

@@ -50,6 +50,7 @@ use crate::snapshot::{NextHop, OwnerKind, Service, Snapshot};
 use crate::wire::{ip_proto, TcpFlags};
 use crate::Tick;
 
+use super::fast_open::Pick;
 use super::paths::Found;
 use super::{PacketMeta, Verdict, Worker};
 
@@ -204,12 +205,14 @@ impl Worker {
         meta: &PacketMeta,
     ) -> Option<Verdict> {
         let k = read_v4(frame, meta)?;
-        self.fast_v4_read(now, snap, frame, meta, &k, None)
+        self.fast_v4_read(now, snap, frame, meta, &k, None, None)
     }
 
     /// [`Worker::fast_v4`] after [`read_v4`] gave `k` for `frame`; `found`
     /// is the conntrack lookup of `k.key()` done ahead by the burst path,
-    /// if it is still valid.
+    /// if it is still valid, and `pick` the Maglev pick its warming made
+    /// for `k` (see [`Worker::fast_open_v4`]).
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub(super) fn fast_v4_read(
         &mut self,
@@ -219,6 +222,7 @@ impl Worker {
         meta: &PacketMeta,
         k: &FastV4,
         found: Found,
+        pick: Option<Pick<'_>>,
     ) -> Option<Verdict> {
         let hit = match found {
             Some(hit) => hit,
@@ -229,7 +233,7 @@ impl Worker {
         let Some((id, dir)) = hit else {
             // A new connection to a frontend (`paths::open`).
             let (svc, fe_slot) = self.fast_v4_dispatch(snap, k)??;
-            return self.fast_open_v4(now, snap, frame, meta, k, svc, fe_slot);
+            return self.fast_open_v4(now, snap, frame, meta, k, (svc, fe_slot), pick);
         };
         let epoch = snap.epoch();
         // The flow cache (module doc) in one visit to the entry: rewrite,

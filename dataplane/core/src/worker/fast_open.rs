@@ -33,8 +33,16 @@ impl Worker {
     /// with the backend Maglev picks and the `nth` next SNAT pair (`nth`
     /// counts the full-NAT guesses of the burst so far). Reads only; the
     /// returned value is for `black_box`.
+    /// The pick is left in `pick`, for [`Worker::fast_open_v4`] not to
+    /// make it again.
     #[inline]
-    pub(super) fn warm_open_v4(&self, snap: &Snapshot, k: &FastV4, nth: &mut usize) -> u32 {
+    pub(super) fn warm_open_v4<'s>(
+        &self,
+        snap: &'s Snapshot,
+        k: &FastV4,
+        nth: &mut usize,
+        pick: &mut Option<Pick<'s>>,
+    ) -> u32 {
         let Some(fe) = snap.frontend_v4(u32::from_be_bytes(k.dst), k.dport, k.proto) else {
             return 0;
         };
@@ -44,6 +52,7 @@ impl Worker {
         let Some((b, be)) = pick_v4(svc, k) else {
             return 0;
         };
+        *pick = Some((svc, b, be));
         let (dst, dport) = if svc.mode() == ForwardMode::FullNat {
             let Some((a, p)) = self.snat.peek_v4(*nth, k.proto) else {
                 return 0;
@@ -59,6 +68,9 @@ impl Worker {
 
     /// A new connection to `svc` (frontend counter slot `fe_slot`) opened
     /// by the packet `frame`, read as `k`, whose 5-tuple conntrack misses.
+    /// `pick`: what [`Worker::warm_open_v4`] picked for `k`, if it did; it
+    /// stands for `svc`'s pick when made for the same service (the pick
+    /// depends on nothing else), and is made again otherwise.
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     pub(super) fn fast_open_v4(
@@ -68,8 +80,8 @@ impl Worker {
         frame: &mut [u8],
         meta: &PacketMeta,
         k: &FastV4,
-        svc: &Service,
-        fe_slot: u32,
+        (svc, fe_slot): (&Service, u32),
+        pick: Option<Pick<'_>>,
     ) -> Option<Verdict> {
         let client = Ipv4Addr::from(k.src);
         if !svc.allows_source(IpAddr::V4(client)) {
@@ -79,7 +91,10 @@ impl Worker {
         if k.proto == Proto::Tcp && full_nat && !k.is_syn() {
             return None;
         }
-        let (backend, be_addr) = pick_v4(svc, k)?;
+        let (backend, be_addr) = match pick {
+            Some((s, b, a)) if core::ptr::eq(s, svc) => (b, a),
+            _ => pick_v4(svc, k)?,
+        };
         let be = (backend.addr, backend.port);
         let be_slot = backend.stats_slot;
         // `translate` would drop (`NoRoute`) or hold the packet (`Resolve`)
@@ -132,6 +147,9 @@ impl Worker {
         })
     }
 }
+
+/// A Maglev pick made ahead: the service, the backend and its address.
+pub(super) type Pick<'s> = (&'s Service, &'s Backend, Ipv4Addr);
 
 /// The backend Maglev picks for a new connection read as `k` to `svc`
 /// (IPv4 ring; client-IP affinity as `Service::pick_hash` says), with its
