@@ -542,8 +542,8 @@ impl<A: Addr> Table<A> {
     /// Burst warming: when the table is full, loads the home index slots
     /// of both keys of the `n` in-use slots from the CLOCK hand, the next
     /// victims of a SYN flood (every insert evicts the first embryonic
-    /// entry from the hand and the hand moves just past it), and returns something
-    /// derived from them for `black_box`. Reads only.
+    /// entry from the hand and the hand moves just past it), and returns
+    /// something derived from them for `black_box`. Reads only.
     pub fn peek_victims(&self, n: u32) -> u32 {
         let cap = self.capacity();
         if !self.is_full() || cap == 0 {

@@ -467,7 +467,7 @@ fn eviction_takes_embryonic_before_closing_before_established() {
 }
 
 #[test]
-fn eviction_prefers_expired_then_earliest_expiry() {
+fn eviction_takes_an_expired_entry_before_established_ones() {
     let (mut ct, _) = full_table([true; 8]);
     let mut evicted = Vec::new();
     // At 900 s + 3 ms, entries 0..=3 (established at 0..=3 ms) have expired.

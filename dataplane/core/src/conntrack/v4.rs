@@ -120,9 +120,10 @@ impl Conntrack {
     /// For a packet of the IPv4 entry `id` travelling `dir` whose cached
     /// next hop under `epoch` is an index into `hops` (the snapshot's hop
     /// table): accounts the packet as [`Conntrack::touch`] does and returns
-    /// the rewrite, that hop and the tags, all in one visit to the entry. `None`, with
-    /// nothing changed, when the cache does not hold such a hop (or the id
-    /// is stale or IPv6): the caller then checks, and touches, the slow way.
+    /// the rewrite, that hop and the tags, all in one visit to the entry.
+    /// `None`, with nothing changed, when the cache does not hold such a
+    /// hop (or the id is stale or IPv6): the caller then checks, and
+    /// touches, the slow way.
     #[inline(always)]
     pub(crate) fn touch_cached_v4<'h, H>(
         &mut self,

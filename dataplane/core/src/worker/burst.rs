@@ -35,7 +35,8 @@
 //! ([`SnatPorts::peek_v4`](crate::flow::SnatPorts::peek_v4)), and, when
 //! the table is full, the index slots of the entries those inserts will
 //! evict (the next ones from the eviction hand). It only reads: a wrong
-//! guess wastes a load and changes no answer.
+//! guess wastes a load and changes no answer. The Maglev picks it makes
+//! are handed to stage 3's open, which would make the same ones.
 //!
 //! Below [`BURST_LOOKUP_MIN_LEN`] live connections the table's hot part
 //! stays in cache, the staged lookup only adds work (parsed headers kept
@@ -170,8 +171,8 @@ impl Worker {
         self.conntrack
             .lookup_burst_hashed(&keys[..nk], &mut found[..nk], &mut hashes[..nk]);
         // Stage 2b: the reply-key index slots of the new connections the
-        // fast path will open, loaded together too.
-        // Their Maglev picks are kept for stage 3.
+        // fast path will open, loaded together too; their Maglev picks are
+        // kept for stage 3.
         let mut sink = 0u32;
         let mut nth = 0;
         let mut n_open = 0;

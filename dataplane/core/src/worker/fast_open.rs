@@ -33,6 +33,7 @@ impl Worker {
     /// with the backend Maglev picks and the `nth` next SNAT pair (`nth`
     /// counts the full-NAT guesses of the burst so far). Reads only; the
     /// returned value is for `black_box`.
+    ///
     /// The pick is left in `pick`, for [`Worker::fast_open_v4`] not to
     /// make it again.
     #[inline]
