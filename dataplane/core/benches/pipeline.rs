@@ -36,10 +36,16 @@
 //! - Each variant is checked once before timing: every verdict must be a
 //!   `Transmit` (and every SYN a new connection).
 //!
+//! - `handle_burst` warms the lines of its staged lookups with the
+//!   `prefetcht0` lbd passes it (`Worker::handle_burst_with` and
+//!   `dpdk::prefetch`); `PIPELINE_WARM=loads` makes it warm them with plain
+//!   loads instead (`Worker::handle_burst`), for comparison.
+//!
 //! The bytes per connection are printed first.
 
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, BenchmarkId, Criterion};
@@ -47,7 +53,7 @@ use lb_dataplane::conntrack::{self, Conntrack};
 use lb_dataplane::flow::{FlowKey, Proto, WorkerId};
 use lb_dataplane::snapshot::{BackendSpec, Cidr, ForwardMode, FrontendKind, FrontendSpec, ServiceSpec};
 use lb_dataplane::worker::{PacketMeta, Verdict, Worker, WorkerConfig};
-use lb_dataplane::{Snapshot, SnapshotBuilder, Tick};
+use lb_dataplane::{Prefetch, Snapshot, SnapshotBuilder, Tick};
 
 const BURST: usize = 32;
 const FRAME: usize = 60;
@@ -231,9 +237,23 @@ fn process(
                 *v = w.handle_packet(now, snap, f, m);
             }
         }
-        Mode::Burst => w.handle_burst(now, snap, work, metas, verdicts),
+        Mode::Burst if WARM_BY_LOADS.load(Relaxed) => w.handle_burst(now, snap, work, metas, verdicts),
+        Mode::Burst => w.handle_burst_with(&Prefetch0, now, snap, work, metas, verdicts),
     }
 }
+
+/// What lbd passes to `handle_burst_with`: DPDK's `prefetcht0`.
+struct Prefetch0;
+
+impl Prefetch for Prefetch0 {
+    #[inline(always)]
+    fn prefetch<T: Copy>(&self, line: &T) {
+        dpdk::prefetch(line);
+    }
+}
+
+/// `PIPELINE_WARM=loads`: `Mode::Burst` warms by plain loads.
+static WARM_BY_LOADS: AtomicBool = AtomicBool::new(false);
 
 /// Copies the next 32 pristine frames (wrapping) into `work`.
 #[inline(always)]
@@ -599,6 +619,7 @@ fn full_table(big: bool) -> NewFlows {
 }
 
 fn main() {
+    WARM_BY_LOADS.store(std::env::var("PIPELINE_WARM").as_deref() == Ok("loads"), Relaxed);
     if std::env::var("PIPELINE_MEDIANS").is_ok() {
         medians();
         return;

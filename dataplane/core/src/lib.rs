@@ -17,6 +17,7 @@
 //!   ICMPv6 echo and neighbor solicitation).
 //! - [`maglev`]: the Maglev consistent-hash ring.
 //! - [`flow`] and [`conntrack`]: flow keys and the per-worker connection table.
+//! - [`prefetch`]: how the burst path warms the lines its lookups will read.
 #![forbid(unsafe_code)]
 
 pub mod checksum;
@@ -27,6 +28,7 @@ pub mod flow;
 pub mod local;
 pub mod maglev;
 pub mod nat;
+pub mod prefetch;
 pub mod reject;
 pub mod snapshot;
 pub mod time;
@@ -34,5 +36,6 @@ pub mod wire;
 pub mod worker;
 
 pub use drop::DropReason;
+pub use prefetch::{Loads, Prefetch};
 pub use snapshot::{Snapshot, SnapshotBuilder};
 pub use time::Tick;

@@ -14,7 +14,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use lb_dataplane::conntrack::{tcp_flags, Config, Conntrack, Direction, Nat, Tags};
 use lb_dataplane::flow::{FlowKey, FlowKeyV4, FlowKeyV6, Proto, SnatPorts, WorkerId};
-use lb_dataplane::Tick;
+use lb_dataplane::{Loads, Tick};
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 
 #[global_allocator]
@@ -158,7 +158,7 @@ fn hundred_thousand_operations_allocate_nothing() {
                 let _ = ct.stats();
                 let mut out = [None; 40];
                 let at = (r % 8000) as usize;
-                ct.lookup_burst(&keys[at..at + 40], &mut out);
+                ct.lookup_burst(&Loads, &keys[at..at + 40], &mut out);
             }
         }
     }

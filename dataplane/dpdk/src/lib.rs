@@ -13,6 +13,8 @@
 //! - [`ring`]: single-producer single-consumer rings for handing mbufs
 //!   between lcores, split into a producer and a consumer half.
 //! - [`Eal::launch`]: run a closure on a worker lcore and join it.
+//! - [`prefetch`]: the cache prefetch hint the workers' staged conntrack
+//!   lookups issue (through `lb_dataplane::Prefetch`, implemented in `lbd`).
 //!
 //! This crate and `dpdk-sys` are the only homes of `unsafe` in the project;
 //! every block carries a `// SAFETY:` comment naming the invariant it relies on.
@@ -21,6 +23,7 @@ mod eal;
 pub mod flow;
 mod mbuf;
 mod port;
+mod prefetch;
 pub mod ring;
 
 pub use eal::{Eal, EalError, LaunchError, LcoreHandle, LcoreId};
@@ -28,6 +31,7 @@ pub use mbuf::{Burst, Mbuf, Mempool, MempoolError, BURST_MAX};
 pub use port::{
     LinkStatus, MacAddr, Port, PortConfig, PortError, PortInfo, PortStats, RssStatus, RxQueue, TxQueue,
 };
+pub use prefetch::prefetch;
 
 /// The DPDK version the bindings were generated against.
 pub const DPDK_VERSION: &str = dpdk_sys::DPDK_VERSION;

@@ -3,8 +3,9 @@
 //!
 //! Each worker owns rx queue `q` and tx queue `q` of every port. A loop
 //! iteration loads the published snapshot once, then, per port: rx_burst,
-//! [`Worker::handle_burst`] on the whole burst, and each frame where its
-//! verdict sends it:
+//! [`Worker::handle_burst_with`] on the whole burst (its staged conntrack
+//! lookups warmed by [`dpdk::prefetch`]), and each frame where its verdict
+//! sends it:
 //!
 //! - `Transmit` → the tx burst of the verdict's port (this worker's queue);
 //! - `HandOver(w)` → the ring to worker `w` (full ring: `handover_ring_full`);
@@ -34,7 +35,19 @@ use dpdk::{Burst, Mbuf, RxQueue, TxQueue, BURST_MAX};
 use lb_dataplane::counters::WorkerCounters;
 use lb_dataplane::snapshot::Snapshot;
 use lb_dataplane::worker::{PacketMeta, Verdict, Worker};
-use lb_dataplane::{DropReason, Tick};
+use lb_dataplane::{DropReason, Prefetch, Tick};
+
+/// How the pipeline's burst path warms the lines its lookups will read:
+/// `prefetcht0` ([`dpdk::prefetch`]), which lb-dataplane cannot issue
+/// itself (it forbids `unsafe`).
+struct Prefetch0;
+
+impl Prefetch for Prefetch0 {
+    #[inline(always)]
+    fn prefetch<T: Copy>(&self, line: &T) {
+        dpdk::prefetch(line);
+    }
+}
 
 /// Loops between two calls of [`Worker::handle_tick`].
 pub const TICK_EVERY: u64 = 64;
@@ -247,7 +260,14 @@ fn process(
     }
     {
         let mut frames = burst.frames_mut();
-        worker.handle_burst(now, snap, &mut frames[..n], &metas[..n], &mut verdicts[..n]);
+        worker.handle_burst_with(
+            &Prefetch0,
+            now,
+            snap,
+            &mut frames[..n],
+            &metas[..n],
+            &mut verdicts[..n],
+        );
     }
     let c = Arc::clone(worker.counters());
     for (mut m, v) in burst.drain().zip(verdicts.iter()) {

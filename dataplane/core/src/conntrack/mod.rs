@@ -70,6 +70,7 @@ pub use state::{tcp_flags, ConnState, EvictClass, Timeouts};
 pub use v4::RewriteV4;
 
 use crate::flow::{FlowKey, FlowKeyV4, FlowKeyV6, Proto};
+use crate::prefetch::Prefetch;
 use crate::time::Tick;
 use table::{Addr, HopCache, RawKey, Slot, Table, FIN_BY_REPLY, FULL_NAT, NEVER_EVICT};
 
@@ -415,14 +416,19 @@ impl Conntrack {
     /// alone).
     ///
     /// At a million connections a lookup costs two dependent cache misses
-    /// (index slot, then entry). This first issues the index loads of up to
-    /// [`BURST`] keys, then their entry loads, then does the lookups on warm
-    /// lines, so the misses of a burst overlap. Plain loads rather than
-    /// prefetch intrinsics: the crate's lints allow no exceptions.
-    pub fn lookup_burst(&self, keys: &[FlowKey], out: &mut [Option<(EntryId, Direction)>]) {
+    /// (index slot, then entry). This first warms the index slots of up to
+    /// [`BURST`] keys, then reads them and warms the entries they name,
+    /// then does the lookups on warm lines, so the misses of a burst
+    /// overlap. `p` says how a line is warmed ([`crate::prefetch`]).
+    pub fn lookup_burst(
+        &self,
+        p: &impl Prefetch,
+        keys: &[FlowKey],
+        out: &mut [Option<(EntryId, Direction)>],
+    ) {
         let mut hashes = [KeyHash::default(); BURST];
         for (keys, out) in keys.chunks(BURST).zip(out.chunks_mut(BURST)) {
-            self.lookup_burst_hashed(keys, out, &mut hashes);
+            self.lookup_burst_hashed(p, keys, out, &mut hashes);
         }
     }
 
@@ -434,34 +440,33 @@ impl Conntrack {
     #[inline]
     pub(crate) fn lookup_burst_hashed(
         &self,
+        p: &impl Prefetch,
         keys: &[FlowKey],
         out: &mut [Option<(EntryId, Direction)>],
         hashes: &mut [KeyHash],
     ) {
         let n = keys.len().min(out.len()).min(hashes.len()).min(BURST);
         let (keys, out, hashes) = (&keys[..n], &mut out[..n], &mut hashes[..n]);
-        let mut vals = [0u32; BURST];
-        for ((k, h), v) in keys.iter().zip(hashes.iter_mut()).zip(&mut vals) {
-            (h.0, *v) = match k {
+        for (k, h) in keys.iter().zip(hashes.iter_mut()) {
+            h.0 = match k {
                 FlowKey::V4(k) => {
                     let h = self.v4.hash(&raw_v4(k));
-                    (h, self.v4.peek_home(h))
+                    self.v4.prefetch_home(p, h);
+                    h
                 }
                 FlowKey::V6(k) => {
                     let h = self.v6.hash(&raw_v6(k));
-                    (h, self.v6.peek_home(h))
+                    self.v6.prefetch_home(p, h);
+                    h
                 }
             };
         }
-        let mut sink = 0u32;
-        for (k, v) in keys.iter().zip(&vals) {
-            sink ^= match k {
-                FlowKey::V4(_) => self.v4.peek_slot(*v),
-                FlowKey::V6(_) => self.v6.peek_slot(*v),
-            };
+        for (k, h) in keys.iter().zip(hashes.iter()) {
+            match k {
+                FlowKey::V4(_) => self.v4.prefetch_slot(p, self.v4.peek_home(h.0)),
+                FlowKey::V6(_) => self.v6.prefetch_slot(p, self.v6.peek_home(h.0)),
+            }
         }
-        // Keeps the warming loads from being optimized away.
-        core::hint::black_box(sink);
         for ((k, h), o) in keys.iter().zip(hashes.iter()).zip(out.iter_mut()) {
             *o = self.lookup_hashed(k, *h);
         }

@@ -18,6 +18,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::Direction;
 use crate::flow::{fast_range, fold_mul, FlowKey, FlowKeyV4, FlowKeyV6, Proto};
+use crate::prefetch::Prefetch;
 
 /// Index slots per slab entry: two directions at a maximum load of 0.5.
 pub(crate) const INDEX_SLOTS_PER_ENTRY: usize = 4;
@@ -366,21 +367,25 @@ impl<A: Addr> Table<A> {
         s.val | ((s.hash != hash) as u32).wrapping_neg()
     }
 
-    /// Burst stage 2: loads the slot `val` names (an IPv4 slot is one
-    /// cache line; for an IPv6 slot, both of its lines) and returns
-    /// something derived from it, for the caller to sink into `black_box`.
-    /// Any `val` is accepted.
-    #[inline]
-    pub fn peek_slot(&self, val: u32) -> u32 {
+    /// Burst stage 1: warms the home index slot of `hash`, whose value
+    /// [`Table::peek_home`] reads next.
+    #[inline(always)]
+    pub fn prefetch_home(&self, p: &impl Prefetch, hash: u32) {
+        p.prefetch(&self.index[self.home(hash)]);
+    }
+
+    /// Burst stage 2: warms the slot `val` names (an IPv4 slot is one cache
+    /// line; for an IPv6 slot, both of its lines). Any `val` is accepted.
+    #[inline(always)]
+    pub fn prefetch_slot(&self, p: &impl Prefetch, val: u32) {
         let Some(last) = self.slots.len().checked_sub(1) else {
-            return 0;
+            return;
         };
         let s = &self.slots[((val >> 1) as usize).min(last)];
-        let first = s.client.as_ref()[0] as u32;
+        p.prefetch(s);
         if size_of::<Slot<A>>() > 64 {
-            first ^ s.tags[1]
-        } else {
-            first
+            // `tags` sits in the second line of a 128-byte slot.
+            p.prefetch(&s.tags);
         }
     }
 
@@ -539,27 +544,25 @@ impl<A: Addr> Table<A> {
         Some(best.1)
     }
 
-    /// Burst warming: when the table is full, loads the home index slots
+    /// Burst warming: when the table is full, warms the home index slots
     /// of both keys of the `n` in-use slots from the CLOCK hand, the next
     /// victims of a SYN flood (every insert evicts the first embryonic
-    /// entry from the hand and the hand moves just past it), and returns
-    /// something derived from them for `black_box`. Reads only.
-    pub fn peek_victims(&self, n: u32) -> u32 {
+    /// entry from the hand and the hand moves just past it). The slots
+    /// themselves are read (their keys give the hashes). Reads only.
+    pub fn warm_victims(&self, p: &impl Prefetch, n: u32) {
         let cap = self.capacity();
         if !self.is_full() || cap == 0 {
-            return 0;
+            return;
         }
-        let mut sink = 0;
         let mut i = self.evict_hand;
         for _ in 0..n.min(cap) {
             let s = &self.slots[i as usize];
             if s.in_use() {
-                sink ^=
-                    self.peek_home(self.hash(&s.original_key())) ^ self.peek_home(self.hash(&s.reply_key()));
+                self.prefetch_home(p, self.hash(&s.original_key()));
+                self.prefetch_home(p, self.hash(&s.reply_key()));
             }
             i = if i + 1 == cap { 0 } else { i + 1 };
         }
-        sink
     }
 
     /// Checks every invariant in the module docs; for tests.
@@ -639,6 +642,78 @@ mod tests {
             i = (i + 1) % cap;
         }
         best.map(|b| b.2)
+    }
+
+    /// Records the address of every line it is asked to warm.
+    #[derive(Default)]
+    struct Recorder(core::cell::RefCell<Vec<usize>>);
+
+    impl Prefetch for Recorder {
+        fn prefetch<T: Copy>(&self, line: &T) {
+            self.0.borrow_mut().push(line as *const T as usize);
+        }
+    }
+
+    fn key(i: u32) -> RawKey<[u8; 4]> {
+        RawKey {
+            src: (0x6440_0000 + i).to_be_bytes(),
+            dst: [10, 0, 0, 100],
+            sport: 1024 + (i % 50_000) as u16,
+            dport: 80,
+            proto: 6,
+        }
+    }
+
+    #[test]
+    fn warming_targets_the_lines_the_lookups_and_evictions_read() {
+        let mut t = Table::<[u8; 4]>::new(64, [5, 6, 7, 8]);
+        let home_of =
+            |t: &Table<[u8; 4]>, k: &RawKey<[u8; 4]>| &t.index[t.home(t.hash(k))] as *const IdxSlot as usize;
+        // Not full: no victim to warm.
+        let rec = Recorder::default();
+        t.warm_victims(&rec, 4);
+        assert!(rec.0.borrow().is_empty());
+        for i in 0..64 {
+            let k = key(i);
+            let slot = Slot {
+                client: k.src,
+                vip: k.dst,
+                client_port: k.sport,
+                vip_port: k.dport,
+                proto: 6,
+                backend: [10, 1, 0, (i % 200) as u8],
+                backend_port: 8080,
+                state: if i % 3 == 0 { 1 } else { 0 },
+                ..Slot::default()
+            };
+            let (ho, hr) = (t.hash(&slot.original_key()), t.hash(&slot.reply_key()));
+            t.insert(slot, ho, hr).unwrap();
+        }
+        // A home index slot, and the slab slot its value names.
+        let k = key(7);
+        let h = t.hash(&k);
+        let rec = Recorder::default();
+        t.prefetch_home(&rec, h);
+        t.prefetch_slot(&rec, t.peek_home(h));
+        let (idx, _) = t.find(&k, h).unwrap();
+        let want = vec![
+            home_of(&t, &k),
+            &t.slots[idx as usize] as *const Slot<[u8; 4]> as usize,
+        ];
+        assert_eq!(*rec.0.borrow(), want);
+        // Full: both keys' home slots of the next `n` in-use slots from the
+        // hand, wrapping past the end of the slab.
+        t.evict_hand = 62;
+        let rec = Recorder::default();
+        t.warm_victims(&rec, 4);
+        let want: Vec<usize> = [62, 63, 0, 1]
+            .iter()
+            .flat_map(|&i| {
+                let s = t.slots[i];
+                [home_of(&t, &s.original_key()), home_of(&t, &s.reply_key())]
+            })
+            .collect();
+        assert_eq!(*rec.0.borrow(), want);
     }
 
     #[test]

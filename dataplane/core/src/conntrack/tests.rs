@@ -9,6 +9,7 @@ use proptest::prelude::*;
 use super::tcp_flags::{ACK, FIN, RST, SYN};
 use super::*;
 use crate::flow::{owner_of_client, owner_of_snat_port, SnatPorts, WorkerId};
+use crate::prefetch::Loads;
 
 const S: u64 = 1000;
 
@@ -351,7 +352,7 @@ fn lookup_burst_matches_single_lookups() {
     }
     assert!(probes.len() > 2 * BURST, "crosses chunk boundaries");
     let mut out = vec![None; probes.len() + 3];
-    ct.lookup_burst(&probes, &mut out);
+    ct.lookup_burst(&Loads, &probes, &mut out);
     for (k, got) in probes.iter().zip(&out) {
         assert_eq!(*got, ct.lookup(k), "{k:?}");
     }
@@ -364,7 +365,7 @@ fn lookup_burst_matches_single_lookups() {
     // removed keys miss, keys inserted since hit.
     let burst = &probes[..BURST];
     let (mut found, mut hashes) = ([None; BURST], [KeyHash::default(); BURST]);
-    ct.lookup_burst_hashed(burst, &mut found, &mut hashes);
+    ct.lookup_burst_hashed(&Loads, burst, &mut found, &mut hashes);
     for id in found.iter().step_by(3).flatten().map(|f| f.0) {
         ct.remove(id);
     }
@@ -391,7 +392,7 @@ fn lookup_burst_matches_single_lookups() {
     }
     assert!(hits > 5 && misses > 5, "{hits} hits, {misses} misses");
     let mut empty = table(0, 0);
-    empty.lookup_burst(&probes, &mut out);
+    empty.lookup_burst(&Loads, &probes, &mut out);
     assert!(out.iter().all(Option::is_none));
     assert_eq!(
         ins(&mut empty, key(client(1), VIP, Proto::Tcp), dnat(), 0),
@@ -711,7 +712,7 @@ proptest! {
                 Op::Lookup { c, v } => {
                     let k = model_key(c, v);
                     let mut burst = [None];
-                    ct.lookup_burst(&[k], &mut burst);
+                    ct.lookup_burst(&Loads, &[k], &mut burst);
                     prop_assert_eq!(burst[0], ct.lookup(&k));
                     let real = ct.lookup(&k).map(|(id, d)| (ct.get(id).unwrap().original, d));
                     prop_assert_eq!(real, model.lookup(&k));

@@ -13,6 +13,7 @@
 
 use super::table::RawKey;
 use super::{advance, raw_rewrite, Conntrack, Direction, EntryId, Tags};
+use crate::prefetch::Prefetch;
 use crate::Tick;
 
 #[inline(always)]
@@ -55,22 +56,22 @@ impl Conntrack {
         self.v4.find(&k, self.v4.hash(&k)).map(|(i, d)| (EntryId(i), d))
     }
 
-    /// Loads the home index slot of the IPv4 key `src:sport → dst:dport`
-    /// and returns something derived from it, for the caller to sink into
-    /// `black_box`: a warming load for a key about to be looked up or
-    /// inserted (the burst path's new connections' reply keys).
+    /// Warms the home index slot of the IPv4 key `src:sport → dst:dport`,
+    /// a key about to be looked up or inserted (the burst path's new
+    /// connections' reply keys).
     #[inline]
-    pub fn peek_v4(&self, src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, proto: u8) -> u32 {
+    #[allow(clippy::too_many_arguments)]
+    pub fn warm_v4(&self, p: &impl Prefetch, src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, proto: u8) {
         let k = raw_key(src, dst, sport, dport, proto);
-        self.v4.peek_home(self.v4.hash(&k))
+        self.v4.prefetch_home(p, self.v4.hash(&k));
     }
 
     /// Warms the index slots the next `n` evictions from a full IPv4 table
     /// will edit, when they can be foreseen (a SYN flood: the entries from
-    /// the eviction hand on); returns a value for `black_box`. Reads only.
+    /// the eviction hand on). Reads only.
     #[inline]
-    pub fn peek_victims_v4(&self, n: u32) -> u32 {
-        self.v4.peek_victims(n)
+    pub fn warm_victims_v4(&self, p: &impl Prefetch, n: u32) {
+        self.v4.warm_victims(p, n)
     }
 
     /// [`Conntrack::rewrite`] of an IPv4 connection; `None` for a stale or

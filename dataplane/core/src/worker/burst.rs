@@ -5,8 +5,10 @@
 //! slot, then entry). Packet by packet they serialize; here the burst is
 //! parsed first, the 5-tuples of its TCP/UDP packets go through
 //! [`Conntrack::lookup_burst`](crate::conntrack::Conntrack::lookup_burst)
-//! (all index loads in flight, then all entry loads), and only then is each
+//! (all index slots warmed, then all entries), and only then is each
 //! packet processed, in order, exactly as [`Worker::handle_packet`] would.
+//! How a line is warmed, a prefetch instruction or a plain load, is the
+//! caller's [`Prefetch`] ([`crate::prefetch`]).
 //!
 //! Same verdicts, same frames, same counters as `handle_packet` called on
 //! each frame in turn (a test feeds random traffic through both). What makes
@@ -29,7 +31,7 @@
 //! then, and handed to the general path with the same lookup.
 //!
 //! A packet that misses and may open a connection will, in stage 3, look up
-//! and insert its reply key: another cold index slot. Stage 2b loads those
+//! and insert its reply key: another cold index slot. Stage 2b warms those
 //! slots for the whole burst too, with the backend Maglev picks and a guess
 //! at the SNAT pairs the allocator will hand out next
 //! ([`SnatPorts::peek_v4`](crate::flow::SnatPorts::peek_v4)), and, when
@@ -45,6 +47,7 @@
 
 use crate::conntrack::{Direction, EntryId, KeyHash, BURST};
 use crate::flow::{FlowKey, FlowKeyV4, Proto};
+use crate::prefetch::{Loads, Prefetch};
 use crate::snapshot::Snapshot;
 use crate::wire::{self, Parsed, L3};
 use crate::{DropReason, Tick};
@@ -94,9 +97,25 @@ impl Worker {
     /// works, in chunks of [`BURST`].
     ///
     /// `F` is anything that lends its bytes mutably: `&mut [u8]`, `Vec<u8>`,
-    /// or the shell's mbuf wrapper.
+    /// or the shell's mbuf wrapper. Lines are warmed by plain loads
+    /// ([`Loads`]); [`Worker::handle_burst_with`] takes a prefetch.
     pub fn handle_burst<F: AsMut<[u8]>>(
         &mut self,
+        now: Tick,
+        snap: &Snapshot,
+        frames: &mut [F],
+        metas: &[PacketMeta],
+        verdicts: &mut [Verdict],
+    ) {
+        self.handle_burst_with(&Loads, now, snap, frames, metas, verdicts)
+    }
+
+    /// [`Worker::handle_burst`] with the staged lookups' cache lines warmed
+    /// by `p` (`lbd` passes a `prefetcht0`; [`crate::prefetch`] says why).
+    /// The verdicts, frames and counters do not depend on `p`.
+    pub fn handle_burst_with<F: AsMut<[u8]>>(
+        &mut self,
+        p: &impl Prefetch,
         now: Tick,
         snap: &Snapshot,
         frames: &mut [F],
@@ -118,7 +137,7 @@ impl Worker {
             .zip(metas[..n].chunks(BURST))
             .zip(verdicts[..n].chunks_mut(BURST));
         for ((frames, metas), verdicts) in chunks {
-            self.burst_chunk(now, snap, frames, metas, verdicts);
+            self.burst_chunk(p, now, snap, frames, metas, verdicts);
         }
     }
 
@@ -126,6 +145,7 @@ impl Worker {
     #[inline]
     fn burst_chunk<F: AsMut<[u8]>>(
         &mut self,
+        p: &impl Prefetch,
         now: Tick,
         snap: &Snapshot,
         frames: &mut [F],
@@ -169,11 +189,10 @@ impl Worker {
         let mut found: [Option<(EntryId, Direction)>; BURST] = [None; BURST];
         let mut hashes = [KeyHash::default(); BURST];
         self.conntrack
-            .lookup_burst_hashed(&keys[..nk], &mut found[..nk], &mut hashes[..nk]);
+            .lookup_burst_hashed(p, &keys[..nk], &mut found[..nk], &mut hashes[..nk]);
         // Stage 2b: the reply-key index slots of the new connections the
         // fast path will open, loaded together too; their Maglev picks are
         // kept for stage 3.
-        let mut sink = 0u32;
         let mut nth = 0;
         let mut n_open = 0;
         let mut picks: [Option<Pick<'_>>; BURST] = [None; BURST];
@@ -181,13 +200,12 @@ impl Worker {
             let i = opens.trailing_zeros() as usize;
             opens &= opens - 1;
             if let (Some(k), Some(None)) = (&fast[i], found.get(usize::from(key_of[i]))) {
-                sink ^= self.warm_open_v4(snap, k, &mut nth, &mut picks[i]);
+                self.warm_open_v4(p, snap, k, &mut nth, &mut picks[i]);
                 n_open += 1;
             }
         }
         // In a full table each of them evicts: the victims' index slots too.
-        sink ^= self.conntrack.peek_victims_v4(n_open);
-        core::hint::black_box(sink);
+        self.conntrack.warm_victims_v4(p, n_open);
         let inserts = self.counters.new_connections.get();
         let evictions = self.counters.conntrack_evictions.get();
         // Stage 3: each packet in order, with its lookup, done again (from

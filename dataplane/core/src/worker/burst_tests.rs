@@ -245,8 +245,21 @@ struct Seen {
     no_route: u64,
 }
 
-/// Runs 150 random bursts through both workers.
+/// A warming that counts its calls and loads nothing.
+#[derive(Debug, Default)]
+struct CountingPrefetch(std::cell::Cell<u64>);
+
+impl crate::prefetch::Prefetch for CountingPrefetch {
+    fn prefetch<T: Copy>(&self, _: &T) {
+        self.0.set(self.0.get() + 1);
+    }
+}
+
+/// Runs 150 random bursts through both workers; the burst worker warms
+/// by plain loads on even rounds and through [`CountingPrefetch`] on odd
+/// ones (the answers must not depend on it).
 fn run_seed(snap: &Snapshot, seed: u64, n_workers: u16, capacity: u32) -> Seen {
+    let counting = CountingPrefetch::default();
     let mut one = worker(n_workers, capacity);
     let mut burst = worker(n_workers, capacity);
     let mut rng = Rng(seed | 1);
@@ -269,7 +282,11 @@ fn run_seed(snap: &Snapshot, seed: u64, n_workers: u16, capacity: u32) -> Seen {
             .map(|(f, m)| one.handle_packet(Tick(now), snap, f, m))
             .collect();
         let mut got = vec![Verdict::ToHost; len];
-        burst.handle_burst(Tick(now), snap, &mut frames, &metas, &mut got);
+        if round % 2 == 0 {
+            burst.handle_burst(Tick(now), snap, &mut frames, &metas, &mut got);
+        } else {
+            burst.handle_burst_with(&counting, Tick(now), snap, &mut frames, &metas, &mut got);
+        }
         assert_eq!(got, expect, "seed {seed} round {round}: verdicts");
         resolves += expect
             .iter()
@@ -297,6 +314,7 @@ fn run_seed(snap: &Snapshot, seed: u64, n_workers: u16, capacity: u32) -> Seen {
         }
     }
     assert!(one.counters().new_connections.get() > 0);
+    assert!(counting.0.get() > 0, "the burst path warms through its Prefetch");
     let c = one.counters();
     Seen {
         evictions: c.conntrack_evictions.get(),

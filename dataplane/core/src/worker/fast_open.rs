@@ -20,6 +20,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use crate::conntrack::{ConnState, Direction, Nat, Tags};
 use crate::flow::Proto;
 use crate::maglev::flow_hash_v4;
+use crate::prefetch::Prefetch;
 use crate::snapshot::{Backend, Family, ForwardMode, Service, Snapshot};
 use crate::Tick;
 
@@ -28,43 +29,44 @@ use super::{PacketMeta, Verdict, Worker};
 
 impl Worker {
     /// For a frame of the burst path read as `k` whose 5-tuple missed:
-    /// if it may open a connection to a frontend, loads the index slot of
-    /// the reply key that [`Worker::fast_open_v4`] will check and insert,
-    /// with the backend Maglev picks and the `nth` next SNAT pair (`nth`
-    /// counts the full-NAT guesses of the burst so far). Reads only; the
-    /// returned value is for `black_box`.
+    /// if it may open a connection to a frontend, warms (with `p`) the
+    /// index slot of the reply key that [`Worker::fast_open_v4`] will check
+    /// and insert, which takes the backend Maglev picks and the `nth` next
+    /// SNAT pair (`nth` counts the full-NAT guesses of the burst so far).
+    /// Reads only.
     ///
     /// The pick is left in `pick`, for [`Worker::fast_open_v4`] not to
     /// make it again.
     #[inline]
     pub(super) fn warm_open_v4<'s>(
         &self,
+        p: &impl Prefetch,
         snap: &'s Snapshot,
         k: &FastV4,
         nth: &mut usize,
         pick: &mut Option<Pick<'s>>,
-    ) -> u32 {
+    ) {
         let Some(fe) = snap.frontend_v4(u32::from_be_bytes(k.dst), k.dport, k.proto) else {
-            return 0;
+            return;
         };
         let Some(svc) = snap.get_service(fe.service) else {
-            return 0;
+            return;
         };
         let Some((b, be)) = pick_v4(svc, k) else {
-            return 0;
+            return;
         };
         *pick = Some((svc, b, be));
         let (dst, dport) = if svc.mode() == ForwardMode::FullNat {
-            let Some((a, p)) = self.snat.peek_v4(*nth, k.proto) else {
-                return 0;
+            let Some((a, port)) = self.snat.peek_v4(*nth, k.proto) else {
+                return;
             };
             *nth += 1;
-            (a.octets(), p)
+            (a.octets(), port)
         } else {
             (k.src, k.sport)
         };
         self.conntrack
-            .peek_v4(be.octets(), dst, b.port, dport, k.proto as u8)
+            .warm_v4(p, be.octets(), dst, b.port, dport, k.proto as u8);
     }
 
     /// A new connection to `svc` (frontend counter slot `fe_slot`) opened
