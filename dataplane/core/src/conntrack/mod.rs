@@ -500,7 +500,36 @@ impl Conntrack {
         nat: Nat,
         tags: Tags,
         now: Tick,
+        on_evicted: impl FnMut(&Entry),
+    ) -> Result<EntryId, InsertError> {
+        self.insert_with(original, nat, tags, now, on_evicted, false)
+    }
+
+    /// [`Conntrack::insert`] of a key the caller has just looked up and not
+    /// found, with nothing inserted since (the worker opens a connection
+    /// only on such a miss): the key is not looked up a second time, so
+    /// `Exists` is never returned (debug builds check that it would not
+    /// be). The reply key is checked as always.
+    pub(crate) fn insert_missed(
+        &mut self,
+        original: FlowKey,
+        nat: Nat,
+        tags: Tags,
+        now: Tick,
+        on_evicted: impl FnMut(&Entry),
+    ) -> Result<EntryId, InsertError> {
+        self.insert_with(original, nat, tags, now, on_evicted, true)
+    }
+
+    #[inline(always)]
+    fn insert_with(
+        &mut self,
+        original: FlowKey,
+        nat: Nat,
+        tags: Tags,
+        now: Tick,
         mut on_evicted: impl FnMut(&Entry),
+        missed: bool,
     ) -> Result<EntryId, InsertError> {
         let ctx = InsertCtx {
             nat,
@@ -508,6 +537,7 @@ impl Conntrack {
             now: now.0,
             timeout_ms: &self.timeout_ms,
             window: self.evict_window,
+            missed,
         };
         let r = match original {
             FlowKey::V4(k) => {
@@ -655,6 +685,8 @@ struct InsertCtx<'a> {
     now: u64,
     timeout_ms: &'a [u64; ConnState::COUNT],
     window: u32,
+    /// The caller has just looked the key up and missed.
+    missed: bool,
 }
 
 fn insert_in<A: Addr>(
@@ -692,7 +724,9 @@ fn insert_in<A: Addr>(
         return Err(InsertError::ReplyConflict);
     }
     let (h_orig, h_reply) = (t.hash(&key), t.hash(&reply));
-    if t.find(&key, h_orig).is_some() {
+    if ctx.missed {
+        debug_assert!(t.find(&key, h_orig).is_none(), "insert_missed of a present key");
+    } else if t.find(&key, h_orig).is_some() {
         return Err(InsertError::Exists);
     }
     if t.find(&reply, h_reply).is_some() {

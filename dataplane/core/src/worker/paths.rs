@@ -193,7 +193,8 @@ impl Worker {
     }
 
     /// Tracks a connection being opened with `nat` (and `tags`' counter
-    /// slots), counting it per frontend and backend, and counting and
+    /// slots) for `key`, which a lookup made for this packet has just
+    /// missed, counting it per frontend and backend, and counting and
     /// releasing the SNAT port of any entry it evicts. `Ok(None)`: the
     /// table is full of established connections and a DNAT flow goes on
     /// statelessly (counted); a full-NAT one cannot, so its SNAT port is
@@ -206,7 +207,8 @@ impl Worker {
         tags: Tags,
     ) -> Result<Option<EntryId>, DropReason> {
         let (ct, snat, counters) = (&mut self.conntrack, &mut self.snat, &self.counters);
-        let inserted = ct.insert(key, nat, tags, now, |evicted| {
+        // Both callers open on a lookup that missed, just made.
+        let inserted = ct.insert_missed(key, nat, tags, now, |evicted| {
             counters.conntrack_evictions.inc();
             release_snat(snat, evicted);
         });
