@@ -374,12 +374,14 @@ impl<A: Addr> Table<A> {
         p.prefetch(&self.index[self.home(hash)]);
     }
 
-    /// Warms the index lines an edit of the probe run at `hash`'s home
-    /// reads: the home slot's line and the line after it (a backward-shift
-    /// removal reads on from the removed slot to the end of its run, which
-    /// crosses into the next line about a third of the time at full load).
+    /// Warms the index lines a walk of the probe run at `hash`'s home
+    /// reads: the home slot's line and the line after it. A backward-shift
+    /// removal reads on from the removed slot to the end of its run, and so
+    /// does a lookup of a key that is not there (the check before an
+    /// insert); at full load a run crosses into the next line about a
+    /// third of the time.
     #[inline(always)]
-    fn prefetch_run(&self, p: &impl Prefetch, hash: u32) {
+    pub fn prefetch_run(&self, p: &impl Prefetch, hash: u32) {
         let home = self.home(hash);
         p.prefetch(&self.index[home]);
         // 8 slots of 8 bytes on: the next line, whatever the alignment (the

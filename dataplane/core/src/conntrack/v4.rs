@@ -56,14 +56,14 @@ impl Conntrack {
         self.v4.find(&k, self.v4.hash(&k)).map(|(i, d)| (EntryId(i), d))
     }
 
-    /// Warms the home index slot of the IPv4 key `src:sport → dst:dport`,
-    /// a key about to be looked up or inserted (the burst path's new
-    /// connections' reply keys).
+    /// Warms the index lines of the probe run at the home slot of the IPv4
+    /// key `src:sport → dst:dport`, a key about to be looked up (likely in
+    /// vain) and inserted: the burst path's new connections' reply keys.
     #[inline]
     #[allow(clippy::too_many_arguments)]
     pub fn warm_v4(&self, p: &impl Prefetch, src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, proto: u8) {
         let k = raw_key(src, dst, sport, dport, proto);
-        self.v4.prefetch_home(p, self.v4.hash(&k));
+        self.v4.prefetch_run(p, self.v4.hash(&k));
     }
 
     /// Warms the index slots the next `n` evictions from a full IPv4 table
