@@ -33,13 +33,12 @@
 //!   table and SYNs of 256k flows, and `new_flow_full_table_1m/*`, the
 //!   default 1M table and SYNs of 2M flows: the table full, every SYN
 //!   evicts an embryonic entry (as in `bench/run.sh`'s SYN floods).
-//! - Each variant is checked once before timing: every verdict must be a
-//!   `Transmit` (and every SYN a new connection).
-//!
 //! - `handle_burst` warms the lines of its staged lookups with the
 //!   `prefetcht0` lbd passes it (`Worker::handle_burst_with` and
 //!   `dpdk::prefetch`); `PIPELINE_WARM=loads` makes it warm them with plain
 //!   loads instead (`Worker::handle_burst`), for comparison.
+//! - Each variant is checked once before timing: every verdict must be a
+//!   `Transmit` (and every SYN a new connection).
 //!
 //! The bytes per connection are printed first.
 

@@ -7,9 +7,9 @@
 //! is warmed is the caller's choice:
 //!
 //! - a prefetch instruction (`prefetcht0`) returns at once, so every miss of
-//!   the burst is in flight together. It needs `unsafe`, which this crate
-//!   forbids; the project's `dpdk` crate has it (`dpdk::prefetch`), and
-//!   `lbd` passes it in. Measured in `benches/pipeline.rs` at a million
+//!   the burst is in flight together. This crate cannot issue one (its
+//!   lints forbid the intrinsic's call); the project's `dpdk` crate does
+//!   (`dpdk::prefetch`), and `lbd` passes it in. Measured in `benches/pipeline.rs` at a million
 //!   connections (bench/RESULTS.md): established packets
 //!   ~25% faster than with plain loads, new connections ~33%, a SYN flood
 //!   that evicts from a full table ~18%;

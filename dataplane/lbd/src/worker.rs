@@ -39,7 +39,7 @@ use lb_dataplane::{DropReason, Prefetch, Tick};
 
 /// How the pipeline's burst path warms the lines its lookups will read:
 /// `prefetcht0` ([`dpdk::prefetch`]), which lb-dataplane cannot issue
-/// itself (it forbids `unsafe`).
+/// itself (its lints forbid the intrinsic's call).
 struct Prefetch0;
 
 impl Prefetch for Prefetch0 {

@@ -562,11 +562,12 @@ impl<A: Addr> Table<A> {
         Some(best.1)
     }
 
-    /// Burst warming: when the table is full, warms the home index slots
-    /// of both keys of the `n` in-use slots from the CLOCK hand, the next
-    /// victims of a SYN flood (every insert evicts the first embryonic
-    /// entry from the hand and the hand moves just past it). The slots
-    /// themselves are read (their keys give the hashes). Reads only.
+    /// Burst warming: when the table is full, warms the probe runs
+    /// ([`Table::prefetch_run`]) of both keys of the `n` in-use slots from
+    /// the CLOCK hand, the next victims of a SYN flood (every insert evicts
+    /// the first embryonic entry from the hand and the hand moves just past
+    /// it). The slots themselves are read (their keys give the hashes).
+    /// Reads only.
     pub fn warm_victims(&self, p: &impl Prefetch, n: u32) {
         let cap = self.capacity();
         if !self.is_full() || cap == 0 {

@@ -22,7 +22,7 @@
 //! worker's own `new_connections` and `conntrack_evictions` counters, which
 //! it alone writes. Looking up again starts from the key's hash kept from
 //! stage 2 ([`Conntrack::lookup_hashed`](crate::conntrack::Conntrack::lookup_hashed)),
-//! on index lines stage 2 loaded: under a SYN flood, where every packet
+//! on index lines stage 2 warmed: under a SYN flood, where every packet
 //! inserts and evicts, that is every lookup after the burst's first.
 //!
 //! Frames the IPv4 fast path (`fast.rs`) can read skip the parse: their
@@ -37,7 +37,7 @@
 //! ([`SnatPorts::peek_v4`](crate::flow::SnatPorts::peek_v4)), and, when
 //! the table is full, the index slots of the entries those inserts will
 //! evict (the next ones from the eviction hand). It only reads: a wrong
-//! guess wastes a load and changes no answer. The Maglev picks it makes
+//! guess wastes a prefetch and changes no answer. The Maglev picks it makes
 //! are handed to stage 3's open, which would make the same ones.
 //!
 //! Below [`BURST_LOOKUP_MIN_LEN`] live connections the table's hot part
