@@ -39,3 +39,16 @@ impl Prefetch for Loads {
         core::hint::black_box(*line);
     }
 }
+
+/// Records the address of every line it is asked to warm: what the tests
+/// that pin warmed addresses compare.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct Recorder(pub core::cell::RefCell<Vec<usize>>);
+
+#[cfg(test)]
+impl Prefetch for Recorder {
+    fn prefetch<T: Copy>(&self, line: &T) {
+        self.0.borrow_mut().push(line as *const T as usize);
+    }
+}

@@ -500,25 +500,27 @@ impl Conntrack {
         nat: Nat,
         tags: Tags,
         now: Tick,
-        on_evicted: impl FnMut(&Entry),
+        mut on_evicted: impl FnMut(&Entry),
     ) -> Result<EntryId, InsertError> {
-        self.insert_with(original, nat, tags, now, on_evicted, false)
+        self.insert_with(original, nat, tags, now, &mut Decoded(&mut on_evicted), false)
     }
 
     /// [`Conntrack::insert`] of a key the caller has just looked up and not
     /// found, with nothing inserted since (the worker opens a connection
     /// only on such a miss): the key is not looked up a second time, so
     /// `Exists` is never returned (debug builds check that it would not
-    /// be). The reply key is checked as always.
+    /// be). The reply key is checked as always. An evicted entry is
+    /// passed to `on_evicted` as what releasing it needs ([`Evicted`]),
+    /// not decoded whole (~60 instructions a flood SYN).
     pub(crate) fn insert_missed(
         &mut self,
         original: FlowKey,
         nat: Nat,
         tags: Tags,
         now: Tick,
-        on_evicted: impl FnMut(&Entry),
+        mut on_evicted: impl FnMut(Evicted),
     ) -> Result<EntryId, InsertError> {
-        self.insert_with(original, nat, tags, now, on_evicted, true)
+        self.insert_with(original, nat, tags, now, &mut Released(&mut on_evicted), true)
     }
 
     #[inline(always)]
@@ -528,7 +530,7 @@ impl Conntrack {
         nat: Nat,
         tags: Tags,
         now: Tick,
-        mut on_evicted: impl FnMut(&Entry),
+        on_evicted: &mut impl OnEvicted,
         missed: bool,
     ) -> Result<EntryId, InsertError> {
         let ctx = InsertCtx {
@@ -541,9 +543,9 @@ impl Conntrack {
         };
         let r = match original {
             FlowKey::V4(k) => {
-                insert_in(&mut self.v4, raw_v4(&k), &ctx, &mut self.stats, &mut on_evicted).map(EntryId)
+                insert_in(&mut self.v4, raw_v4(&k), &ctx, &mut self.stats, on_evicted).map(EntryId)
             }
-            FlowKey::V6(k) => insert_in(&mut self.v6, raw_v6(&k), &ctx, &mut self.stats, &mut on_evicted)
+            FlowKey::V6(k) => insert_in(&mut self.v6, raw_v6(&k), &ctx, &mut self.stats, on_evicted)
                 .map(|i| EntryId(i | V6_BIT)),
         };
         match r {
@@ -694,7 +696,7 @@ fn insert_in<A: Addr>(
     key: RawKey<A>,
     ctx: &InsertCtx<'_>,
     stats: &mut ConntrackStats,
-    on_evicted: &mut impl FnMut(&Entry),
+    on_evicted: &mut impl OnEvicted,
 ) -> Result<u32, InsertError> {
     let (backend, backend_port) = ctx.nat.backend();
     let backend = A::from_ip(backend).ok_or(InsertError::FamilyMismatch)?;
@@ -735,7 +737,11 @@ fn insert_in<A: Addr>(
     if t.is_full() {
         let now = ctx.now;
         let victim = t.pick_victim(ctx.window, TAKE_AT_ONCE, |s| evict_key(s.state, s.expires, now));
-        let old = victim.and_then(|v| t.remove(v)).ok_or(InsertError::Full)?;
+        // The victim is read in place and then discarded, not copied out.
+        let (v, old) = victim
+            .and_then(|v| Some((v, t.get(v)?)))
+            .ok_or(InsertError::Full)?;
+        on_evicted.evicted(old);
         let counter = if old.expires <= now {
             &mut stats.evicted_expired
         } else if ConnState::from_u8(old.state).class() == EvictClass::Embryonic {
@@ -744,7 +750,7 @@ fn insert_in<A: Addr>(
             &mut stats.evicted_closing
         };
         *counter += 1;
-        on_evicted(&decode(&old));
+        t.discard(v);
     }
     t.insert(slot, h_orig, h_reply).ok_or(InsertError::Full)
 }
@@ -882,6 +888,45 @@ fn decode_nat<A: Addr>(s: &Slot<A>) -> Nat {
     } else {
         Nat::Dnat { backend }
     }
+}
+
+/// What an insert passes on of the entry it evicts (the `on_evicted` of
+/// [`Conntrack::insert`] and [`Conntrack::insert_missed`]).
+trait OnEvicted {
+    fn evicted<A: Addr>(&mut self, s: &Slot<A>);
+}
+
+/// [`Conntrack::insert`]'s: the entry decoded whole.
+struct Decoded<'f, F>(&'f mut F);
+
+impl<F: FnMut(&Entry)> OnEvicted for Decoded<'_, F> {
+    #[inline(always)]
+    fn evicted<A: Addr>(&mut self, s: &Slot<A>) {
+        (self.0)(&decode(s))
+    }
+}
+
+/// [`Conntrack::insert_missed`]'s: what releasing the entry needs.
+struct Released<'f, F>(&'f mut F);
+
+impl<F: FnMut(Evicted)> OnEvicted for Released<'_, F> {
+    #[inline(always)]
+    fn evicted<A: Addr>(&mut self, s: &Slot<A>) {
+        (self.0)(Evicted {
+            proto: Proto::from_u8(s.proto).unwrap_or(Proto::Tcp),
+            snat: (s.flags & FULL_NAT != 0).then(|| (s.snat.to_ip(), s.snat_port)),
+        })
+    }
+}
+
+/// What [`Conntrack::insert_missed`] tells its caller of an entry it
+/// evicted: the SNAT pair to release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Evicted {
+    /// The entry's protocol.
+    pub proto: Proto,
+    /// Its SNAT pair, if it was full-NAT.
+    pub snat: Option<Endpoint>,
 }
 
 fn decode<A: Addr>(s: &Slot<A>) -> Entry {

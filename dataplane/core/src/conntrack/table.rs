@@ -566,9 +566,10 @@ impl<A: Addr> Table<A> {
     /// ([`Table::prefetch_run`]) of both keys of the `n` in-use slots from
     /// the CLOCK hand, the next victims of a SYN flood (every insert evicts
     /// the first embryonic entry from the hand and the hand moves just past
-    /// it). The slots themselves are read (their keys give the hashes).
+    /// it). The slots themselves are read (their keys give the hashes),
+    /// and each is passed to `each` (for what else its eviction will touch).
     /// Reads only.
-    pub fn warm_victims(&self, p: &impl Prefetch, n: u32) {
+    pub fn warm_victims(&self, p: &impl Prefetch, n: u32, mut each: impl FnMut(&Slot<A>)) {
         let cap = self.capacity();
         if !self.is_full() || cap == 0 {
             return;
@@ -579,6 +580,7 @@ impl<A: Addr> Table<A> {
             if s.in_use() {
                 self.prefetch_run(p, self.hash(&s.original_key()));
                 self.prefetch_run(p, self.hash(&s.reply_key()));
+                each(s);
             }
             i = if i + 1 == cap { 0 } else { i + 1 };
         }
@@ -628,6 +630,7 @@ impl<A: Addr> Table<A> {
 mod tests {
     use super::super::{evict_key, ConnState, EvictClass, TAKE_AT_ONCE};
     use super::*;
+    use crate::prefetch::Recorder;
 
     /// The ranking of `Conntrack::insert`'s eviction written plainly, with
     /// `(rank, expiry)` tuples: rank 0 expired, 1 embryonic, 2 closing,
@@ -663,16 +666,6 @@ mod tests {
         best.map(|b| b.2)
     }
 
-    /// Records the address of every line it is asked to warm.
-    #[derive(Default)]
-    struct Recorder(core::cell::RefCell<Vec<usize>>);
-
-    impl Prefetch for Recorder {
-        fn prefetch<T: Copy>(&self, line: &T) {
-            self.0.borrow_mut().push(line as *const T as usize);
-        }
-    }
-
     fn key(i: u32) -> RawKey<[u8; 4]> {
         RawKey {
             src: (0x6440_0000 + i).to_be_bytes(),
@@ -690,7 +683,7 @@ mod tests {
             |t: &Table<[u8; 4]>, k: &RawKey<[u8; 4]>| &t.index[t.home(t.hash(k))] as *const IdxSlot as usize;
         // Not full: no victim to warm.
         let rec = Recorder::default();
-        t.warm_victims(&rec, 4);
+        t.warm_victims(&rec, 4, |_| panic!("a victim of a table that is not full"));
         assert!(rec.0.borrow().is_empty());
         for i in 0..64 {
             let k = key(i);
@@ -725,7 +718,10 @@ mod tests {
         // one 8 on (the next line; wrapping past the end of the index).
         t.evict_hand = 62;
         let rec = Recorder::default();
-        t.warm_victims(&rec, 4);
+        let mut victims = Vec::new();
+        t.warm_victims(&rec, 4, |s| victims.push(s as *const Slot<[u8; 4]> as usize));
+        let slot_at = |i: usize| &t.slots[i] as *const Slot<[u8; 4]> as usize;
+        assert_eq!(victims, [slot_at(62), slot_at(63), slot_at(0), slot_at(1)]);
         let n = t.index.len();
         let run = |t: &Table<[u8; 4]>, k: &RawKey<[u8; 4]>| {
             let home = t.home(t.hash(k));
@@ -759,7 +755,7 @@ mod tests {
         let (ho, hr) = (tiny.hash(&slot.original_key()), tiny.hash(&slot.reply_key()));
         tiny.insert(slot, ho, hr).unwrap();
         let rec = Recorder::default();
-        tiny.warm_victims(&rec, 3);
+        tiny.warm_victims(&rec, 3, |_| {});
         assert_eq!(rec.0.borrow().len(), 4);
         tiny.prefetch_run(&rec, u32::MAX);
         assert_eq!(

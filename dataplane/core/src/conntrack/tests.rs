@@ -856,3 +856,53 @@ fn sweep_removes_due_entries_in_slot_order_across_families() {
     }
     assert!(ct.is_empty() || ct.len() < 300);
 }
+
+#[test]
+fn full_table_victims_report_their_snat_pairs_to_warming_and_release() {
+    // A full table of embryonic entries, full-NAT and DNAT alternating,
+    // TCP and UDP: the victims' warming reports the SNAT pair and protocol
+    // of each full-NAT one of the next `n` from the hand, in order; the
+    // inserts that evict them hand the same to `insert_missed`'s caller
+    // (and nothing of the DNAT ones but the protocol).
+    let mut ct = table(8, 0);
+    let snat_of = |i: u16| (SNAT, 2000 + i);
+    let proto_of = |i: u16| if i % 3 == 0 { Proto::Udp } else { Proto::Tcp };
+    for i in 0..8u16 {
+        let nat = if i % 2 == 0 {
+            Nat::FullNat {
+                backend: BACKEND,
+                snat: snat_of(i),
+            }
+        } else {
+            dnat()
+        };
+        ins(&mut ct, key(client(i), VIP, proto_of(i)), nat, 0).unwrap();
+    }
+    let mut warmed = Vec::new();
+    ct.warm_victims_v4(&Loads, 5, |a, port, proto| {
+        warmed.push((IpAddr::V4(a), port, proto))
+    });
+    let want: Vec<_> = [0u16, 2, 4]
+        .iter()
+        .map(|&i| (SNAT, 2000 + i, proto_of(i)))
+        .collect();
+    assert_eq!(warmed, want);
+    let mut released = Vec::new();
+    for i in 100..105u16 {
+        let k = key(client(i), VIP, Proto::Tcp);
+        let tags = Tags {
+            frontend: 1,
+            backend: 2,
+        };
+        ct.insert_missed(k, dnat(), tags, Tick(1), |e| released.push(e))
+            .unwrap();
+    }
+    let want: Vec<_> = (0..5u16)
+        .map(|i| Evicted {
+            proto: proto_of(i),
+            snat: (i % 2 == 0).then(|| snat_of(i)),
+        })
+        .collect();
+    assert_eq!(released, want);
+    ct.check();
+}

@@ -11,8 +11,11 @@
 //! the fast path resolved for it and the snapshot epoch it did so under;
 //! the fast path trusts it only under that same epoch.
 
-use super::table::RawKey;
+use std::net::Ipv4Addr;
+
+use super::table::{RawKey, FULL_NAT};
 use super::{advance, raw_rewrite, Conntrack, Direction, EntryId, Tags};
+use crate::flow::Proto;
 use crate::prefetch::Prefetch;
 use crate::Tick;
 
@@ -68,10 +71,20 @@ impl Conntrack {
 
     /// Warms the index slots the next `n` evictions from a full IPv4 table
     /// will edit, when they can be foreseen (a SYN flood: the entries from
-    /// the eviction hand on). Reads only.
+    /// the eviction hand on), and passes the SNAT pair and protocol of each
+    /// full-NAT one to `snat`, for the caller to warm what releasing it
+    /// will touch. Reads only.
     #[inline]
-    pub fn warm_victims_v4(&self, p: &impl Prefetch, n: u32) {
-        self.v4.warm_victims(p, n)
+    pub fn warm_victims_v4(&self, p: &impl Prefetch, n: u32, mut snat: impl FnMut(Ipv4Addr, u16, Proto)) {
+        self.v4.warm_victims(p, n, |s| {
+            if s.flags & FULL_NAT != 0 {
+                snat(
+                    Ipv4Addr::from(s.snat),
+                    s.snat_port,
+                    Proto::from_u8(s.proto).unwrap_or(Proto::Tcp),
+                );
+            }
+        })
     }
 
     /// [`Conntrack::rewrite`] of an IPv4 connection; `None` for a stale or

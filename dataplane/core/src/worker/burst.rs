@@ -34,9 +34,11 @@
 //! and insert its reply key: another cold index slot. Stage 2b warms those
 //! slots for the whole burst too, with the backend Maglev picks and a guess
 //! at the SNAT pairs the allocator will hand out next
-//! ([`SnatPorts::peek_v4`](crate::flow::SnatPorts::peek_v4)), and, when
-//! the table is full, the index slots of the entries those inserts will
-//! evict (the next ones from the eviction hand). It only reads: a wrong
+//! ([`SnatPorts::warm_alloc_v4`](crate::flow::SnatPorts::warm_alloc_v4),
+//! which warms the in-use words those allocations set), and, when the
+//! table is full, the index slots of the entries those inserts will evict
+//! (the next ones from the eviction hand) and the in-use words of their
+//! SNAT ports, which the evictions release. It only reads: a wrong
 //! guess wastes a prefetch and changes no answer. The Maglev picks it makes
 //! are handed to stage 3's open, which would make the same ones.
 //!
@@ -204,8 +206,11 @@ impl Worker {
                 n_open += 1;
             }
         }
-        // In a full table each of them evicts: the victims' index slots too.
-        self.conntrack.warm_victims_v4(p, n_open);
+        // In a full table each of them evicts: the victims' index slots
+        // too, and the in-use words of their SNAT ports.
+        let snat = &self.snat;
+        self.conntrack
+            .warm_victims_v4(p, n_open, |a, port, proto| snat.warm_free_v4(p, a, port, proto));
         let inserts = self.counters.new_connections.get();
         let evictions = self.counters.conntrack_evictions.get();
         // Stage 3: each packet in order, with its lookup, done again (from

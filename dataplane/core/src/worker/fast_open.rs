@@ -32,7 +32,8 @@ impl Worker {
     /// if it may open a connection to a frontend, warms (with `p`) the
     /// index slot of the reply key that [`Worker::fast_open_v4`] will check
     /// and insert, which takes the backend Maglev picks and the `nth` next
-    /// SNAT pair (`nth` counts the full-NAT guesses of the burst so far).
+    /// SNAT pair (`nth` counts the full-NAT guesses of the burst so far);
+    /// and the in-use word of the SNAT ports that allocation will set.
     /// Reads only.
     ///
     /// The pick is left in `pick`, for [`Worker::fast_open_v4`] not to
@@ -57,7 +58,7 @@ impl Worker {
         };
         *pick = Some((svc, b, be));
         let (dst, dport) = if svc.mode() == ForwardMode::FullNat {
-            let Some((a, port)) = self.snat.peek_v4(*nth, k.proto) else {
+            let Some((a, port)) = self.snat.warm_alloc_v4(p, *nth, k.proto) else {
                 return;
             };
             *nth += 1;
@@ -105,21 +106,15 @@ impl Worker {
         let hop_index = snap.next_hop_index_v4(u32::from(be_addr))?;
         let hop = *snap.hop_v4(hop_index)?;
         // An exhausted pool changes nothing: the general path counts it.
-        let nat = if full_nat {
-            Nat::FullNat {
-                backend: be,
-                snat: self.snat.alloc(be, k.proto)?,
-            }
+        let (nat, src) = if full_nat {
+            let (a, port) = self.snat.alloc_v4(k.proto)?;
+            let snat = (IpAddr::V4(a), port);
+            (Nat::FullNat { backend: be, snat }, (a, port))
         } else {
-            Nat::Dnat { backend: be }
+            (Nat::Dnat { backend: be }, (client, k.sport))
         };
 
         // --- no way back past this point: a SNAT port is taken ---
-        let src = match nat.snat() {
-            Some((IpAddr::V4(a), port)) => (a, port),
-            // `alloc` hands out an address of the backend's family.
-            _ => (client, k.sport),
-        };
         let key = k.key();
         let tags = Tags {
             frontend: fe_slot,
