@@ -12,6 +12,11 @@ use lb_dataplane::conntrack::{tcp_flags, Config, Conntrack, Direction, Nat, Tags
 use lb_dataplane::flow::{FlowKey, FlowKeyV4, Proto, SnatPorts, WorkerId};
 use lb_dataplane::{Prefetch, Tick};
 
+/// What lbd runs with: the system allocator, with transparent huge pages
+/// asked for under the conntrack's tables (`dpdk::HugePageAdvice`).
+#[global_allocator]
+static ALLOC: dpdk::HugePageAdvice = dpdk::HugePageAdvice;
+
 /// What lbd passes to the burst lookups: DPDK's `prefetcht0`.
 struct Prefetch0;
 

@@ -241,6 +241,11 @@ fn process(
     }
 }
 
+/// What lbd runs with: the system allocator, with transparent huge pages
+/// asked for under the conntrack's tables (`dpdk::HugePageAdvice`).
+#[global_allocator]
+static ALLOC: dpdk::HugePageAdvice = dpdk::HugePageAdvice;
+
 /// What lbd passes to `handle_burst_with`: DPDK's `prefetcht0`.
 struct Prefetch0;
 

@@ -1,6 +1,9 @@
 /* See shim.h: one-line forwards to DPDK's static inline functions. */
 #include "shim.h"
 
+#include <errno.h>
+#include <sys/mman.h>
+
 uint16_t lbd_rte_eth_rx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **rx_pkts, uint16_t nb_pkts)
 { return rte_eth_rx_burst(port_id, queue_id, rx_pkts, nb_pkts); }
 uint16_t lbd_rte_eth_tx_burst(uint16_t port_id, uint16_t queue_id, struct rte_mbuf **tx_pkts, uint16_t nb_pkts)
@@ -33,6 +36,16 @@ unsigned int lbd_rte_ring_free_count(const struct rte_ring *r) { return rte_ring
 
 unsigned int lbd_rte_lcore_id(void) { return rte_lcore_id(); }
 int lbd_rte_errno(void) { return rte_errno; }
+
+int lbd_madvise_hugepage(void *addr, size_t len)
+{
+#ifdef MADV_HUGEPAGE
+    return madvise(addr, len, MADV_HUGEPAGE);
+#else
+    errno = EINVAL;
+    return -1;
+#endif
+}
 uint64_t lbd_rte_rdtsc(void) { return rte_rdtsc(); }
 void lbd_rte_pause(void) { rte_pause(); }
 

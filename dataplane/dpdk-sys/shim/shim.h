@@ -6,6 +6,7 @@
 #ifndef LBD_DPDK_SHIM_H
 #define LBD_DPDK_SHIM_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <rte_config.h>
 #include <rte_eal.h>
@@ -49,6 +50,10 @@ unsigned int lbd_rte_lcore_id(void);
 int lbd_rte_errno(void);
 uint64_t lbd_rte_rdtsc(void);
 void lbd_rte_pause(void);
+
+/* madvise(addr, len, MADV_HUGEPAGE): 0, or -1 with errno set (not DPDK's;
+ * here because dpdk-sys is the crate that links C). */
+int lbd_madvise_hugepage(void *addr, size_t len);
 
 /* Flag values that are macros in DPDK (bindgen skips some of them). */
 uint64_t lbd_rss_ip_tcp_udp(void);

@@ -15,10 +15,13 @@
 //! - [`Eal::launch`]: run a closure on a worker lcore and join it.
 //! - [`prefetch`]: the cache prefetch hint the workers' staged conntrack
 //!   lookups issue (through `lb_dataplane::Prefetch`, implemented in `lbd`).
+//! - [`HugePageAdvice`]: the global allocator `lbd` runs with, which asks
+//!   for transparent huge pages under its large tables.
 //!
 //! This crate and `dpdk-sys` are the only homes of `unsafe` in the project;
 //! every block carries a `// SAFETY:` comment naming the invariant it relies on.
 
+mod alloc;
 mod eal;
 pub mod flow;
 mod mbuf;
@@ -26,6 +29,7 @@ mod port;
 mod prefetch;
 pub mod ring;
 
+pub use alloc::HugePageAdvice;
 pub use eal::{Eal, EalError, LaunchError, LcoreHandle, LcoreId};
 pub use mbuf::{Burst, Mbuf, Mempool, MempoolError, BURST_MAX};
 pub use port::{

@@ -41,6 +41,11 @@ use crate::config::Config;
 use crate::control::{Control, ControlStats};
 use crate::worker::{Clock, Links, Shared, WorkerIo};
 
+/// The system allocator, with transparent huge pages asked for under the
+/// large blocks: the conntrack tables (see `dpdk::HugePageAdvice`).
+#[global_allocator]
+static ALLOC: dpdk::HugePageAdvice = dpdk::HugePageAdvice;
+
 /// Capacity of each hand-over ring (per sender, owner pair).
 const HANDOVER_RING: u32 = 1024;
 /// Capacity of each worker's ring of frames waiting for a next hop.
@@ -254,6 +259,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         "config services applied"
     );
 
+    preflight::report_thp();
     let mut pipeline = Vec::new();
     for w in 0..queues {
         let mut wc = WorkerConfig::new(WorkerId(w), queues);

@@ -1,6 +1,7 @@
 //! Checks made before EAL starts, so that common mistakes get one clear
 //! line instead of a page of EAL messages: PCI devices that do not exist,
-//! and no hugepages when `--no-huge` was not given.
+//! and no hugepages when `--no-huge` was not given. Also what the kernel
+//! does with the huge page advice on the conntrack tables.
 
 use std::path::Path;
 
@@ -58,9 +59,56 @@ fn check_hugepages_at(sys: &Path, mounts: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The kernel's transparent huge page mode, the bracketed word of
+/// `/sys/kernel/mm/transparent_hugepage/enabled` (`always`, `madvise` or
+/// `never`); `None` if the kernel has no THP.
+pub fn thp_mode() -> Option<String> {
+    thp_mode_of(&std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").ok()?)
+}
+
+/// [`thp_mode`] of the file's text, e.g. `always [madvise] never`.
+fn thp_mode_of(text: &str) -> Option<String> {
+    let (_, rest) = text.split_once('[')?;
+    let (mode, _) = rest.split_once(']')?;
+    Some(mode.to_string())
+}
+
+/// Logs whether the conntrack tables (allocated with `MADV_HUGEPAGE`, see
+/// `dpdk::HugePageAdvice`) can get transparent huge pages.
+pub fn report_thp() {
+    const HOW: &str = "echo madvise > /sys/kernel/mm/transparent_hugepage/enabled";
+    match thp_mode().as_deref() {
+        Some(m @ ("always" | "madvise")) => {
+            tracing::info!(
+                mode = m,
+                "transparent huge pages: the conntrack tables are advised"
+            )
+        }
+        Some(m) => tracing::warn!(
+            mode = m,
+            "transparent huge pages are off: the conntrack tables use 4 KiB pages, \
+             slower for new flows under load (`{HOW}` enables them)"
+        ),
+        None => {
+            tracing::warn!("this kernel has no transparent huge pages: the conntrack tables use 4 KiB pages")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thp_mode_is_the_bracketed_word() {
+        assert_eq!(
+            thp_mode_of("always [madvise] never\n").as_deref(),
+            Some("madvise")
+        );
+        assert_eq!(thp_mode_of("[always] madvise never\n").as_deref(), Some("always"));
+        assert_eq!(thp_mode_of("always madvise [never]\n").as_deref(), Some("never"));
+        assert_eq!(thp_mode_of("garbage"), None);
+    }
 
     #[test]
     fn hugepage_checks() {
