@@ -20,9 +20,15 @@ use std::alloc::{GlobalAlloc, Layout, System};
 
 /// [`System`], with `MADV_HUGEPAGE` on large blocks (module docs).
 ///
-/// ```ignore
+/// ```
 /// #[global_allocator]
 /// static ALLOC: dpdk::HugePageAdvice = dpdk::HugePageAdvice;
+///
+/// fn main() {
+///     // Large enough to be advised: backed by huge pages where the kernel can.
+///     let table = vec![0u64; 1 << 20];
+///     assert_eq!(table.len(), 1 << 20);
+/// }
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HugePageAdvice;
