@@ -10,22 +10,10 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use lb_dataplane::conntrack::{tcp_flags, Config, Conntrack, Direction, Nat, Tags};
 use lb_dataplane::flow::{FlowKey, FlowKeyV4, Proto, SnatPorts, WorkerId};
-use lb_dataplane::{Prefetch, Tick};
+use lb_dataplane::Tick;
 
-/// What lbd runs with: the system allocator, with transparent huge pages
-/// asked for under the conntrack's tables (`dpdk::HugePageAdvice`).
-#[global_allocator]
-static ALLOC: dpdk::HugePageAdvice = dpdk::HugePageAdvice;
-
-/// What lbd passes to the burst lookups: DPDK's `prefetcht0`.
-struct Prefetch0;
-
-impl Prefetch for Prefetch0 {
-    #[inline(always)]
-    fn prefetch<T: Copy>(&self, line: &T) {
-        dpdk::prefetch(line);
-    }
-}
+mod common;
+use common::Prefetch0;
 
 const BACKENDS: u32 = 64;
 

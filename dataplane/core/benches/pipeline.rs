@@ -52,7 +52,10 @@ use lb_dataplane::conntrack::{self, Conntrack};
 use lb_dataplane::flow::{FlowKey, Proto, WorkerId};
 use lb_dataplane::snapshot::{BackendSpec, Cidr, ForwardMode, FrontendKind, FrontendSpec, ServiceSpec};
 use lb_dataplane::worker::{PacketMeta, Verdict, Worker, WorkerConfig};
-use lb_dataplane::{Prefetch, Snapshot, SnapshotBuilder, Tick};
+use lb_dataplane::{Snapshot, SnapshotBuilder, Tick};
+
+mod common;
+use common::Prefetch0;
 
 const BURST: usize = 32;
 const FRAME: usize = 60;
@@ -238,21 +241,6 @@ fn process(
         }
         Mode::Burst if WARM_BY_LOADS.load(Relaxed) => w.handle_burst(now, snap, work, metas, verdicts),
         Mode::Burst => w.handle_burst_with(&Prefetch0, now, snap, work, metas, verdicts),
-    }
-}
-
-/// What lbd runs with: the system allocator, with transparent huge pages
-/// asked for under the conntrack's tables (`dpdk::HugePageAdvice`).
-#[global_allocator]
-static ALLOC: dpdk::HugePageAdvice = dpdk::HugePageAdvice;
-
-/// What lbd passes to `handle_burst_with`: DPDK's `prefetcht0`.
-struct Prefetch0;
-
-impl Prefetch for Prefetch0 {
-    #[inline(always)]
-    fn prefetch<T: Copy>(&self, line: &T) {
-        dpdk::prefetch(line);
     }
 }
 

@@ -9,10 +9,10 @@
 //! - a prefetch instruction (`prefetcht0`) returns at once, so every miss of
 //!   the burst is in flight together. This crate cannot issue one (its
 //!   lints forbid the intrinsic's call); the project's `dpdk` crate does
-//!   (`dpdk::prefetch`), and `lbd` passes it in. Measured in `benches/pipeline.rs` at a million
-//!   connections (bench/RESULTS.md): established packets
-//!   ~25% faster than with plain loads, new connections ~33%, a SYN flood
-//!   that evicts from a full table ~18%;
+//!   (`dpdk::prefetch`), and `lbd` passes it in. Measured in
+//!   `benches/pipeline.rs` at a million connections (bench/RESULTS.md):
+//!   established packets ~25% faster than with plain loads, new
+//!   connections ~33%, a SYN flood that evicts from a full table ~18%;
 //! - [`Loads`], the default: a plain load of the line, which the CPU
 //!   overlaps only as far as its out-of-order window reaches. What tests,
 //!   fuzzing and `Worker::handle_burst` use.

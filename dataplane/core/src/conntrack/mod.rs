@@ -913,7 +913,7 @@ impl<F: FnMut(Evicted)> OnEvicted for Released<'_, F> {
     #[inline(always)]
     fn evicted<A: Addr>(&mut self, s: &Slot<A>) {
         (self.0)(Evicted {
-            proto: Proto::from_u8(s.proto).unwrap_or(Proto::Tcp),
+            proto: s.proto(),
             snat: (s.flags & FULL_NAT != 0).then(|| (s.snat.to_ip(), s.snat_port)),
         })
     }
@@ -930,7 +930,7 @@ pub(crate) struct Evicted {
 }
 
 fn decode<A: Addr>(s: &Slot<A>) -> Entry {
-    let proto = Proto::from_u8(s.proto).unwrap_or(Proto::Tcp);
+    let proto = s.proto();
     Entry {
         original: A::flow_key(&s.original_key(), proto),
         nat: decode_nat(s),

@@ -216,6 +216,13 @@ impl<A: Addr> Slot<A> {
         self.flags & IN_USE != 0
     }
 
+    /// The protocol (a slot only ever stores a [`Proto`]'s number; TCP
+    /// for a byte that is none).
+    #[inline]
+    pub fn proto(&self) -> Proto {
+        Proto::from_u8(self.proto).unwrap_or(Proto::Tcp)
+    }
+
     #[inline]
     pub fn original_key(&self) -> RawKey<A> {
         RawKey {
@@ -378,8 +385,10 @@ impl<A: Addr> Table<A> {
     /// reads: the home slot's line and the line after it. A backward-shift
     /// removal reads on from the removed slot to the end of its run, and so
     /// does a lookup of a key that is not there (the check before an
-    /// insert); at full load a run crosses into the next line about a
-    /// third of the time.
+    /// insert); at the full table's load of 1/2 such a walk from a random
+    /// home crosses into the next line 16% of the time, from 4% for the
+    /// first slot of a line to 50% for the last (simulated). Warming the
+    /// next line only for the last slots measured slower (bench/RESULTS.md).
     #[inline(always)]
     pub fn prefetch_run(&self, p: &impl Prefetch, hash: u32) {
         let home = self.home(hash);

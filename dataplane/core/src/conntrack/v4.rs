@@ -78,11 +78,7 @@ impl Conntrack {
     pub fn warm_victims_v4(&self, p: &impl Prefetch, n: u32, mut snat: impl FnMut(Ipv4Addr, u16, Proto)) {
         self.v4.warm_victims(p, n, |s| {
             if s.flags & FULL_NAT != 0 {
-                snat(
-                    Ipv4Addr::from(s.snat),
-                    s.snat_port,
-                    Proto::from_u8(s.proto).unwrap_or(Proto::Tcp),
-                );
+                snat(Ipv4Addr::from(s.snat), s.snat_port, s.proto());
             }
         })
     }

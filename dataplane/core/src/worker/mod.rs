@@ -56,9 +56,9 @@ use std::ops::RangeInclusive;
 use std::sync::Arc;
 
 use crate::checksum::ChecksumOffload;
-use crate::conntrack::{self, Conntrack, Entry};
+use crate::conntrack::{self, Conntrack, Endpoint, Entry};
 use crate::counters::WorkerCounters;
-use crate::flow::{SnatNewError, SnatPorts, WorkerId};
+use crate::flow::{Proto, SnatNewError, SnatPorts, WorkerId};
 use crate::local::{self, LocalVerdict};
 use crate::snapshot::Snapshot;
 use crate::wire::{self, MacAddr, L3};
@@ -314,7 +314,9 @@ impl Worker {
             counters,
             ..
         } = self;
-        let st = conntrack.expire(now, budget, |e: &Entry| release_snat(snat, e));
+        let st = conntrack.expire(now, budget, |e: &Entry| {
+            release_snat(snat, e.nat.snat(), e.original.proto())
+        });
         counters.conntrack_expirations.add(st.expired as u64);
         counters.conntrack_entries.set(conntrack.len() as u64);
         TickStats {
@@ -324,11 +326,12 @@ impl Worker {
     }
 }
 
-/// Returns a finished connection's SNAT port to the pool.
-fn release_snat(snat: &mut SnatPorts, e: &Entry) {
-    if let Some(ep) = e.nat.snat() {
+/// Returns a finished (expired or evicted) connection's SNAT pair, if it
+/// had one, to the pool.
+fn release_snat(snat: &mut SnatPorts, pair: Option<Endpoint>, proto: Proto) {
+    if let Some(ep) = pair {
         // A port that is not in use cannot be freed twice; nothing to count.
-        let _ = snat.free(ep, e.original.proto());
+        let _ = snat.free(ep, proto);
     }
 }
 

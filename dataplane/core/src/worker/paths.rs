@@ -12,7 +12,7 @@ use crate::snapshot::{Family, ForwardMode, OwnerKind, Route, Service, Snapshot};
 use crate::wire::{Parsed, TcpFlags};
 use crate::{DropReason, Tick};
 
-use super::{PacketMeta, Verdict, Worker};
+use super::{release_snat, PacketMeta, Verdict, Worker};
 
 /// A conntrack lookup of the packet's own 5-tuple done ahead of time by the
 /// burst path (`Some(result)`), or `None`: look it up now.
@@ -210,10 +210,7 @@ impl Worker {
         // Both callers open on a lookup that missed, just made.
         let inserted = ct.insert_missed(key, nat, tags, now, |evicted| {
             counters.conntrack_evictions.inc();
-            if let Some(ep) = evicted.snat {
-                // Not in use: nothing to free twice, nothing to count.
-                let _ = snat.free(ep, evicted.proto);
-            }
+            release_snat(snat, evicted.snat, evicted.proto);
         });
         match inserted {
             Ok(id) => {
