@@ -232,8 +232,20 @@ impl Worker {
         };
         let Some((id, dir)) = hit else {
             // A new connection to a frontend (`paths::open`).
-            let (svc, fe_slot) = self.fast_v4_dispatch(snap, k)??;
-            return self.fast_open_v4(now, snap, frame, meta, k, (svc, fe_slot), pick);
+            let Some(pk) = pick else {
+                let fe = self.fast_v4_dispatch(snap, k)??;
+                return self.fast_open_v4(now, snap, frame, meta, k, fe, None);
+            };
+            // The burst's warming found the frontend and its service:
+            // `fast_v4_dispatch` would take its VIP branch (a frontend's
+            // address is owned as a VIP and never as SNAT, an invariant of
+            // every snapshot) and find the same, so only its owner check
+            // is left.
+            if !self.owns_client_v4(k.src, k.sport) {
+                return None;
+            }
+            let fe = (pk.svc, pk.fe_slot);
+            return self.fast_open_v4(now, snap, frame, meta, k, fe, Some((pk.backend, pk.addr)));
         };
         let epoch = snap.epoch();
         // The flow cache (module doc) in one visit to the entry: rewrite,
@@ -285,9 +297,8 @@ impl Worker {
     fn fast_v4_dispatch<'s>(&self, snap: &'s Snapshot, k: &FastV4) -> Option<Option<(&'s Service, u32)>> {
         let dst32 = u32::from_be_bytes(k.dst);
         let owned = snap.owner_kind_v4(dst32).unwrap_or_default();
-        let multi = self.n_workers > 1;
         if owned.contains(OwnerKind::SNAT) {
-            if multi && owner_of_snat_port(k.dport, self.n_workers) != self.id {
+            if self.n_workers > 1 && owner_of_snat_port(k.dport, self.n_workers) != self.id {
                 return None;
             }
             Some(None)
@@ -295,7 +306,7 @@ impl Worker {
             let fe = snap.frontend_v4(dst32, k.dport, k.proto)?;
             // As `Snapshot::lookup`: a frontend of an existing service.
             let svc = snap.get_service(fe.service)?;
-            if multi && owner_of_client(Ipv4Addr::from(k.src).into(), k.sport, self.n_workers) != self.id {
+            if !self.owns_client_v4(k.src, k.sport) {
                 return None;
             }
             Some(Some((svc, fe.stats_slot)))
@@ -303,11 +314,18 @@ impl Worker {
             None
         } else {
             // A DNAT reply, owned by the client: the destination.
-            if multi && owner_of_client(Ipv4Addr::from(k.dst).into(), k.dport, self.n_workers) != self.id {
+            if !self.owns_client_v4(k.dst, k.dport) {
                 return None;
             }
             Some(None)
         }
+    }
+
+    /// Whether this worker owns the flows of the client `addr:port`
+    /// ([`owner_of_client`]).
+    #[inline(always)]
+    fn owns_client_v4(&self, addr: [u8; 4], port: u16) -> bool {
+        self.n_workers <= 1 || owner_of_client(Ipv4Addr::from(addr).into(), port, self.n_workers) == self.id
     }
 }
 

@@ -36,8 +36,8 @@ impl Worker {
     /// and the in-use word of the SNAT ports that allocation will set.
     /// Reads only.
     ///
-    /// The pick is left in `pick`, for [`Worker::fast_open_v4`] not to
-    /// make it again.
+    /// What it found (the frontend's service and counter slot, the pick)
+    /// is left in `pick`, for stage 3 not to look it up or pick again.
     #[inline]
     pub(super) fn warm_open_v4<'s>(
         &self,
@@ -56,7 +56,12 @@ impl Worker {
         let Some((b, be)) = pick_v4(svc, k) else {
             return;
         };
-        *pick = Some((svc, b, be));
+        *pick = Some(Pick {
+            svc,
+            fe_slot: fe.stats_slot,
+            backend: b,
+            addr: be,
+        });
         let (dst, dport) = if svc.mode() == ForwardMode::FullNat {
             let Some((a, port)) = self.snat.warm_alloc_v4(p, *nth, k.proto) else {
                 return;
@@ -72,9 +77,9 @@ impl Worker {
 
     /// A new connection to `svc` (frontend counter slot `fe_slot`) opened
     /// by the packet `frame`, read as `k`, whose 5-tuple conntrack misses.
-    /// `pick`: what [`Worker::warm_open_v4`] picked for `k`, if it did; it
-    /// stands for `svc`'s pick when made for the same service (the pick
-    /// depends on nothing else), and is made again otherwise.
+    /// `picked`: the backend (and its address) [`Worker::warm_open_v4`]
+    /// picked for `k` to `svc`, if it did (the pick depends on nothing
+    /// else); made here otherwise.
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     pub(super) fn fast_open_v4(
@@ -85,7 +90,7 @@ impl Worker {
         meta: &PacketMeta,
         k: &FastV4,
         (svc, fe_slot): (&Service, u32),
-        pick: Option<Pick<'_>>,
+        picked: Option<(&Backend, Ipv4Addr)>,
     ) -> Option<Verdict> {
         let client = Ipv4Addr::from(k.src);
         if !svc.allows_source(IpAddr::V4(client)) {
@@ -95,9 +100,9 @@ impl Worker {
         if k.proto == Proto::Tcp && full_nat && !k.is_syn() {
             return None;
         }
-        let (backend, be_addr) = match pick {
-            Some((s, b, a)) if core::ptr::eq(s, svc) => (b, a),
-            _ => pick_v4(svc, k)?,
+        let (backend, be_addr) = match picked {
+            Some(p) => p,
+            None => pick_v4(svc, k)?,
         };
         let be = (backend.addr, backend.port);
         let be_slot = backend.stats_slot;
@@ -146,8 +151,16 @@ impl Worker {
     }
 }
 
-/// A Maglev pick made ahead: the service, the backend and its address.
-pub(super) type Pick<'s> = (&'s Service, &'s Backend, Ipv4Addr);
+/// What [`Worker::warm_open_v4`] found ahead for a new connection: the
+/// frontend's service and counter slot, and the backend Maglev picks, with
+/// its address.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Pick<'s> {
+    pub(super) svc: &'s Service,
+    pub(super) fe_slot: u32,
+    pub(super) backend: &'s Backend,
+    pub(super) addr: Ipv4Addr,
+}
 
 /// The backend Maglev picks for a new connection read as `k` to `svc`
 /// (IPv4 ring; client-IP affinity as `Service::pick_hash` says), with its
