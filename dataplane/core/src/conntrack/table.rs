@@ -13,6 +13,7 @@
 //! - free slab slots are chained through `tags[0]`, so the free list costs
 //!   no memory of its own.
 
+use core::hint::select_unpredictable;
 use core::mem::size_of;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -467,10 +468,11 @@ impl<A: Addr> Table<A> {
                 break;
             }
             // `s` may fill the hole if the hole lies between its home and `j`.
-            if dist(self.home(s.hash), j) >= dist(hole, j) {
-                self.index[hole] = s;
-                hole = j;
-            }
+            // Whether it does is a coin toss for the branch predictor, so
+            // both outcomes store: `s` into the hole, or back where it is.
+            let fill = dist(self.home(s.hash), j) >= dist(hole, j);
+            self.index[select_unpredictable(fill, hole, j)] = s;
+            hole = select_unpredictable(fill, j, hole);
             j = self.next(j);
         }
         self.index[hole] = EMPTY;
