@@ -33,7 +33,7 @@ pub fn run(server: &str, backend: &str, rate: f64, seconds: f64) -> anyhow::Resu
         let mut n = 0u64;
         while Instant::now() < end {
             tick.tick().await;
-            let state = if n % 2 == 0 {
+            let state = if n.is_multiple_of(2) {
                 pb::BackendState::Maintenance
             } else {
                 pb::BackendState::Active

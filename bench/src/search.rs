@@ -80,7 +80,7 @@ pub fn pdr(loss_limit: f64, steps: u32, retries: u32, mut trial: impl FnMut(f64)
                 pass,
             });
             if pass {
-                if best.as_ref().map_or(true, |b| s.through_mpps > b.through_mpps) {
+                if best.as_ref().is_none_or(|b| s.through_mpps > b.through_mpps) {
                     best = Some(s);
                 }
                 break;

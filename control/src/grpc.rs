@@ -454,9 +454,9 @@ impl LoadBalancer for LoadBalancerService {
             a => Some(convert::addr_from_proto(a, "request", "address").map_err(invalid)?),
         };
         let service = (!req.service.is_empty()).then_some(req.service.as_str());
-        let src_ok = |s: Source| source.map_or(true, |want| want == s);
-        let svc_ok = |n: &str| service.map_or(true, |want| want == n);
-        let addr_ok = |a: IpAddr| address.map_or(true, |want| want == a);
+        let src_ok = |s: Source| source.is_none_or(|want| want == s);
+        let svc_ok = |n: &str| service.is_none_or(|want| want == n);
+        let addr_ok = |a: IpAddr| address.is_none_or(|want| want == a);
 
         let p = self.lock()?;
         let st = p.state();

@@ -489,7 +489,7 @@ impl ControlPlane {
         service: Option<&str>,
         state: BackendState,
     ) -> Result<(u64, u32), PlaneError> {
-        let matches = |b: &&Backend| b.key.addr == addr && port.map_or(true, |p| b.key.port == p);
+        let matches = |b: &&Backend| b.key.addr == addr && port.is_none_or(|p| b.key.port == p);
         let matched: Vec<Backend> = match service {
             Some(s) => backends_of(&self.state, s).filter(matches).cloned().collect(),
             None => self.state.backends.values().filter(matches).cloned().collect(),

@@ -936,7 +936,7 @@ mod tests {
                 0 => ("2001:db8::9".parse().unwrap(), 80),
                 _ => (v4(10, 0, 0, 9), 80),
             };
-            if x % 3 > 0 {
+            if !x.is_multiple_of(3) {
                 if let Some(pair) = p.alloc(be, Proto::Udp) {
                     assert_eq!(pair.0.is_ipv4(), be.0.is_ipv4(), "family follows the backend");
                     assert!(live.insert(pair), "{pair:?} handed out twice");

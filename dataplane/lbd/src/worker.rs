@@ -227,7 +227,7 @@ pub fn run(mut worker: Worker, io: WorkerIo, mut links: Links, shared: Shared) -
         out.flush(&counters, &mut links);
         drop(snap);
         loops = loops.wrapping_add(1);
-        if loops % TICK_EVERY == 0 {
+        if loops.is_multiple_of(TICK_EVERY) {
             worker.handle_tick(now, TICK_BUDGET);
         }
     }

@@ -866,7 +866,13 @@ fn full_table_victims_report_their_snat_pairs_to_warming_and_release() {
     // (and nothing of the DNAT ones but the protocol).
     let mut ct = table(8, 0);
     let snat_of = |i: u16| (SNAT, 2000 + i);
-    let proto_of = |i: u16| if i % 3 == 0 { Proto::Udp } else { Proto::Tcp };
+    let proto_of = |i: u16| {
+        if i.is_multiple_of(3) {
+            Proto::Udp
+        } else {
+            Proto::Tcp
+        }
+    };
     for i in 0..8u16 {
         let nat = if i % 2 == 0 {
             Nat::FullNat {

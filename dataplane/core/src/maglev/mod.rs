@@ -209,12 +209,12 @@ pub(crate) fn is_prime(n: u32) -> bool {
     if n < 4 {
         return n >= 2;
     }
-    if n % 2 == 0 || n % 3 == 0 {
+    if n.is_multiple_of(2) || n.is_multiple_of(3) {
         return false;
     }
     let mut d = 5u32;
     while u64::from(d) * u64::from(d) <= u64::from(n) {
-        if n % d == 0 || n % (d + 2) == 0 {
+        if n.is_multiple_of(d) || n.is_multiple_of(d + 2) {
             return false;
         }
         d += 6;

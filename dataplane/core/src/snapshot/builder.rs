@@ -478,9 +478,7 @@ impl<'p> SnapshotBuilder<'p> {
         // slot in `prev`.
         let mut carry: Vec<u32> = Vec::new();
         // Kept services were built for `prev`'s node and ring size.
-        let keep_ok = prev.map_or(true, |p| {
-            p.local_node == local_node && p.max_ring_size == max_ring_size
-        });
+        let keep_ok = prev.is_none_or(|p| p.local_node == local_node && p.max_ring_size == max_ring_size);
         for entry in drafts {
             let d = match entry {
                 Pending::Kept(s) if keep_ok => {
