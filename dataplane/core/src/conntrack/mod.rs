@@ -487,6 +487,29 @@ impl Conntrack {
         }
     }
 
+    /// Starts the record of inserted keys that
+    /// [`Conntrack::maybe_inserted_since_mark`] reads (the burst path marks
+    /// after its lookups).
+    #[inline]
+    pub(crate) fn mark(&mut self) {
+        self.v4.mark();
+        self.v6.mark();
+    }
+
+    /// False only if `key` (with `hash` from
+    /// [`Conntrack::lookup_burst_hashed`]) was not inserted, in either
+    /// direction, since the last [`Conntrack::mark`]: a lookup that missed
+    /// before the mark still misses (removals never add a key). True
+    /// for some keys that were not inserted (a 256-bit filter of hashes,
+    /// ~11% of keys over a burst of inserts on average).
+    #[inline(always)]
+    pub(crate) fn maybe_inserted_since_mark(&self, key: &FlowKey, hash: KeyHash) -> bool {
+        match key {
+            FlowKey::V4(_) => self.v4.maybe_indexed_since_mark(hash.0),
+            FlowKey::V6(_) => self.v6.maybe_indexed_since_mark(hash.0),
+        }
+    }
+
     /// Starts tracking a connection opened by a packet with key `original`,
     /// in its protocol's initial state, expiring after that state's timeout.
     ///

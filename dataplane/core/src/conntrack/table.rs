@@ -295,6 +295,39 @@ pub(crate) struct Table<A> {
     seeds: [u64; 4],
     /// Where the next eviction search starts (CLOCK hand).
     evict_hand: u32,
+    /// The hashes indexed since the last [`Table::mark`].
+    indexed: Indexed,
+}
+
+/// A 256-bit filter of hashes, one bit a hash (its top eight bits): a
+/// hint for the burst path, not part of the table's contents, so two
+/// tables holding the same entries print alike whatever it holds.
+#[derive(Clone, Copy, Default)]
+struct Indexed([u64; 4]);
+
+impl Indexed {
+    #[inline(always)]
+    fn bit(hash: u32) -> (usize, u64) {
+        ((hash >> 30) as usize, 1 << ((hash >> 24) & 63))
+    }
+
+    #[inline(always)]
+    fn add(&mut self, hash: u32) {
+        let (w, b) = Indexed::bit(hash);
+        self.0[w] |= b;
+    }
+
+    #[inline(always)]
+    fn may_hold(&self, hash: u32) -> bool {
+        let (w, b) = Indexed::bit(hash);
+        self.0[w] & b != 0
+    }
+}
+
+impl core::fmt::Debug for Indexed {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("Indexed(..)")
+    }
 }
 
 impl<A: Addr> Table<A> {
@@ -316,6 +349,7 @@ impl<A: Addr> Table<A> {
             len: 0,
             seeds,
             evict_hand: 0,
+            indexed: Indexed::default(),
         }
     }
 
@@ -491,8 +525,23 @@ impl<A: Addr> Table<A> {
         self.slots[idx as usize] = slot;
         self.index_insert(h_orig, idx << 1);
         self.index_insert(h_reply, (idx << 1) | 1);
+        self.indexed.add(h_orig);
+        self.indexed.add(h_reply);
         self.len += 1;
         Some(idx)
+    }
+
+    /// Starts over the record of the hashes [`Table::insert`] indexes.
+    #[inline]
+    pub fn mark(&mut self) {
+        self.indexed = Indexed::default();
+    }
+
+    /// False only if no key with hash `hash` was indexed since the last
+    /// [`Table::mark`] (true for some that were not: a filter).
+    #[inline(always)]
+    pub fn maybe_indexed_since_mark(&self, hash: u32) -> bool {
+        self.indexed.may_hold(hash)
     }
 
     /// Removes an in-use slot, returning a copy of it.
@@ -773,6 +822,43 @@ mod tests {
             rec.0.borrow()[5],
             &tiny.index[(3 + 8) % 4] as *const IdxSlot as usize
         );
+    }
+
+    #[test]
+    fn the_indexed_filter_holds_every_key_inserted_since_the_mark() {
+        let mut t = Table::<[u8; 4]>::new(256, [5, 6, 7, 8]);
+        let mut since_mark = Vec::new();
+        for i in 0..200u32 {
+            if i % 32 == 0 {
+                t.mark();
+                since_mark.clear();
+            }
+            let k = key(i);
+            let slot = Slot {
+                client: k.src,
+                vip: k.dst,
+                client_port: k.sport,
+                vip_port: k.dport,
+                proto: 6,
+                backend: [10, 1, 0, 1],
+                backend_port: 8080,
+                ..Slot::default()
+            };
+            let (ho, hr) = (t.hash(&slot.original_key()), t.hash(&slot.reply_key()));
+            t.insert(slot, ho, hr).unwrap();
+            since_mark.extend([ho, hr]);
+            assert!(since_mark.iter().all(|&h| t.maybe_indexed_since_mark(h)));
+        }
+        // Cleared by the mark; and a filter, not everything: of 256
+        // hashes one a bit, 64 inserted ones leave most bits clear.
+        let all = |t: &Table<[u8; 4]>| {
+            (0..256u32)
+                .filter(|b| t.maybe_indexed_since_mark(b << 24))
+                .count()
+        };
+        assert!(all(&t) < 64);
+        t.mark();
+        assert_eq!(all(&t), 0);
     }
 
     #[test]

@@ -211,16 +211,19 @@ impl Worker {
         let snat = &self.snat;
         self.conntrack
             .warm_victims_v4(p, n_open, |a, port, proto| snat.warm_free_v4(p, a, port, proto));
-        let inserts = self.counters.new_connections.get();
+        self.conntrack.mark();
         let evictions = self.counters.conntrack_evictions.get();
         // Stage 3: each packet in order, with its lookup, done again (from
-        // its hash, on a line stage 2 loaded) where it may have changed.
+        // its hash, on a line stage 2 loaded) where it may have changed: a
+        // hit after an eviction, a miss if its key may have been inserted.
         for (i, (frame, meta)) in frames.iter_mut().zip(metas).enumerate() {
             let k = usize::from(key_of[i]);
             let hint = match found.get(k) {
                 Some(&f)
-                    if self.counters.conntrack_evictions.get() != evictions
-                        || f.is_none() && self.counters.new_connections.get() != inserts =>
+                    if match f {
+                        Some(_) => self.counters.conntrack_evictions.get() != evictions,
+                        None => self.conntrack.maybe_inserted_since_mark(&keys[k], hashes[k]),
+                    } =>
                 {
                     Some(self.conntrack.lookup_hashed(&keys[k], hashes[k]))
                 }
