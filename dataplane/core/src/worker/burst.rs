@@ -16,14 +16,17 @@
 //! are processed: processing only changes the conntrack index through
 //! inserts (a new flow) and the evictions an insert may cause. An insert
 //! moves no index slot, so a hit found ahead stays valid; a miss may not (an
-//! earlier packet of the burst may have opened that very flow), so after an
-//! insert a miss is looked up again. After an eviction (a slot freed and
-//! reused) every result is looked up again. Both are detected through the
-//! worker's own `new_connections` and `conntrack_evictions` counters, which
+//! earlier packet of the burst may have opened that very flow, or have
+//! this key as its reply key), so a miss is looked up again if its key may
+//! have been inserted since stage 2: each table keeps a small filter of
+//! the hashes it indexed since the burst's mark
+//! ([`Conntrack::maybe_inserted_since_mark`](crate::conntrack::Conntrack::maybe_inserted_since_mark)).
+//! A removal never adds a key, so a miss needs nothing else. After an
+//! eviction (a slot freed and reused) every hit is looked up again,
+//! detected through the worker's own `conntrack_evictions` counter, which
 //! it alone writes. Looking up again starts from the key's hash kept from
 //! stage 2 ([`Conntrack::lookup_hashed`](crate::conntrack::Conntrack::lookup_hashed)),
-//! on index lines stage 2 warmed: under a SYN flood, where every packet
-//! inserts and evicts, that is every lookup after the burst's first.
+//! on index lines stage 2 warmed.
 //!
 //! Frames the IPv4 fast path (`fast.rs`) can read skip the parse: their
 //! 5-tuple comes from [`fast::read_v4`], and in stage 3 they go through
