@@ -736,6 +736,21 @@ mod tests {
         }
     }
 
+    /// A TCP connection with original key `key(i)` to backend `backend`.
+    fn conn(i: u32, backend: [u8; 4]) -> Slot<[u8; 4]> {
+        let k = key(i);
+        Slot {
+            client: k.src,
+            vip: k.dst,
+            client_port: k.sport,
+            vip_port: k.dport,
+            proto: 6,
+            backend,
+            backend_port: 8080,
+            ..Slot::default()
+        }
+    }
+
     #[test]
     fn warming_targets_the_lines_the_lookups_and_evictions_read() {
         let mut t = Table::<[u8; 4]>::new(64, [5, 6, 7, 8]);
@@ -746,17 +761,9 @@ mod tests {
         t.warm_victims(&rec, 4, |_| panic!("a victim of a table that is not full"));
         assert!(rec.0.borrow().is_empty());
         for i in 0..64 {
-            let k = key(i);
             let slot = Slot {
-                client: k.src,
-                vip: k.dst,
-                client_port: k.sport,
-                vip_port: k.dport,
-                proto: 6,
-                backend: [10, 1, 0, (i % 200) as u8],
-                backend_port: 8080,
                 state: if i % 3 == 0 { 1 } else { 0 },
-                ..Slot::default()
+                ..conn(i, [10, 1, 0, (i % 200) as u8])
             };
             let (ho, hr) = (t.hash(&slot.original_key()), t.hash(&slot.reply_key()));
             t.insert(slot, ho, hr).unwrap();
@@ -833,17 +840,7 @@ mod tests {
                 t.mark();
                 since_mark.clear();
             }
-            let k = key(i);
-            let slot = Slot {
-                client: k.src,
-                vip: k.dst,
-                client_port: k.sport,
-                vip_port: k.dport,
-                proto: 6,
-                backend: [10, 1, 0, 1],
-                backend_port: 8080,
-                ..Slot::default()
-            };
+            let slot = conn(i, [10, 1, 0, 1]);
             let (ho, hr) = (t.hash(&slot.original_key()), t.hash(&slot.reply_key()));
             t.insert(slot, ho, hr).unwrap();
             since_mark.extend([ho, hr]);
