@@ -528,9 +528,10 @@ impl Conntrack {
         self.insert_with(original, nat, tags, now, &mut Decoded(&mut on_evicted), false)
     }
 
-    /// [`Conntrack::insert`] of a key the caller has just looked up and not
-    /// found, with nothing inserted since (the worker opens a connection
-    /// only on such a miss): the key is not looked up a second time, so
+    /// [`Conntrack::insert`] of a key the caller has looked up and not
+    /// found, and that has not been inserted since (the worker opens a
+    /// connection only on such a miss; the burst path's filter,
+    /// [`Conntrack::maybe_inserted_since_mark`], keeps it so): the key is not looked up a second time, so
     /// `Exists` is never returned (debug builds check that it would not
     /// be). The reply key is checked as always. An evicted entry is
     /// passed to `on_evicted` as what releasing it needs ([`Evicted`]),

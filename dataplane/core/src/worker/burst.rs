@@ -196,8 +196,8 @@ impl Worker {
         self.conntrack
             .lookup_burst_hashed(p, &keys[..nk], &mut found[..nk], &mut hashes[..nk]);
         // Stage 2b: the reply-key index slots of the new connections the
-        // fast path will open, loaded together too; their Maglev picks are
-        // kept for stage 3.
+        // fast path will open, loaded together too; what the warming finds
+        // (frontend, service, Maglev pick) is kept for stage 3.
         let mut nth = 0;
         let mut n_open = 0;
         let mut picks: [Option<Pick<'_>>; BURST] = [None; BURST];
