@@ -14,9 +14,11 @@
 //!   the snapshot (`ControlPlane::set_neighbors`) when they change;
 //! - keeps gateways and backends on connected subnets resolved ahead of
 //!   traffic, refreshing them before they age out;
-//! - announces every owned address (interface, VIP, SNAT) at start and
-//!   whenever a new one appears: IPv4 with a gratuitous ARP, IPv6 with an
-//!   unsolicited neighbor advertisement.
+//! - announces every owned address (interface, VIP, SNAT) once its port's
+//!   link is up, again whenever the link comes back up, and whenever a new
+//!   address appears: IPv4 with a gratuitous ARP, IPv6 with an unsolicited
+//!   neighbor advertisement. Nothing is sent on a port whose link is down
+//!   (neighbor requests wait for the table's next retry).
 //!
 //! Every [`PORT_PERIOD`] it also reads each port's link state and counters
 //! for GetInfo and GetStats and logs link changes (`port link up` / `port
@@ -133,6 +135,10 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> anyhow::Result<()> {
         stats,
         table: NeighborTable::new(Timers::default()),
         announced: HashSet::new(),
+        links: ports
+            .iter()
+            .map(|(p, status)| (p.id(), Arc::clone(status), false))
+            .collect(),
         wanted_revision: None,
         requests: Vec::new(),
         dropped: Vec::new(),
@@ -176,8 +182,11 @@ struct Neighbors {
     news: Receiver<(IpAddr, [u8; 6])>,
     stats: Arc<ControlStats>,
     table: NeighborTable<Mbuf>,
-    /// (port, address) pairs already announced.
+    /// (port, address) pairs announced since their port's link came up.
     announced: HashSet<(u16, IpAddr)>,
+    /// Each port's id, status (updated every `PORT_PERIOD`) and whether its
+    /// link was up at the last step.
+    links: Vec<(u16, Arc<PortStatus>, bool)>,
     /// The snapshot revision `set_wanted` last saw.
     wanted_revision: Option<u64>,
     requests: Vec<Request>,
@@ -191,9 +200,24 @@ impl Neighbors {
 
     fn step(&mut self, now: Instant) {
         let Some(snap) = self.snapshot() else { return };
+        // A link that went down forgets what was announced on it; one that
+        // came up is announced on.
+        let mut came_up = false;
+        for (id, status, was_up) in &mut self.links {
+            let up = status.get().up;
+            if up != *was_up {
+                *was_up = up;
+                came_up |= up;
+                if !up {
+                    self.announced.retain(|(p, _)| p != id);
+                }
+            }
+        }
         if self.wanted_revision != Some(snap.revision()) {
             self.wanted_revision = Some(snap.revision());
             self.table.set_wanted(&wanted(&snap));
+            self.announce(&snap);
+        } else if came_up {
             self.announce(&snap);
         }
         // ARP replies and neighbor advertisements: release what waited.
@@ -268,6 +292,9 @@ impl Neighbors {
     /// Asks for `r.target` from the port's own address of its family (a
     /// port without one cannot ask; its entry then gives up, `no_neighbor`).
     fn request(&mut self, snap: &Snapshot, r: Request) {
+        if !self.link_up(r.port) {
+            return;
+        }
         let Some(pc) = snap.port(r.port) else { return };
         let Some(src) = pc
             .cidrs()
@@ -294,19 +321,33 @@ impl Neighbors {
         }
     }
 
+    /// Whether `port`'s link was up at this step (a port without a status
+    /// counts as up).
+    fn link_up(&self, port: u16) -> bool {
+        self.links
+            .iter()
+            .find(|(id, ..)| *id == port)
+            .is_none_or(|&(_, _, up)| up)
+    }
+
     /// Gratuitous ARP for every owned IPv4 address, an unsolicited
     /// neighbor advertisement for every owned IPv6 one, not yet announced
-    /// on its port.
+    /// on its port since its link came up; ports whose link is down wait.
     fn announce(&mut self, snap: &Snapshot) {
         for port in 0..snap.port_count() as u16 {
+            if !self.link_up(port) {
+                continue;
+            }
             let Some(pc) = snap.port(port) else { continue };
             let mac = MacAddr(pc.mac());
+            let mut sent = 0;
             for &ip in pc.local_addrs().ipv4() {
                 if !self.announced.insert((port, IpAddr::V4(ip))) {
                     continue;
                 }
                 if self.build(port, |buf| write_gratuitous_arp(buf, mac, ip, None).ok()) {
                     ControlStats::inc(&self.stats.gratuitous_arps);
+                    sent += 1;
                 }
             }
             for ip in pc.local_addrs().ipv6() {
@@ -315,7 +356,11 @@ impl Neighbors {
                 }
                 if self.build(port, |buf| write_unsolicited_na(buf, mac, ip, None).ok()) {
                     ControlStats::inc(&self.stats.unsolicited_nas);
+                    sent += 1;
                 }
+            }
+            if sent > 0 {
+                tracing::info!(port, addresses = sent, "owned addresses announced");
             }
         }
     }
