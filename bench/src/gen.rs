@@ -163,7 +163,9 @@ pub struct Timing {
     pub warmup: Duration,
     /// Measured.
     pub duration: Duration,
-    /// After the load stops: late packets still counted.
+    /// After the load stops: late packets still counted, until all are in
+    /// or this long. Also bounds the pause before the measured period
+    /// (with `PAUSE_MAX`).
     pub drain: Duration,
 }
 
@@ -327,11 +329,14 @@ impl<'a> Generator<'a> {
         }
     }
 
-    /// One trial: warm-up, measured period, drain, with client packets at
-    /// `rate` a second (0: as fast as the link takes them). Flows opened by
-    /// an earlier trial stay open. `progress` is called about once a second
-    /// with the counters so far (of the measured period) and the seconds
-    /// elapsed in it. Returns the measured counters, the latency histogram
+    /// One trial: warm-up; a pause until what warm-up sent has come back
+    /// (at most `PAUSE_MAX` or the drain time), so that no packet sent
+    /// before the measured period is counted as received in it; measured
+    /// period; drain (until everything sent has come back, at most the
+    /// drain time). Client packets go at `rate` a second (0: as fast as
+    /// the link takes them). Flows opened by an earlier trial stay open.
+    /// `progress` is called about once a second with the counters so far
+    /// (of the measured period) and the seconds elapsed in it. Returns the measured counters, the latency histogram
     /// and the measured seconds.
     pub fn trial(
         &mut self,
@@ -363,25 +368,41 @@ impl<'a> Generator<'a> {
         let mut last_arp = start - Duration::from_secs(1);
         let mut base = Counters::default();
         let mut measured_secs = 0.0;
+        let trial_base = st.c.clone();
+        let mut pause_start: Option<Instant> = None;
         loop {
             let now = Instant::now();
             if stop.load(Ordering::Relaxed) && !measuring {
                 break;
             }
             if !measuring && now >= t_measure && opener.done {
-                measuring = true;
-                base = st.c.clone();
-                st.lat = Histogram::default();
-                period_start = now;
-                t_end = now + timing.duration;
-                last_progress = now;
-                sent_in_period = 0;
+                // Sending stops until nothing sent in this trial is still
+                // on its way (forward packets arrive at the emulated
+                // backends, replies at the clients), or for PAUSE_MAX at
+                // most: warm-up may have lost some (a DUT resolving its
+                // neighbors drops what it cannot hold).
+                let paused = *pause_start.get_or_insert(now);
+                if in_flight(&st.c, &trial_base) == 0 || now >= paused + timing.drain.min(PAUSE_MAX) {
+                    measuring = true;
+                    base = st.c.clone();
+                    st.lat = Histogram::default();
+                    period_start = now;
+                    t_end = now + timing.duration;
+                    last_progress = now;
+                    sent_in_period = 0;
+                }
             }
-            let sending = !measuring || (now < t_end && !stop.load(Ordering::Relaxed));
+            let sending = if measuring {
+                now < t_end && !stop.load(Ordering::Relaxed)
+            } else {
+                pause_start.is_none()
+            };
             if measuring && !sending && measured_secs == 0.0 {
                 measured_secs = now.duration_since(period_start).as_secs_f64();
             }
-            if measuring && !sending && now >= t_end + timing.drain {
+            // The drain ends early once everything sent in the measured
+            // period has come back.
+            if measuring && !sending && (now >= t_end + timing.drain || in_flight(&st.c, &base) == 0) {
                 break;
             }
             if !measuring && !opener.done && now >= t_measure + Duration::from_secs(30) {
@@ -494,6 +515,16 @@ impl<'a> Generator<'a> {
         }
         (diff(&st.c, &base), std::mem::take(&mut st.lat), measured_secs)
     }
+}
+
+/// The longest pause before a measured period (see `trial`).
+const PAUSE_MAX: Duration = Duration::from_millis(100);
+
+/// Packets sent since `b` and not (yet) received: forward packets arrive
+/// at the emulated backends, replies at the clients.
+fn in_flight(c: &Counters, b: &Counters) -> u64 {
+    let d = diff(c, b);
+    (d.tx_forward + d.tx_reply).saturating_sub(d.rx_forward + d.rx_reply)
 }
 
 fn diff(c: &Counters, b: &Counters) -> Counters {

@@ -157,6 +157,10 @@ struct GenArgs {
     /// Seconds before measuring (connections open, caches warm).
     #[arg(long, default_value_t = 2.0)]
     warmup: f64,
+    /// Seconds at most, after the load of a trial stops, that late packets
+    /// are still counted (the wait ends as soon as all are in).
+    #[arg(long, default_value_t = 0.3)]
+    drain: f64,
     /// A name for the summary.
     #[arg(long, default_value = "run")]
     scenario: String,
@@ -296,14 +300,19 @@ fn generate(a: &GenArgs) -> anyhow::Result<u64> {
             a.ports
         );
     }
-    if a.dpdk.seconds <= 0.0 {
+    if !(a.dpdk.seconds.is_finite() && a.dpdk.seconds > 0.0) {
         bail!("--seconds must be positive");
+    }
+    for (flag, v) in [("--warmup", a.warmup), ("--drain", a.drain)] {
+        if !(v.is_finite() && v >= 0.0) {
+            bail!("{flag} must be zero or positive, not {v}");
+        }
     }
     let seconds = a.dpdk.seconds;
     let timing = Timing {
         warmup: Duration::from_secs_f64(a.warmup),
         duration: Duration::from_secs_f64(seconds),
-        drain: Duration::from_millis(300),
+        drain: Duration::from_secs_f64(a.drain),
     };
     let (eal, port, pool) = open(&a.dpdk)?;
     let tsc_hz = eal.tsc_hz();
