@@ -3,7 +3,11 @@
 //! rate, on debug builds):
 //! - lbd in full-NAT and in DNAT: every flow opens, every packet is
 //!   checked, no violation, nothing lost; also over two frontends with new
-//!   connections mixed in;
+//!   connections mixed in. "Nothing lost" is checked against the device's
+//!   final counters: the one loss allowed is what the device counted as
+//!   refused by the generator's full receive ring (the generator was
+//!   descheduled on a busy two-CPU machine), at most 1% of the run; any
+//!   other drop the device counts fails the test;
 //! - the checker itself: lbd in full-NAT measured as if it did DNAT makes
 //!   every forward packet a violation, and lb-bench exits 3;
 //! - dpdk-testpmd in io mode, the baseline: frames come back untouched.
@@ -79,6 +83,7 @@ impl Drop for Dir {
 struct Device {
     child: Child,
     log: PathBuf,
+    testpmd: bool,
 }
 
 impl Device {
@@ -101,6 +106,104 @@ impl Device {
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// Stops the device as an operator would, so that it prints its final
+    /// counters (lbd: SIGTERM; testpmd: enter on its stdin), and returns
+    /// its log; 10 s at most, then it is killed.
+    fn stop(&mut self) -> String {
+        if self.testpmd {
+            use std::io::Write;
+            if let Some(mut stdin) = self.child.stdin.take() {
+                let _ = stdin.write_all(b"\n");
+            }
+        } else {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+        }
+        let end = Instant::now() + Duration::from_secs(10);
+        while self.child.try_wait().ok().flatten().is_none() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.log()
+    }
+}
+
+/// What a device's final counters (printed when it stops) say it dropped.
+#[derive(Debug, Default)]
+struct Drops {
+    /// The generator's receive ring was full: the device's transmit
+    /// refused (lbd's `tx_full`, testpmd's TX-dropped).
+    tx_full: u64,
+    /// Every other drop reason (lbd's), by name.
+    other: Vec<(String, u64)>,
+    /// Refused on the device's side of the link before it saw them
+    /// (lbd: port imissed, ierrors, rx_nombuf; testpmd: RX-dropped).
+    port: u64,
+}
+
+fn final_drops(dev: &Device, log: &str) -> Drops {
+    if dev.testpmd {
+        testpmd_drops(log)
+    } else {
+        lbd_drops(log)
+    }
+}
+
+/// testpmd's "Accumulated forward statistics for all ports" on exit.
+fn testpmd_drops(log: &str) -> Drops {
+    let at = log
+        .find("Accumulated forward statistics")
+        .unwrap_or_else(|| panic!("testpmd printed no forward statistics:\n{log}"));
+    let field = |key: &str| -> u64 {
+        let rest = &log[at..][log[at..].find(key).expect(key) + key.len()..];
+        let digits: String = rest
+            .trim_start()
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().unwrap_or_else(|_| panic!("no number after {key}"))
+    };
+    Drops {
+        tx_full: field("TX-dropped:"),
+        other: Vec::new(),
+        port: field("RX-dropped:"),
+    }
+}
+
+/// Parses lbd's `final counters:` block; panics if there is none.
+fn lbd_drops(log: &str) -> Drops {
+    let at = log
+        .find("final counters:")
+        .unwrap_or_else(|| panic!("lbd printed no final counters:\n{log}"));
+    let mut d = Drops::default();
+    for line in log[at..].lines().map(str::trim) {
+        if line.starts_with("port ") {
+            for key in ["imissed", "ierrors", "rx_nombuf"] {
+                let n = line
+                    .split(", ")
+                    .find_map(|f| f.strip_prefix(key)?.trim().parse::<u64>().ok())
+                    .unwrap_or_else(|| panic!("no {key} in {line:?}"));
+                d.port += n;
+            }
+        } else if line.starts_with("worker ") {
+            let Some((_, reasons)) = line.split_once(" drops ") else {
+                panic!("no drops in {line:?}");
+            };
+            let list = reasons
+                .split_once(" (")
+                .map_or("", |(_, r)| r.trim_end_matches(')'));
+            for item in list.split(", ").filter(|i| !i.is_empty()) {
+                let (name, n) = item.split_once('=').expect("reason=count");
+                let n: u64 = n.parse().expect("drop count");
+                match name {
+                    "tx_full" => d.tx_full += n,
+                    _ => d.other.push((name.to_string(), n)),
+                }
+            }
+        }
+    }
+    d
 }
 
 impl Drop for Device {
@@ -146,7 +249,11 @@ fn lbd(dir: &Dir, mode: &str) -> Device {
         .stderr(std::fs::File::create(&log).expect("log"))
         .spawn()
         .expect("spawn lbd");
-    let mut d = Device { child, log };
+    let mut d = Device {
+        child,
+        log,
+        testpmd: false,
+    };
     d.wait_for("lbd running");
     d
 }
@@ -182,7 +289,11 @@ fn testpmd(dir: &Dir) -> Device {
         .stderr(std::fs::File::create(&log).expect("log"))
         .spawn()
         .expect("spawn dpdk-testpmd (installed by scripts/setup.sh)");
-    let mut d = Device { child, log };
+    let mut d = Device {
+        child,
+        log,
+        testpmd: true,
+    };
     d.wait_for("Press enter to exit");
     d
 }
@@ -214,6 +325,10 @@ fn gen(dir: &Dir, dut: &str, extra: &[&str]) -> (Option<i32>, String, serde_json
             "2",
             "--warmup",
             "0.5",
+            // Ends as soon as every packet is back: a long bound costs
+            // nothing unless a stall of the shared machine holds some.
+            "--drain",
+            "5",
         ])
         .args(extra)
         .arg(format!("--file-prefix=lbbt-gen-{}", std::process::id()))
@@ -253,8 +368,38 @@ fn counter(s: &serde_json::Value, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no counter {name} in {s}"))
 }
 
-/// Everything sent came back (both directions), with nothing wrong.
-fn assert_clean(code: Option<i32>, out: &str, s: &serde_json::Value, dev: &Device) {
+/// Sent in the measured period and not received. A packet held past the
+/// pause before the period by a stall of the machine may arrive in it
+/// (and be counted as received though sent before), hence saturating.
+fn lost(sent: u64, received: u64) -> u64 {
+    sent.saturating_sub(received)
+}
+
+/// Nothing was lost that the device did not count, and only for the one
+/// reason a shared two-CPU machine excuses: the generator, descheduled,
+/// left its receive ring full (lbd's `tx_full`). The device dropped
+/// nothing for any other reason; `lost` is what the generator sent and did
+/// not get back, both directions together. Stops the device.
+fn assert_nothing_lost_uncounted(lost: u64, sent: u64, dev: &mut Device, ctx: &str) {
+    let log = dev.stop();
+    let d = final_drops(dev, &log);
+    let ctx = || format!("{ctx}\ndevice after stopping:\n{log}");
+    assert!(d.other.is_empty(), "the device dropped packets: {d:?}; {}", ctx());
+    assert_eq!(d.port, 0, "the device's port refused packets; {}", ctx());
+    // The final counters cover the warm-up too, so they may hold more.
+    assert!(
+        lost <= d.tx_full,
+        "{lost} packets lost, the device counted {} refused by a full ring; {}",
+        d.tx_full,
+        ctx()
+    );
+    // A stall costs a ring's worth at most, not a share of the run.
+    assert!(lost * 100 <= sent, "{lost} of {sent} lost; {}", ctx());
+}
+
+/// Everything sent came back (both directions), with nothing wrong; what
+/// did not come back lbd counted as refused by the generator's full ring.
+fn assert_clean(code: Option<i32>, out: &str, s: &serde_json::Value, dev: &mut Device) {
     let ctx = || format!("lb-bench:\n{out}\ndevice:\n{}", dev.log());
     assert_eq!(code, Some(0), "{}", ctx());
     assert_eq!(s["violations"], 0, "{}", ctx());
@@ -262,10 +407,17 @@ fn assert_clean(code: Option<i32>, out: &str, s: &serde_json::Value, dev: &Devic
     let (tr, rr) = (counter(s, "tx_reply"), counter(s, "rx_reply"));
     // 20k a second for 2 s, give or take the pacing's start.
     assert!(tf > 30_000, "only {tf} client packets sent; {}", ctx());
-    assert_eq!(rf, tf, "forward packets lost; {}", ctx());
-    assert_eq!(tr, rf, "every forward packet is answered; {}", ctx());
-    assert_eq!(rr, tr, "replies lost; {}", ctx());
+    // Every forward packet is answered, but for replies the link refused
+    // (which no longer count as sent).
+    let refused = counter(s, "tx_full");
+    assert!(
+        rf.saturating_sub(tr) <= refused,
+        "every forward packet is answered; {}",
+        ctx()
+    );
     assert!(s["latency_us"]["samples"].as_u64().unwrap_or(0) > 0, "{}", ctx());
+    let ctx = format!("lb-bench:\n{out}");
+    assert_nothing_lost_uncounted(lost(tf, rf) + lost(tr, rr), tf + tr, dev, &ctx);
 }
 
 #[test]
@@ -273,12 +425,16 @@ fn lbd_fullnat_and_dnat_pass_every_check() {
     let _g = serial();
     for mode in ["fullnat", "dnat"] {
         let dir = Dir::new(mode);
-        let dev = lbd(&dir, mode);
+        let mut dev = lbd(&dir, mode);
         let (code, out, s) = gen(&dir, mode, &[]);
-        assert_clean(code, &out, &s, &dev);
         // memif's link comes up when the generator connects; lbd notices
-        // within a second and says so.
-        assert!(dev.log().contains("port link up"), "{}", dev.log());
+        // within a second, says so, and only then announces its seven
+        // addresses (interface, two VIPs, four SNAT).
+        let log = dev.log();
+        let up = log.find("port link up");
+        let announced = log.find("owned addresses announced port=0 addresses=7");
+        assert!(up.is_some() && announced > up, "{log}");
+        assert_clean(code, &out, &s, &mut dev);
     }
 }
 
@@ -286,7 +442,7 @@ fn lbd_fullnat_and_dnat_pass_every_check() {
 fn two_frontends_with_new_connections_mixed_in() {
     let _g = serial();
     let dir = Dir::new("mix");
-    let dev = lbd(&dir, "fullnat");
+    let mut dev = lbd(&dir, "fullnat");
     let args = [
         "--vip",
         "10.0.0.100:80",
@@ -301,14 +457,14 @@ fn two_frontends_with_new_connections_mixed_in() {
     assert_eq!(s["violations"], 0, "{ctx}");
     let (tf, rf) = (counter(&s, "tx_forward"), counter(&s, "rx_forward"));
     let (tr, rr) = (counter(&s, "tx_reply"), counter(&s, "rx_reply"));
-    assert_eq!(rf, tf, "forward packets lost; {ctx}");
-    assert_eq!(rr, tr, "replies lost; {ctx}");
-    // One packet in ten is a new connection's SYN, which is not answered.
-    let syns = rf - tr;
+    // One packet in ten is a new connection's SYN, which is not answered;
+    // nor are the replies the link refused (no longer counted as sent).
+    let (unanswered, refused) = (rf.saturating_sub(tr), counter(&s, "tx_full"));
     assert!(
-        syns * 100 >= tf * 9 && syns * 100 <= tf * 11,
-        "{syns} SYNs of {tf}; {ctx}"
+        unanswered * 100 >= tf * 9 && unanswered.saturating_sub(refused) * 100 <= tf * 11,
+        "{unanswered} forward packets unanswered ({refused} refused by the link) of {tf}; {ctx}"
     );
+    assert_nothing_lost_uncounted(lost(tf, rf) + lost(tr, rr), tf + tr, &mut dev, &ctx);
 }
 
 #[test]
@@ -326,10 +482,42 @@ fn a_wrong_source_is_a_violation() {
 }
 
 #[test]
+fn final_counters_are_read() {
+    let lbd = "INFO lbd running\nfinal counters:\n  port 0 (net_memif0): rx 0 pkts 0 bytes, \
+               tx 0 pkts 0 bytes, imissed 2, ierrors 0, oerrors 0, rx_nombuf 1\n  worker 0: rx 9 \
+               tx 7 local_replies 0 drops 5 (tx_full=3, no_neighbor=2)\n  worker 1: rx 1 tx 1 \
+               drops 0\n  control: arp_requests 1 neighbor_drops 288\n";
+    let d = lbd_drops(lbd);
+    assert_eq!((d.tx_full, d.port), (3, 3), "{d:?}");
+    assert_eq!(d.other, [("no_neighbor".to_string(), 2)]);
+    let testpmd = "  ++++ Accumulated forward statistics for all ports ++++\n  \
+                   RX-packets: 40000          RX-dropped: 4             RX-total: 40004\n  \
+                   TX-packets: 39990          TX-dropped: 10            TX-total: 40000\n";
+    let d = testpmd_drops(testpmd);
+    assert_eq!((d.tx_full, d.port, d.other.len()), (10, 4, 0), "{d:?}");
+}
+
+#[test]
+fn bad_timings_are_one_line_errors() {
+    for (flag, value) in [("--warmup", "-1"), ("--drain", "nan"), ("--seconds", "0")] {
+        let out = Command::new(gen_bin())
+            .args(["gen", "--vdev", "net_null0", &format!("{flag}={value}")])
+            .output()
+            .expect("run lb-bench");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{flag} {value}: {err}");
+        assert!(
+            err.contains(flag) && err.trim().lines().count() == 1,
+            "{flag} {value}: {err}"
+        );
+    }
+}
+
+#[test]
 fn testpmd_io_forwarding_is_the_baseline() {
     let _g = serial();
     let dir = Dir::new("testpmd");
-    let dev = testpmd(&dir);
+    let mut dev = testpmd(&dir);
     let (code, out, s) = gen(&dir, "reflect", &[]);
-    assert_clean(code, &out, &s, &dev);
+    assert_clean(code, &out, &s, &mut dev);
 }
