@@ -17,12 +17,12 @@
 //! - announces every owned address (interface, VIP, SNAT) once its port's
 //!   link is up, again whenever the link comes back up, and whenever a new
 //!   address appears: IPv4 with a gratuitous ARP, IPv6 with an unsolicited
-//!   neighbor advertisement. Nothing is sent on a port whose link is down
-//!   (neighbor requests wait for the table's next retry).
+//!   neighbor advertisement. Nothing is sent on a port whose link is down;
+//!   when it comes up, its unresolved neighbors are asked for at once.
 //!
-//! Every [`PORT_PERIOD`] it also reads each port's link state and counters
-//! for GetInfo and GetStats and logs link changes (`port link up` / `port
-//! link down`).
+//! Every [`LINK_PERIOD`] it also reads each port's link state for GetInfo
+//! and logs link changes (`port link up` / `port link down`); every
+//! [`PORT_PERIOD`], the ports' counters for GetStats.
 //!
 //! Frames it sends go through worker 0's control ring, with the port in the
 //! mbuf.
@@ -49,7 +49,12 @@ use crate::neighbor::{Hold, NeighborTable, Request, Timers};
 /// How often the neighbor work runs.
 pub const NEIGHBOR_PERIOD: Duration = Duration::from_millis(5);
 
-/// How often the ports' link states and counters are read.
+/// How often the ports' link states are read (`rte_eth_link_get_nowait`):
+/// announcing and neighbor requests wait for a link to be up, so a link
+/// that comes up is used within this.
+pub const LINK_PERIOD: Duration = Duration::from_millis(50);
+
+/// How often the ports' counters are read.
 pub const PORT_PERIOD: Duration = Duration::from_secs(1);
 
 /// The control thread's own counters (the workers' are in their
@@ -161,11 +166,17 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> anyhow::Result<()> {
             nb.shutdown();
         };
         let port_watch = async {
-            let mut tick = tokio::time::interval(PORT_PERIOD);
+            let mut tick = tokio::time::interval(LINK_PERIOD);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut counters_read: Option<Instant> = None;
             while !stop.load(Ordering::Relaxed) {
                 tick.tick().await;
-                watch_ports(&ports);
+                let now = Instant::now();
+                let counters = counters_read.is_none_or(|t| now.duration_since(t) >= PORT_PERIOD);
+                if counters {
+                    counters_read = Some(now);
+                }
+                watch_ports(&ports, counters);
             }
         };
         let (r, (), ()) = tokio::join!(server, neighbors, port_watch);
@@ -184,7 +195,7 @@ struct Neighbors {
     table: NeighborTable<Mbuf>,
     /// (port, address) pairs announced since their port's link came up.
     announced: HashSet<(u16, IpAddr)>,
-    /// Each port's id, status (updated every `PORT_PERIOD`) and whether its
+    /// Each port's id, status (link read every `LINK_PERIOD`) and whether its
     /// link was up at the last step.
     links: Vec<(u16, Arc<PortStatus>, bool)>,
     /// The snapshot revision `set_wanted` last saw.
@@ -201,14 +212,17 @@ impl Neighbors {
     fn step(&mut self, now: Instant) {
         let Some(snap) = self.snapshot() else { return };
         // A link that went down forgets what was announced on it; one that
-        // came up is announced on.
+        // came up is announced on, and its unresolved neighbors are asked
+        // for at once.
         let mut came_up = false;
         for (id, status, was_up) in &mut self.links {
             let up = status.get().up;
             if up != *was_up {
                 *was_up = up;
                 came_up |= up;
-                if !up {
+                if up {
+                    self.table.link_up(*id);
+                } else {
                     self.announced.retain(|(p, _)| p != id);
                 }
             }
@@ -404,10 +418,11 @@ impl Neighbors {
     }
 }
 
-/// Reads each port's link and counters; logs a link change.
-fn watch_ports(ports: &[(Port, Arc<PortStatus>)]) {
+/// Reads each port's link, and its counters if `counters`; logs a link
+/// change.
+fn watch_ports(ports: &[(Port, Arc<PortStatus>)], counters: bool) {
     for (p, status) in ports {
-        if let Ok(s) = p.stats() {
+        if let Some(s) = counters.then(|| p.stats().ok()).flatten() {
             status.set_counters(PortCounters {
                 rx_packets: s.ipackets,
                 rx_bytes: s.ibytes,

@@ -234,6 +234,19 @@ impl<P> NeighborTable<P> {
         self.changed |= changed;
     }
 
+    /// `port`'s link came up: every unresolved entry on it is asked for at
+    /// the next poll, as if new (requests made while the link was down
+    /// went nowhere), instead of at its retransmit or retry time.
+    pub fn link_up(&mut self, port: u16) {
+        for e in self.entries.values_mut() {
+            if e.port == port && e.mac.is_none() {
+                e.sent = 0;
+                e.last_sent = None;
+                e.given_up = false;
+            }
+        }
+    }
+
     /// True once after any resolved MAC appeared, changed or went away.
     pub fn take_changed(&mut self) -> bool {
         std::mem::take(&mut self.changed)
@@ -370,6 +383,37 @@ mod tests {
         // Unsolicited replies plant nothing.
         assert!(t.learn(ip("10.0.0.99"), MAC, t0).is_empty());
         assert!(t.resolved().is_empty());
+    }
+
+    #[test]
+    fn a_link_coming_up_asks_again_at_once() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut t = NeighborTable::new(Timers::default());
+        t.set_wanted(&[(ip("10.0.0.254"), 0), (ip("10.1.0.254"), 1)]);
+        // Three requests each while the links were down, all lost: both
+        // gateways given up, waiting for retry_wanted.
+        for i in 0..4 {
+            poll(&mut t, t0 + s * i);
+        }
+        let at = t0 + s * 4;
+        assert!(poll(&mut t, at).0.is_empty());
+        t.link_up(0);
+        let (req, _) = poll(&mut t, at);
+        assert_eq!(
+            req,
+            vec![Request {
+                port: 0,
+                target: ip("10.0.0.254")
+            }]
+        );
+        // Then its retransmit timer runs as for a new entry.
+        assert!(poll(&mut t, at + s / 2).0.is_empty());
+        assert_eq!(poll(&mut t, at + s).0.len(), 1);
+        // A resolved entry is left alone.
+        t.learn(ip("10.0.0.254"), MAC, at + s);
+        t.link_up(0);
+        assert!(poll(&mut t, at + s).0.is_empty());
     }
 
     #[test]
