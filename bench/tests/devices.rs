@@ -111,6 +111,12 @@ impl Device {
     /// counters (lbd: SIGTERM; testpmd: enter on its stdin), and returns
     /// its log; 10 s at most, then it is killed.
     fn stop(&mut self) -> String {
+        // Dead before being asked to stop: say how, rather than that its
+        // counters are missing. (DPDK 22.11's memif PMD can crash the
+        // server when its peer disconnects: bench/RESULTS.md.)
+        if let Ok(Some(st)) = self.child.try_wait() {
+            panic!("the device died before it was stopped ({st}):\n{}", self.log());
+        }
         if self.testpmd {
             use std::io::Write;
             if let Some(mut stdin) = self.child.stdin.take() {
