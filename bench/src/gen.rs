@@ -164,8 +164,7 @@ pub struct Timing {
     /// Measured.
     pub duration: Duration,
     /// After the load stops: late packets still counted, until all are in
-    /// or this long. Also bounds the pause before the measured period
-    /// (with `PAUSE_MAX`).
+    /// or this long.
     pub drain: Duration,
 }
 
@@ -330,14 +329,14 @@ impl<'a> Generator<'a> {
     }
 
     /// One trial: warm-up; a pause until what warm-up sent has come back
-    /// (at most `PAUSE_MAX` or the drain time), so that no packet sent
-    /// before the measured period is counted as received in it; measured
-    /// period; drain (until everything sent has come back, at most the
-    /// drain time). Client packets go at `rate` a second (0: as fast as
-    /// the link takes them). Flows opened by an earlier trial stay open.
-    /// `progress` is called about once a second with the counters so far
-    /// (of the measured period) and the seconds elapsed in it. Returns the measured counters, the latency histogram
-    /// and the measured seconds.
+    /// (at most `PAUSE_MAX`), so that no packet sent before the measured
+    /// period is counted as received in it; measured period; drain (until
+    /// everything sent has come back, at most the drain time). Client
+    /// packets go at `rate` a second (0: as fast as the link takes them).
+    /// Flows opened by an earlier trial stay open. `progress` is called
+    /// about once a second with the counters so far (of the measured
+    /// period) and the seconds elapsed in it. Returns the measured
+    /// counters, the latency histogram and the measured seconds.
     pub fn trial(
         &mut self,
         io: &mut Io,
@@ -382,7 +381,7 @@ impl<'a> Generator<'a> {
                 // most: warm-up may have lost some (a DUT resolving its
                 // neighbors drops what it cannot hold).
                 let paused = *pause_start.get_or_insert(now);
-                if in_flight(&st.c, &trial_base) == 0 || now >= paused + timing.drain.min(PAUSE_MAX) {
+                if in_flight(&st.c, &trial_base) == 0 || now >= paused + PAUSE_MAX {
                     measuring = true;
                     base = st.c.clone();
                     st.lat = Histogram::default();

@@ -434,8 +434,9 @@ fn lbd_fullnat_and_dnat_pass_every_check() {
         let mut dev = lbd(&dir, mode);
         let (code, out, s) = gen(&dir, mode, &[]);
         // memif's link comes up when the generator connects; lbd notices
-        // within a second, says so, and only then announces its seven
-        // addresses (interface, two VIPs, four SNAT).
+        // (it reads the link at every neighbor step), says so, and only
+        // then announces its seven addresses (interface, two VIPs, four
+        // SNAT).
         let log = dev.log();
         let up = log.find("port link up");
         let announced = log.find("owned addresses announced port=0 addresses=7");

@@ -20,9 +20,9 @@
 //!   neighbor advertisement. Nothing is sent on a port whose link is down;
 //!   when it comes up, its unresolved neighbors are asked for at once.
 //!
-//! Every [`LINK_PERIOD`] it also reads each port's link state for GetInfo
-//! and logs link changes (`port link up` / `port link down`); every
-//! [`PORT_PERIOD`], the ports' counters for GetStats.
+//! Each neighbor step also reads each port's link state (for the above and
+//! for GetInfo) and logs link changes (`port link up` / `port link down`);
+//! every [`PORT_PERIOD`] it reads the ports' counters for GetStats.
 //!
 //! Frames it sends go through worker 0's control ring, with the port in the
 //! mbuf.
@@ -46,13 +46,10 @@ use lb_dataplane::wire::{self, MacAddr};
 
 use crate::neighbor::{Hold, NeighborTable, Request, Timers};
 
-/// How often the neighbor work runs.
+/// How often the neighbor work runs, the ports' link states read with it
+/// (`rte_eth_link_get_nowait`): announcing and neighbor requests wait for
+/// a link to be up, so a link that comes up is used within this.
 pub const NEIGHBOR_PERIOD: Duration = Duration::from_millis(5);
-
-/// How often the ports' link states are read (`rte_eth_link_get_nowait`):
-/// announcing and neighbor requests wait for a link to be up, so a link
-/// that comes up is used within this.
-pub const LINK_PERIOD: Duration = Duration::from_millis(50);
 
 /// How often the ports' counters are read.
 pub const PORT_PERIOD: Duration = Duration::from_secs(1);
@@ -140,10 +137,7 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> anyhow::Result<()> {
         stats,
         table: NeighborTable::new(Timers::default()),
         announced: HashSet::new(),
-        links: ports
-            .iter()
-            .map(|(p, status)| (p.id(), Arc::clone(status), false))
-            .collect(),
+        ports: ports.clone(),
         wanted_revision: None,
         requests: Vec::new(),
         dropped: Vec::new(),
@@ -166,17 +160,11 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> anyhow::Result<()> {
             nb.shutdown();
         };
         let port_watch = async {
-            let mut tick = tokio::time::interval(LINK_PERIOD);
+            let mut tick = tokio::time::interval(PORT_PERIOD);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut counters_read: Option<Instant> = None;
             while !stop.load(Ordering::Relaxed) {
                 tick.tick().await;
-                let now = Instant::now();
-                let counters = counters_read.is_none_or(|t| now.duration_since(t) >= PORT_PERIOD);
-                if counters {
-                    counters_read = Some(now);
-                }
-                watch_ports(&ports, counters);
+                read_counters(&ports);
             }
         };
         let (r, (), ()) = tokio::join!(server, neighbors, port_watch);
@@ -195,9 +183,9 @@ struct Neighbors {
     table: NeighborTable<Mbuf>,
     /// (port, address) pairs announced since their port's link came up.
     announced: HashSet<(u16, IpAddr)>,
-    /// Each port's id, status (link read every `LINK_PERIOD`) and whether its
-    /// link was up at the last step.
-    links: Vec<(u16, Arc<PortStatus>, bool)>,
+    /// Each port with the status GetInfo reports, whose link each step
+    /// reads.
+    ports: Vec<(Port, Arc<PortStatus>)>,
     /// The snapshot revision `set_wanted` last saw.
     wanted_revision: Option<u64>,
     requests: Vec<Request>,
@@ -215,16 +203,13 @@ impl Neighbors {
         // came up is announced on, and its unresolved neighbors are asked
         // for at once.
         let mut came_up = false;
-        for (id, status, was_up) in &mut self.links {
-            let up = status.get().up;
-            if up != *was_up {
-                *was_up = up;
-                came_up |= up;
-                if up {
-                    self.table.link_up(*id);
-                } else {
-                    self.announced.retain(|(p, _)| p != id);
-                }
+        for (p, status) in &self.ports {
+            let Some(up) = watch_link(p, status) else { continue };
+            came_up |= up;
+            if up {
+                self.table.link_up(p.id());
+            } else {
+                self.announced.retain(|&(port, _)| port != p.id());
             }
         }
         if self.wanted_revision != Some(snap.revision()) {
@@ -338,10 +323,10 @@ impl Neighbors {
     /// Whether `port`'s link was up at this step (a port without a status
     /// counts as up).
     fn link_up(&self, port: u16) -> bool {
-        self.links
+        self.ports
             .iter()
-            .find(|(id, ..)| *id == port)
-            .is_none_or(|&(_, _, up)| up)
+            .find(|(p, _)| p.id() == port)
+            .is_none_or(|(_, status)| status.get().up)
     }
 
     /// Gratuitous ARP for every owned IPv4 address, an unsolicited
@@ -418,11 +403,10 @@ impl Neighbors {
     }
 }
 
-/// Reads each port's link, and its counters if `counters`; logs a link
-/// change.
-fn watch_ports(ports: &[(Port, Arc<PortStatus>)], counters: bool) {
+/// Reads each port's counters.
+fn read_counters(ports: &[(Port, Arc<PortStatus>)]) {
     for (p, status) in ports {
-        if let Some(s) = counters.then(|| p.stats().ok()).flatten() {
+        if let Ok(s) = p.stats() {
             status.set_counters(PortCounters {
                 rx_packets: s.ipackets,
                 rx_bytes: s.ibytes,
@@ -434,15 +418,22 @@ fn watch_ports(ports: &[(Port, Arc<PortStatus>)], counters: bool) {
                 rx_nombuf: s.rx_nombuf,
             });
         }
-        let l = p.link();
-        if status.set_link(l.up, l.speed_mbps) {
-            if l.up {
-                tracing::info!(port = p.id(), speed_mbps = l.speed_mbps, "port link up");
-            } else {
-                tracing::warn!(port = p.id(), "port link down");
-            }
+    }
+}
+
+/// Reads `p`'s link into `status` and logs a change; returns the new state
+/// if the link went up or down.
+fn watch_link(p: &Port, status: &PortStatus) -> Option<bool> {
+    let was_up = status.get().up;
+    let l = p.link();
+    if status.set_link(l.up, l.speed_mbps) {
+        if l.up {
+            tracing::info!(port = p.id(), speed_mbps = l.speed_mbps, "port link up");
+        } else {
+            tracing::warn!(port = p.id(), "port link down");
         }
     }
+    (l.up != was_up).then_some(l.up)
 }
 
 /// Port `p`'s gateway of one family.
