@@ -58,7 +58,9 @@ mkdir -p "$OUT"
 RUN=$(mktemp -d /tmp/lb-bench.XXXXXX)
 SOCK=/run/lb-bench-memif.sock
 DUT_PID=""
+GEN_PID=""
 cleanup() {
+    [ -n "$GEN_PID" ] && kill -TERM "$GEN_PID" 2>/dev/null || true
     if [ -n "$DUT_PID" ] && kill -0 "$DUT_PID" 2>/dev/null; then
         kill -TERM "$DUT_PID" 2>/dev/null || true
         wait "$DUT_PID" 2>/dev/null || true
@@ -155,13 +157,35 @@ stop_dut() {
     DUT_PID=""
 }
 
-# One lb-bench run against the device (GEN_SECONDS: each trial's length).
+# One lb-bench run against the device (GEN_SECONDS: each trial's length),
+# in the background; returns once its JSON summary is written (0), or
+# with its exit status if it ended without one. It then stays connected,
+# polling nothing (--linger), until the device is stopped: DPDK 22.11's
+# memif PMD can crash the server when the client leaves while the server
+# polls. Stop the device, then collect its status with gen_finish.
 gen() { # NAME DUT-ARG JSON LOG ARGS...
     local name=$1 dut=$2 json=$3 log=$4; shift 4
+    rm -f "$json"
     taskset -c 0 "$GEN" gen --vdev "net_memif0,role=client,socket=$SOCK" --lcore 0 \
         --file-prefix lbb-gen "${HUGE[@]}" --dut "$dut" --scenario "$name" \
         --seconds "${GEN_SECONDS:-$SECONDS_MEASURED}" --warmup "$WARMUP" --snat 10.0.0.200 \
-        --snat-count "$SNAT_COUNT" --json "$json" "$@" > "$log" 2>&1
+        --snat-count "$SNAT_COUNT" --json "$json" --linger 30 "$@" > "$log" 2>&1 &
+    GEN_PID=$!
+    while [ ! -e "$json" ] && kill -0 "$GEN_PID" 2>/dev/null; do sleep 0.2; done
+    [ -e "$json" ] || gen_finish
+}
+
+# The exit status of the last gen, once the device has stopped.
+gen_finish() {
+    local st=0
+    [ -n "$GEN_PID" ] && { wait "$GEN_PID" || st=$?; }
+    GEN_PID=""
+    return "$st"
+}
+
+# The generator's summary line (its log ends with what --linger saw).
+gen_summary() { # LOG
+    grep -v '^lb-bench: ' "$1" | tail -1
 }
 
 # One device, one scenario, one lb-bench run: first as fast as the link
@@ -173,11 +197,14 @@ measure() { # NAME ROUND DUT DUT-ARG GEN-ARGS...
     local name=$1 r=$2 dut=$3 dutarg=$4; shift 4
     local tag="$name.$r.${dut%%-*}"
     start_dut "$dut" "$OUT/$tag.dut.log"
-    if ! gen "$name" "$dutarg" "$OUT/$tag.json" "$OUT/$tag.gen.log" \
-        --pdr "$PDR_LOSS" --steps "$SEARCH_STEPS" "$@"; then
-        echo "bench: $tag: lb-bench failed:"; tail -5 "$OUT/$tag.gen.log"; stop_dut; exit 1
-    fi
+    local ok=1
+    gen "$name" "$dutarg" "$OUT/$tag.json" "$OUT/$tag.gen.log" \
+        --pdr "$PDR_LOSS" --steps "$SEARCH_STEPS" "$@" || ok=0
     stop_dut
+    gen_finish || ok=0
+    if [ "$ok" = 0 ]; then
+        echo "bench: $tag: lb-bench failed:"; tail -5 "$OUT/$tag.gen.log"; exit 1
+    fi
     python3 - "$OUT/$tag.json" "$name" "$r" "${dut%%-*}" >> "$RESULTS" <<'EOF'
 import json, sys
 s = json.load(open(sys.argv[1]))
@@ -185,7 +212,7 @@ p = s["pdr"] or {"through_mpps": 0.0, "latency_us": {"p50": 0.0, "p99": 0.0}}
 print("\t".join(map(str, [sys.argv[2], sys.argv[3], sys.argv[4], s["mrr"]["through_mpps"],
       p["through_mpps"], s["violations"], p["latency_us"]["p50"], p["latency_us"]["p99"]])))
 EOF
-    printf 'bench: %-20s round %s %-8s %s\n' "$name" "$r" "${dut%%-*}" "$(tail -1 "$OUT/$tag.gen.log")"
+    printf 'bench: %-20s round %s %-8s %s\n' "$name" "$r" "${dut%%-*}" "$(gen_summary "$OUT/$tag.gen.log")"
 }
 
 # scenario NAME MODE GEN-ARGS...: baseline and lbd alternately, ROUNDS each.
@@ -221,12 +248,14 @@ case ",$ONLY," in ",,"|*",churn,"*)
     taskset -c 0 "$GEN" churn --server "$RUN/lbd.sock" --backend 10.0.1.3:8080 --rate 100 \
         --seconds "$((CHURN_SECONDS + WARMUP + 2))" > "$OUT/$tag.churn.log" 2>&1 &
     churn_pid=$!
+    gen_ok=1
     GEN_SECONDS=$CHURN_SECONDS gen churn fullnat "$OUT/$tag.json" "$OUT/$tag.gen.log" \
-        --traffic established --clients 16 --ports 64 --size 64 --rate "$CHURN_RATE_MPPS" \
-        || { echo "bench: churn: lb-bench failed:"; tail -5 "$OUT/$tag.gen.log"; }
+        --traffic established --clients 16 --ports 64 --size 64 --rate "$CHURN_RATE_MPPS" || gen_ok=0
     wait "$churn_pid" || { echo "bench: churn: the gRPC client failed:"; tail -3 "$OUT/$tag.churn.log"; }
     stop_dut
-    echo "bench: churn: $(tail -1 "$OUT/$tag.gen.log")"
+    gen_finish || gen_ok=0
+    [ "$gen_ok" = 1 ] || { echo "bench: churn: lb-bench failed:"; tail -5 "$OUT/$tag.gen.log"; }
+    echo "bench: churn: $(gen_summary "$OUT/$tag.gen.log")"
     echo "bench: churn: $(tail -1 "$OUT/$tag.churn.log")"
     CHURN_OK=$(python3 - "$OUT/$tag.json" "$CHURN_RATE_MPPS" "$(tail -1 "$OUT/$tag.churn.log")" <<'EOF'
 import json, sys

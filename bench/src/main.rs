@@ -161,6 +161,13 @@ struct GenArgs {
     /// are still counted (the wait ends as soon as all are in).
     #[arg(long, default_value_t = 0.3)]
     drain: f64,
+    /// After the summary is written, stay connected without polling the
+    /// port until the device under test closes the link, for at most this
+    /// many seconds (or until SIGINT/SIGTERM). Stop the device once the
+    /// JSON summary exists: DPDK 22.11's memif PMD can crash the server
+    /// when its client disconnects while the server is polling.
+    #[arg(long, default_value_t = 0.0, value_name = "SECONDS")]
+    linger: f64,
     /// A name for the summary.
     #[arg(long, default_value = "run")]
     scenario: String,
@@ -303,7 +310,11 @@ fn generate(a: &GenArgs) -> anyhow::Result<u64> {
     if !(a.dpdk.seconds.is_finite() && a.dpdk.seconds > 0.0) {
         bail!("--seconds must be positive");
     }
-    for (flag, v) in [("--warmup", a.warmup), ("--drain", a.drain)] {
+    for (flag, v) in [
+        ("--warmup", a.warmup),
+        ("--drain", a.drain),
+        ("--linger", a.linger),
+    ] {
         if !(v.is_finite() && v >= 0.0) {
             bail!("{flag} must be zero or positive, not {v}");
         }
@@ -392,10 +403,44 @@ fn generate(a: &GenArgs) -> anyhow::Result<u64> {
         }
     };
     if let Some(p) = &a.json {
-        std::fs::write(p, json + "\n").with_context(|| format!("writing {}", p.display()))?;
+        write_whole(p, &(json + "\n"))?;
     }
     drop(io);
+    if a.linger > 0.0 {
+        linger(&port, Duration::from_secs_f64(a.linger), &stop);
+    }
     port.stop()?;
     drop((port, pool, eal));
     Ok(violations)
+}
+
+/// Writes `text` to `path` whole or not at all (a temporary file renamed
+/// over it), so that whoever waits for the file never reads half of it.
+fn write_whole(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    std::fs::write(&tmp, text).with_context(|| format!("writing {}", PathBuf::from(&tmp).display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
+/// `--linger`: waits, polling nothing but the link state, until the device
+/// under test closes the link, `most` has passed, or a signal sets `stop`.
+fn linger(port: &Port, most: Duration, stop: &AtomicBool) {
+    use std::sync::atomic::Ordering::Relaxed;
+    eprintln!(
+        "lb-bench: summary written; waiting up to {:.1} s for the device to close the link",
+        most.as_secs_f64()
+    );
+    let end = std::time::Instant::now() + most;
+    while port.link().up && !stop.load(Relaxed) && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let how = if !port.link().up {
+        "the device closed the link"
+    } else if stop.load(Relaxed) {
+        "stopped by a signal"
+    } else {
+        "the link is still up: leaving anyway"
+    };
+    eprintln!("lb-bench: {how}");
 }

@@ -84,6 +84,8 @@ struct Device {
     child: Child,
     log: PathBuf,
     testpmd: bool,
+    /// Its log once [`Device::stop`] has stopped it.
+    stopped: Option<String>,
 }
 
 impl Device {
@@ -109,8 +111,11 @@ impl Device {
 
     /// Stops the device as an operator would, so that it prints its final
     /// counters (lbd: SIGTERM; testpmd: enter on its stdin), and returns
-    /// its log; 10 s at most, then it is killed.
+    /// its log; 10 s at most, then it is killed. Again: the same log.
     fn stop(&mut self) -> String {
+        if let Some(log) = &self.stopped {
+            return log.clone();
+        }
         // Dead before being asked to stop: say how, rather than that its
         // counters are missing. (DPDK 22.11's memif PMD can crash the
         // server when its peer disconnects: bench/RESULTS.md.)
@@ -131,7 +136,9 @@ impl Device {
         while self.child.try_wait().ok().flatten().is_none() && Instant::now() < end {
             std::thread::sleep(Duration::from_millis(50));
         }
-        self.log()
+        let log = self.log();
+        self.stopped = Some(log.clone());
+        log
     }
 }
 
@@ -259,6 +266,7 @@ fn lbd(dir: &Dir, mode: &str) -> Device {
         child,
         log,
         testpmd: false,
+        stopped: None,
     };
     d.wait_for("lbd running");
     d
@@ -299,15 +307,19 @@ fn testpmd(dir: &Dir) -> Device {
         child,
         log,
         testpmd: true,
+        stopped: None,
     };
     d.wait_for("Press enter to exit");
     d
 }
 
 /// Runs `lb-bench gen` against the device (64 flows from 4 clients, 20k
-/// client packets a second, 2 s measured); returns its exit code, output
-/// and JSON summary.
-fn gen(dir: &Dir, dut: &str, extra: &[&str]) -> (Option<i32>, String, serde_json::Value) {
+/// client packets a second, 2 s measured), stops the device once the
+/// summary is written, with the generator still connected (`--linger`),
+/// as `bench/run.sh` does; returns the generator's exit code, output and
+/// JSON summary. The generator must leave as soon as the device closes the
+/// link.
+fn gen(dir: &Dir, dev: &mut Device, dut: &str, extra: &[&str]) -> (Option<i32>, String, serde_json::Value) {
     let json = dir.0.join("summary.json");
     let mut child = Command::new(gen_bin())
         .args([
@@ -335,6 +347,8 @@ fn gen(dir: &Dir, dut: &str, extra: &[&str]) -> (Option<i32>, String, serde_json
             // nothing unless a stall of the shared machine holds some.
             "--drain",
             "5",
+            "--linger",
+            "30",
         ])
         .args(extra)
         .arg(format!("--file-prefix=lbbt-gen-{}", std::process::id()))
@@ -346,21 +360,35 @@ fn gen(dir: &Dir, dut: &str, extra: &[&str]) -> (Option<i32>, String, serde_json
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn lb-bench");
-    // Bounded: warm-up, opening and the measured period take a few seconds.
+    // Bounded: warm-up, opening and the measured period take a few
+    // seconds; the summary is written whole (renamed into place).
     let end = Instant::now() + Duration::from_secs(60);
+    while !json.exists() && child.try_wait().expect("wait lb-bench").is_none() {
+        if Instant::now() > end {
+            let _ = child.kill();
+            panic!("lb-bench wrote no summary within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    dev.stop();
+    let stopped = Instant::now();
     let status = loop {
         if let Some(st) = child.try_wait().expect("wait lb-bench") {
             break st;
         }
-        if Instant::now() > end {
+        if stopped.elapsed() > Duration::from_secs(10) {
             let _ = child.kill();
-            panic!("lb-bench did not finish within 60 s");
+            panic!("lb-bench did not leave within 10 s of the device stopping");
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
     };
     let mut out = String::new();
     child.stdout.take().map(|mut o| o.read_to_string(&mut out));
     child.stderr.take().map(|mut e| e.read_to_string(&mut out));
+    assert!(
+        out.contains("lb-bench: the device closed the link"),
+        "lb-bench did not see the link close:\n{out}"
+    );
     let summary = std::fs::read_to_string(&json)
         .ok()
         .and_then(|s| serde_json::from_str(&s).ok())
@@ -432,7 +460,7 @@ fn lbd_fullnat_and_dnat_pass_every_check() {
     for mode in ["fullnat", "dnat"] {
         let dir = Dir::new(mode);
         let mut dev = lbd(&dir, mode);
-        let (code, out, s) = gen(&dir, mode, &[]);
+        let (code, out, s) = gen(&dir, &mut dev, mode, &[]);
         // memif's link comes up when the generator connects; lbd notices
         // (it reads the link at every neighbor step), says so, and only
         // then announces its seven addresses (interface, two VIPs, four
@@ -458,7 +486,7 @@ fn two_frontends_with_new_connections_mixed_in() {
         "--new-share",
         "0.1",
     ];
-    let (code, out, s) = gen(&dir, "fullnat", &args);
+    let (code, out, s) = gen(&dir, &mut dev, "fullnat", &args);
     let ctx = format!("lb-bench:\n{out}\ndevice:\n{}", dev.log());
     assert_eq!(code, Some(0), "{ctx}");
     assert_eq!(s["violations"], 0, "{ctx}");
@@ -478,9 +506,9 @@ fn two_frontends_with_new_connections_mixed_in() {
 fn a_wrong_source_is_a_violation() {
     let _g = serial();
     let dir = Dir::new("wrong");
-    let dev = lbd(&dir, "fullnat");
+    let mut dev = lbd(&dir, "fullnat");
     // lbd does full-NAT; lb-bench expects the client as the source.
-    let (code, out, s) = gen(&dir, "dnat", &[]);
+    let (code, out, s) = gen(&dir, &mut dev, "dnat", &[]);
     assert_eq!(code, Some(3), "lb-bench:\n{out}\ndevice:\n{}", dev.log());
     let wrong = counter(&s, "wrong_source");
     assert!(wrong > 0 && wrong == counter(&s, "rx_forward"), "{s}");
@@ -506,7 +534,12 @@ fn final_counters_are_read() {
 
 #[test]
 fn bad_timings_are_one_line_errors() {
-    for (flag, value) in [("--warmup", "-1"), ("--drain", "nan"), ("--seconds", "0")] {
+    for (flag, value) in [
+        ("--warmup", "-1"),
+        ("--drain", "nan"),
+        ("--seconds", "0"),
+        ("--linger", "-2"),
+    ] {
         let out = Command::new(gen_bin())
             .args(["gen", "--vdev", "net_null0", &format!("{flag}={value}")])
             .output()
@@ -525,6 +558,6 @@ fn testpmd_io_forwarding_is_the_baseline() {
     let _g = serial();
     let dir = Dir::new("testpmd");
     let mut dev = testpmd(&dir);
-    let (code, out, s) = gen(&dir, "reflect", &[]);
+    let (code, out, s) = gen(&dir, &mut dev, "reflect", &[]);
     assert_clean(code, &out, &s, &mut dev);
 }
