@@ -198,14 +198,14 @@ impl Worker {
         // Stage 2b: the reply-key index slots of the new connections the
         // fast path will open, loaded together too; what the warming finds
         // (frontend, service, Maglev pick) is kept for stage 3.
-        let mut nth = 0;
+        let mut guess = self.snat.alloc_guess();
         let mut n_open = 0;
         let mut picks: [Option<Pick<'_>>; BURST] = [None; BURST];
         while opens != 0 {
             let i = opens.trailing_zeros() as usize;
             opens &= opens - 1;
             if let (Some(k), Some(None)) = (&fast[i], found.get(usize::from(key_of[i]))) {
-                self.warm_open_v4(p, snap, k, &mut nth, &mut picks[i]);
+                self.warm_open_v4(p, snap, k, &mut guess, &mut picks[i]);
                 n_open += 1;
             }
         }

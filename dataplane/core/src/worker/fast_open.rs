@@ -18,7 +18,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use crate::conntrack::{ConnState, Direction, Nat, Tags};
-use crate::flow::Proto;
+use crate::flow::{AllocGuess, Proto};
 use crate::maglev::flow_hash_v4;
 use crate::prefetch::Prefetch;
 use crate::snapshot::{Backend, Family, ForwardMode, Service, Snapshot};
@@ -31,8 +31,8 @@ impl Worker {
     /// For a frame of the burst path read as `k` whose 5-tuple missed:
     /// if it may open a connection to a frontend, warms (with `p`) the
     /// index slot of the reply key that [`Worker::fast_open_v4`] will check
-    /// and insert, which takes the backend Maglev picks and the `nth` next
-    /// SNAT pair (`nth` counts the full-NAT guesses of the burst so far);
+    /// and insert, which takes the backend Maglev picks and the next SNAT
+    /// pair `guess` (the full-NAT guesses of the burst so far) points at;
     /// and the in-use word of the SNAT ports that allocation will set.
     /// Reads only.
     ///
@@ -44,7 +44,7 @@ impl Worker {
         p: &impl Prefetch,
         snap: &'s Snapshot,
         k: &FastV4,
-        nth: &mut usize,
+        guess: &mut AllocGuess,
         pick: &mut Option<Pick<'s>>,
     ) {
         let Some(fe) = snap.frontend_v4(u32::from_be_bytes(k.dst), k.dport, k.proto) else {
@@ -63,10 +63,9 @@ impl Worker {
             addr: be,
         });
         let (dst, dport) = if svc.mode() == ForwardMode::FullNat {
-            let Some((a, port)) = self.snat.warm_alloc_v4(p, *nth, k.proto) else {
+            let Some((a, port)) = self.snat.warm_alloc_v4(p, guess, k.proto) else {
                 return;
             };
-            *nth += 1;
             (a.octets(), port)
         } else {
             (k.src, k.sport)
