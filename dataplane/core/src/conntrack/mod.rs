@@ -525,7 +525,15 @@ impl Conntrack {
         now: Tick,
         mut on_evicted: impl FnMut(&Entry),
     ) -> Result<EntryId, InsertError> {
-        self.insert_with(original, nat, tags, now, &mut Decoded(&mut on_evicted), false)
+        self.insert_with(
+            original,
+            nat,
+            tags,
+            now,
+            &mut Decoded(&mut on_evicted),
+            false,
+            None,
+        )
     }
 
     /// [`Conntrack::insert`] of a key the caller has looked up and not
@@ -536,18 +544,35 @@ impl Conntrack {
     /// be). The reply key is checked as always. An evicted entry is
     /// passed to `on_evicted` as what releasing it needs ([`Evicted`]),
     /// not decoded whole (~60 instructions a flood SYN).
+    ///
+    /// `hashes`: the hashes of an IPv4 key and of its reply key, if the
+    /// caller has them (the burst path hashed both to look the key up and
+    /// to warm the reply key's index slot); computed here otherwise. They
+    /// must be those keys' hashes in the IPv4 table, from this table
+    /// ([`Conntrack::lookup_burst_hashed`], [`Conntrack::warm_v4`]); debug
+    /// builds check it. Ignored for an IPv6 key.
     pub(crate) fn insert_missed(
         &mut self,
         original: FlowKey,
         nat: Nat,
         tags: Tags,
         now: Tick,
+        hashes: Option<(KeyHash, KeyHash)>,
         mut on_evicted: impl FnMut(Evicted),
     ) -> Result<EntryId, InsertError> {
-        self.insert_with(original, nat, tags, now, &mut Released(&mut on_evicted), true)
+        self.insert_with(
+            original,
+            nat,
+            tags,
+            now,
+            &mut Released(&mut on_evicted),
+            true,
+            hashes,
+        )
     }
 
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn insert_with(
         &mut self,
         original: FlowKey,
@@ -556,17 +581,20 @@ impl Conntrack {
         now: Tick,
         on_evicted: &mut impl OnEvicted,
         missed: bool,
+        hashes_v4: Option<(KeyHash, KeyHash)>,
     ) -> Result<EntryId, InsertError> {
-        let ctx = InsertCtx {
+        let mut ctx = InsertCtx {
             nat,
             tags,
             now: now.0,
             timeout_ms: &self.timeout_ms,
             window: self.evict_window,
             missed,
+            hashes: None,
         };
         let r = match original {
             FlowKey::V4(k) => {
+                ctx.hashes = hashes_v4.map(|(o, r)| (o.0, r.0));
                 insert_in(&mut self.v4, raw_v4(&k), &ctx, &mut self.stats, on_evicted).map(EntryId)
             }
             FlowKey::V6(k) => insert_in(&mut self.v6, raw_v6(&k), &ctx, &mut self.stats, on_evicted)
@@ -713,6 +741,9 @@ struct InsertCtx<'a> {
     window: u32,
     /// The caller has just looked the key up and missed.
     missed: bool,
+    /// The key's and the reply key's hashes in the table, if the caller
+    /// has them.
+    hashes: Option<(u32, u32)>,
 }
 
 fn insert_in<A: Addr>(
@@ -749,7 +780,17 @@ fn insert_in<A: Addr>(
     if reply == key {
         return Err(InsertError::ReplyConflict);
     }
-    let (h_orig, h_reply) = (t.hash(&key), t.hash(&reply));
+    let (h_orig, h_reply) = match ctx.hashes {
+        Some(h) => {
+            debug_assert_eq!(
+                h,
+                (t.hash(&key), t.hash(&reply)),
+                "insert_missed given wrong hashes"
+            );
+            h
+        }
+        None => (t.hash(&key), t.hash(&reply)),
+    };
     if ctx.missed {
         debug_assert!(t.find(&key, h_orig).is_none(), "insert_missed of a present key");
     } else if t.find(&key, h_orig).is_some() {

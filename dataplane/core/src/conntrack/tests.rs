@@ -900,7 +900,7 @@ fn full_table_victims_report_their_snat_pairs_to_warming_and_release() {
             frontend: 1,
             backend: 2,
         };
-        ct.insert_missed(k, dnat(), tags, Tick(1), |e| released.push(e))
+        ct.insert_missed(k, dnat(), tags, Tick(1), None, |e| released.push(e))
             .unwrap();
     }
     let want: Vec<_> = (0..5u16)

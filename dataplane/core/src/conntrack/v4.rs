@@ -14,7 +14,7 @@
 use std::net::Ipv4Addr;
 
 use super::table::{RawKey, FULL_NAT};
-use super::{advance, raw_rewrite, Conntrack, Direction, EntryId, Tags};
+use super::{advance, raw_rewrite, Conntrack, Direction, EntryId, KeyHash, Tags};
 use crate::flow::Proto;
 use crate::prefetch::Prefetch;
 use crate::Tick;
@@ -62,11 +62,22 @@ impl Conntrack {
     /// Warms the index lines of the probe run at the home slot of the IPv4
     /// key `src:sport → dst:dport`, a key about to be looked up (likely in
     /// vain) and inserted: the burst path's new connections' reply keys.
+    /// Returns the key's hash, for [`Conntrack::insert_missed`].
     #[inline]
     #[allow(clippy::too_many_arguments)]
-    pub fn warm_v4(&self, p: &impl Prefetch, src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, proto: u8) {
+    pub(crate) fn warm_v4(
+        &self,
+        p: &impl Prefetch,
+        src: [u8; 4],
+        dst: [u8; 4],
+        sport: u16,
+        dport: u16,
+        proto: u8,
+    ) -> KeyHash {
         let k = raw_key(src, dst, sport, dport, proto);
-        self.v4.prefetch_run(p, self.v4.hash(&k));
+        let h = self.v4.hash(&k);
+        self.v4.prefetch_run(p, h);
+        KeyHash(h)
     }
 
     /// Warms the index slots the next `n` evictions from a full IPv4 table

@@ -205,7 +205,8 @@ impl Worker {
             let i = opens.trailing_zeros() as usize;
             opens &= opens - 1;
             if let (Some(k), Some(None)) = (&fast[i], found.get(usize::from(key_of[i]))) {
-                self.warm_open_v4(p, snap, k, &mut guess, &mut picks[i]);
+                let hash = hashes[usize::from(key_of[i])];
+                self.warm_open_v4(p, snap, k, hash, &mut guess, &mut picks[i]);
                 n_open += 1;
             }
         }

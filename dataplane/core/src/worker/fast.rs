@@ -245,7 +245,7 @@ impl Worker {
                 return None;
             }
             let fe = (pk.svc, pk.fe_slot);
-            return self.fast_open_v4(now, snap, frame, meta, k, fe, Some((pk.backend, pk.addr)));
+            return self.fast_open_v4(now, snap, frame, meta, k, fe, Some(&pk));
         };
         let epoch = snap.epoch();
         // The flow cache (module doc) in one visit to the entry: rewrite,

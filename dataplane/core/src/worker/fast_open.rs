@@ -17,7 +17,7 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use crate::conntrack::{ConnState, Direction, Nat, Tags};
+use crate::conntrack::{ConnState, Direction, KeyHash, Nat, Tags};
 use crate::flow::{AllocGuess, Proto};
 use crate::maglev::flow_hash_v4;
 use crate::prefetch::Prefetch;
@@ -36,14 +36,17 @@ impl Worker {
     /// and the in-use word of the SNAT ports that allocation will set.
     /// Reads only.
     ///
-    /// What it found (the frontend's service and counter slot, the pick)
-    /// is left in `pick`, for stage 3 not to look it up or pick again.
+    /// What it found (the frontend's service and counter slot, the pick,
+    /// the reply key's hash and the SNAT pair it assumed) is left in
+    /// `pick`, with `hash`, the hash stage 2 looked `k`'s key up with, for
+    /// stage 3 not to look up, pick or hash again.
     #[inline]
     pub(super) fn warm_open_v4<'s>(
         &self,
         p: &impl Prefetch,
         snap: &'s Snapshot,
         k: &FastV4,
+        hash: KeyHash,
         guess: &mut AllocGuess,
         pick: &mut Option<Pick<'s>>,
     ) {
@@ -56,29 +59,36 @@ impl Worker {
         let Some((b, be)) = pick_v4(svc, k) else {
             return;
         };
-        *pick = Some(Pick {
+        let pick = pick.insert(Pick {
             svc,
             fe_slot: fe.stats_slot,
             backend: b,
             addr: be,
+            hashes: None,
         });
-        let (dst, dport) = if svc.mode() == ForwardMode::FullNat {
+        let (snat, (dst, dport)) = if svc.mode() == ForwardMode::FullNat {
             let Some((a, port)) = self.snat.warm_alloc_v4(p, guess, k.proto) else {
                 return;
             };
-            (a.octets(), port)
+            (Some((a, port)), (a.octets(), port))
         } else {
-            (k.src, k.sport)
+            (None, (k.src, k.sport))
         };
-        self.conntrack
+        let reply = self
+            .conntrack
             .warm_v4(p, be.octets(), dst, b.port, dport, k.proto as u8);
+        pick.hashes = Some(OpenHashes {
+            key: hash,
+            reply,
+            snat,
+        });
     }
 
     /// A new connection to `svc` (frontend counter slot `fe_slot`) opened
     /// by the packet `frame`, read as `k`, whose 5-tuple conntrack misses.
-    /// `picked`: the backend (and its address) [`Worker::warm_open_v4`]
-    /// picked for `k` to `svc`, if it did (the pick depends on nothing
-    /// else); made here otherwise.
+    /// `picked`: what [`Worker::warm_open_v4`] found for `k` to `svc`, if
+    /// it did: the backend (and its address; the pick depends on nothing
+    /// else) and the hashes; picked and hashed here otherwise.
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     pub(super) fn fast_open_v4(
@@ -89,7 +99,7 @@ impl Worker {
         meta: &PacketMeta,
         k: &FastV4,
         (svc, fe_slot): (&Service, u32),
-        picked: Option<(&Backend, Ipv4Addr)>,
+        picked: Option<&Pick<'_>>,
     ) -> Option<Verdict> {
         let client = Ipv4Addr::from(k.src);
         if !svc.allows_source(IpAddr::V4(client)) {
@@ -100,7 +110,7 @@ impl Worker {
             return None;
         }
         let (backend, be_addr) = match picked {
-            Some(p) => p,
+            Some(p) => (p.backend, p.addr),
             None => pick_v4(svc, k)?,
         };
         let be = (backend.addr, backend.port);
@@ -124,7 +134,12 @@ impl Worker {
             frontend: fe_slot,
             backend: be_slot,
         };
-        let id = match self.insert_opened(now, key, nat, tags) {
+        // The warming's hashes hold if its SNAT guess was the pair taken.
+        let hashes = picked
+            .and_then(|p| p.hashes)
+            .filter(|h| h.snat == full_nat.then_some(src))
+            .map(|h| (h.key, h.reply));
+        let id = match self.insert_opened(now, key, nat, tags, hashes) {
             Ok(id) => id,
             Err(reason) => return Some(self.drop(reason)),
         };
@@ -159,6 +174,18 @@ pub(super) struct Pick<'s> {
     pub(super) fe_slot: u32,
     pub(super) backend: &'s Backend,
     pub(super) addr: Ipv4Addr,
+    /// The hashes the insert needs, when the warming got that far.
+    pub(super) hashes: Option<OpenHashes>,
+}
+
+/// What [`Worker::warm_open_v4`] hashed for a new connection: its key (as
+/// stage 2 looked it up) and its reply key, which assumed the SNAT pair
+/// `snat` (full-NAT; `None` for DNAT, whose reply key is the client's).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct OpenHashes {
+    pub(super) key: KeyHash,
+    pub(super) reply: KeyHash,
+    pub(super) snat: Option<(Ipv4Addr, u16)>,
 }
 
 /// The backend Maglev picks for a new connection read as `k` to `svc`

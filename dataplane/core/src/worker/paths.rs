@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use crate::conntrack::{Direction, EntryId, InsertError, Nat, Rewrite, Tags};
+use crate::conntrack::{Direction, EntryId, InsertError, KeyHash, Nat, Rewrite, Tags};
 use crate::flow::{owner_of_client, owner_of_snat_port, FlowKey, Proto, WorkerId};
 use crate::maglev::{flow_hash_v4, flow_hash_v6};
 use crate::nat;
@@ -188,7 +188,7 @@ impl Worker {
             src: nat.snat().unwrap_or((p.src, p.src_port)),
             dst: be,
         };
-        let id = self.insert_opened(now, key, nat, tags)?;
+        let id = self.insert_opened(now, key, nat, tags, None)?;
         Ok((id.map(|id| (id, Direction::Original)), rw))
     }
 
@@ -198,17 +198,19 @@ impl Worker {
     /// releasing the SNAT port of any entry it evicts. `Ok(None)`: the
     /// table is full of established connections and a DNAT flow goes on
     /// statelessly (counted); a full-NAT one cannot, so its SNAT port is
-    /// returned and the packet dropped (`ConntrackFull`).
+    /// returned and the packet dropped (`ConntrackFull`). `hashes`: the
+    /// IPv4 key's and its reply key's, if known ([`Conntrack::insert_missed`](crate::conntrack::Conntrack::insert_missed)).
     pub(super) fn insert_opened(
         &mut self,
         now: Tick,
         key: FlowKey,
         nat: Nat,
         tags: Tags,
+        hashes: Option<(KeyHash, KeyHash)>,
     ) -> Result<Option<EntryId>, DropReason> {
         let (ct, snat, counters) = (&mut self.conntrack, &mut self.snat, &self.counters);
         // Both callers open on a lookup that missed, just made.
-        let inserted = ct.insert_missed(key, nat, tags, now, |evicted| {
+        let inserted = ct.insert_missed(key, nat, tags, now, hashes, |evicted| {
             counters.conntrack_evictions.inc();
             release_snat(snat, evicted.snat, evicted.proto);
         });
