@@ -234,7 +234,8 @@ impl Worker {
             // A new connection to a frontend (`paths::open`).
             let Some(pk) = pick else {
                 let fe = self.fast_v4_dispatch(snap, k)??;
-                return self.fast_open_v4(now, snap, frame, meta, k, fe, None);
+                let opened = self.fast_open_v4(now, snap, frame, meta, k, fe, None)?;
+                return Some(opened.verdict(frame.len()));
             };
             // The burst's warming found the frontend and its service:
             // `fast_v4_dispatch` would take its VIP branch (a frontend's
@@ -245,7 +246,8 @@ impl Worker {
                 return None;
             }
             let fe = (pk.svc, pk.fe_slot);
-            return self.fast_open_v4(now, snap, frame, meta, k, fe, Some(&pk));
+            let opened = self.fast_open_v4(now, snap, frame, meta, k, fe, Some(&pk))?;
+            return Some(opened.verdict(frame.len()));
         };
         let epoch = snap.epoch();
         // The flow cache (module doc) in one visit to the entry: rewrite,

@@ -22,7 +22,7 @@ use crate::flow::{AllocGuess, Proto};
 use crate::maglev::flow_hash_v4;
 use crate::prefetch::Prefetch;
 use crate::snapshot::{Backend, Family, ForwardMode, Service, Snapshot};
-use crate::Tick;
+use crate::{DropReason, Tick};
 
 use super::fast::{write_v4, FastV4};
 use super::{PacketMeta, Verdict, Worker};
@@ -89,6 +89,11 @@ impl Worker {
     /// `picked`: what [`Worker::warm_open_v4`] found for `k` to `svc`, if
     /// it did: the backend (and its address; the pick depends on nothing
     /// else) and the hashes; picked and hashed here otherwise.
+    ///
+    /// The verdict comes back as [`Opened`], which fits in registers: a
+    /// [`Verdict`] is returned through memory, and the caller's copy of it
+    /// to its verdict slot stalled on reading what this function had just
+    /// stored in pieces.
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     pub(super) fn fast_open_v4(
@@ -100,7 +105,7 @@ impl Worker {
         k: &FastV4,
         (svc, fe_slot): (&Service, u32),
         picked: Option<&Pick<'_>>,
-    ) -> Option<Verdict> {
+    ) -> Option<Opened> {
         let client = Ipv4Addr::from(k.src);
         if !svc.allows_source(IpAddr::V4(client)) {
             return None;
@@ -141,7 +146,10 @@ impl Worker {
             .map(|h| (h.key, h.reply));
         let id = match self.insert_opened(now, key, nat, tags, hashes) {
             Ok(id) => id,
-            Err(reason) => return Some(self.drop(reason)),
+            Err(reason) => {
+                self.drop(reason);
+                return Some(Opened::Dropped(reason));
+            }
         };
         write_v4(frame, k, src, (be_addr, backend.port), &hop, meta);
         if let Some(id) = id {
@@ -158,10 +166,26 @@ impl Worker {
                 self.count_flow(tags, frame.len());
             }
         }
-        Some(Verdict::Transmit {
-            port: hop.port,
-            len: frame.len(),
-        })
+        Some(Opened::Transmit(hop.port))
+    }
+}
+
+/// [`Worker::fast_open_v4`]'s verdict: `Transmit` the whole frame on a
+/// port, or `Dropped` (counted).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Opened {
+    Transmit(u16),
+    Dropped(DropReason),
+}
+
+impl Opened {
+    /// The [`Verdict`] for a frame of `len` bytes.
+    #[inline(always)]
+    pub(super) fn verdict(self, len: usize) -> Verdict {
+        match self {
+            Opened::Transmit(port) => Verdict::Transmit { port, len },
+            Opened::Dropped(reason) => Verdict::Drop(reason),
+        }
     }
 }
 
