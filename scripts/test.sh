@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite: set-up, formatting and lint checks, then every test
+# The whole test suite: set-up, formatting, lint and doc-link checks, then every test
 # of every crate (unit, DPDK wrapper tests on virtual devices, lbd end to end
 # on network namespaces). Needs root for namespaces; run it as
 #   sudo scripts/test.sh
@@ -12,6 +12,8 @@ echo "test: cargo fmt --check"
 cargo fmt --all -- --check
 echo "test: cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+echo "test: cargo doc (broken links are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 echo "test: cargo test"
 # cargo test's exit status is taken from the pipe without letting set -e end
 # the script, so the summary line is printed on failure too.

@@ -118,7 +118,7 @@ struct GenArgs {
     /// The first SNAT address (full-NAT).
     #[arg(long, default_value = "10.0.0.200")]
     snat: Ipv4Addr,
-    /// Consecutive SNAT addresses from --snat, as in lbd's [snat].
+    /// Consecutive SNAT addresses from --snat, as in lbd's config (snat.addresses).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=65536))]
     snat_count: u32,
     /// First client address.

@@ -47,7 +47,8 @@ pub struct BackendStats {
 /// One worker's counters.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct WorkerStats {
-    /// Index in the order given to [`ControlPlane::register_workers`].
+    /// Index in the order given to
+    /// [`ControlPlane::register_workers`](crate::plane::ControlPlane::register_workers).
     pub worker: u32,
     /// Frames received.
     pub rx_packets: u64,

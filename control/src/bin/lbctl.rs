@@ -75,7 +75,7 @@ enum Command {
     Backend {
         /// drain (terminating), enable (active) or maintenance.
         action: BackendAction,
-        /// ADDR or ADDR:PORT ([IPv6]:PORT).
+        /// ADDR or ADDR:PORT ([IPv6 address]:PORT).
         target: String,
         /// Only in this service.
         #[arg(long)]

@@ -521,7 +521,7 @@ pub struct Snapshot {
     connected_v4: Box<[ConnectedV4]>,
     connected_v6: Box<[ConnectedV6]>,
     /// The resolved IPv4 next hops, so that one can be named by a `u32`
-    /// ([`Snapshot::hop`]): every neighbor entry and the default route.
+    /// (`Snapshot::hop_v4`): every neighbor entry and the default route.
     hops_v4: Box<[NextHop]>,
     /// IPv4 neighbor → index into `hops_v4`.
     neighbors_v4: HashMap<u32, u32>,
@@ -685,8 +685,8 @@ impl Snapshot {
         }
     }
 
-    /// [`route_v4`](Self::route_v4) when it is resolved, as the index of
-    /// the next hop for [`hop`](Self::hop): `Some(i)` exactly when
+    /// `route_v4` (a test helper) when it is resolved, as the index of
+    /// the next hop for [`hop_v4`](Self::hop_v4): `Some(i)` exactly when
     /// `route_v4(a)` is `Some(Route::Resolved(h))`, and then
     /// `hop(i) == Some(&h)`. `None` for an unresolved hop or no route.
     #[inline(always)]

@@ -1,4 +1,4 @@
-//! Zero-copy packet views, smoltcp-style, and the per-packet [`parse`].
+//! Zero-copy packet views, smoltcp-style, and the per-packet [`parse`](fn@parse).
 //!
 //! Each view (`EthernetFrame`, `ArpPacket`, `Ipv4Packet`, `Ipv6Packet`,
 //! `TcpPacket`, `UdpPacket`, `Icmpv4Packet`, `Icmpv6Packet`) wraps a buffer

@@ -3,12 +3,12 @@
 //! `fast_open.rs`) the first packets of new ones.
 //!
 //! The general path parses into a [`Parsed`](crate::wire::Parsed) with
-//! `IpAddr`s, builds a [`FlowKey`](crate::flow::FlowKey), and goes through
+//! `IpAddr`s, builds a [`FlowKey`], and goes through
 //! the owner, frontend, conntrack, route and NAT steps on those: ~1,000
 //! instructions a packet. Here an untagged IPv4 frame without options is
 //! read at fixed offsets into `u32`s and octets, and each step uses its
-//! IPv4 form ([`Snapshot::owner_kind_v4`], [`Conntrack::lookup_v4`],
-//! [`Conntrack::rewrite_v4`], [`Snapshot::next_hop_index_v4`],
+//! IPv4 form ([`Snapshot::owner_kind_v4`], [`Conntrack::lookup_v4`](crate::conntrack::Conntrack::lookup_v4),
+//! [`Conntrack::rewrite_v4`](crate::conntrack::Conntrack::rewrite_v4), [`Snapshot::next_hop_index_v4`],
 //! [`nat::rewrite_v4_whole`]).
 //!
 //! The contract, which makes the fast path invisible: `fast_v4` returns
@@ -32,9 +32,9 @@
 //! count are fixed. So once a direction has passed them all, the index of
 //! its next hop ([`Snapshot::next_hop_index_v4`]) is stored in the entry
 //! with the snapshot's [`Snapshot::epoch`]
-//! ([`Conntrack::set_cached_hop_v4`]), and its later packets read it with
+//! ([`Conntrack::set_cached_hop_v4`](crate::conntrack::Conntrack::set_cached_hop_v4)), and its later packets read it with
 //! the rewrite, accounting the packet in the same visit
-//! ([`Conntrack::touch_cached_v4`]), and skip the checks. A
+//! ([`Conntrack::touch_cached_v4`](crate::conntrack::Conntrack::touch_cached_v4)), and skip the checks. A
 //! snapshot with another epoch (every build or update takes a new one; the
 //! empty snapshot's 0 never matches) finds the cache stale and runs the
 //! checks again, which refill it. Nothing is cached for a packet that
