@@ -297,6 +297,16 @@ for name, d in by.items():
     viol = sum(int(x["violations"]) for x in d.get("lbd", []))
     print(f"| {name} | {bp:.2f} | {lp:.2f} | {ratio(lp, bp)} | {runs} | {bm:.2f} | {lm:.2f} | {ratio(lm, bm)} | "
           f"{viol} | {med(d, 'lbd', 'p50_us'):.0f}/{med(d, 'lbd', 'p99_us'):.0f} |")
+# The baseline does the same work every round: rounds that differ much mean
+# the machine (or its host) was busy, and ratios from such a run mislead.
+SPREAD = 1.15
+# MRR, not PDR: a PDR comes out of a bisection whose steps and lossy trials
+# make it vary on a quiet machine too.
+for name, d in by.items():
+    base = [float(x["mrr_mpps"]) for x in d.get("testpmd", [])]
+    if len(base) > 1 and min(base) > 0 and max(base) / min(base) > SPREAD:
+        print(f"\nwarning: {name}: the baseline's MRR rounds spread {min(base):.2f}-{max(base):.2f} Mpps "
+              f"(more than {SPREAD - 1:.0%}): the machine was busy; do not read ratios from this run")
 print(f"\nchurn (one backend of the service toggled 100 times a second): {sys.argv[2]}")
 EOF
 echo "bench: results in $OUT"
