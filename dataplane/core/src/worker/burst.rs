@@ -131,16 +131,9 @@ impl Worker {
         // Always false in tests, where the threshold is 0.
         #[allow(clippy::absurd_extreme_comparisons)]
         if self.conntrack.len() < BURST_LOOKUP_MIN_LEN {
-            // `handle_packet` with its fast path inlined here, so that its
-            // verdict is stored straight into the slot instead of coming
-            // back through memory and being copied.
             let each = frames[..n].iter_mut().zip(metas).zip(verdicts.iter_mut());
             for ((frame, meta), v) in each {
-                let frame = frame.as_mut();
-                *v = match self.fast_v4(now, snap, frame, meta) {
-                    Some(fast) => fast,
-                    None => self.handle_packet_general(now, snap, frame, meta),
-                };
+                *v = self.handle_one(now, snap, frame.as_mut(), meta);
             }
             return;
         }

@@ -234,10 +234,19 @@ impl Worker {
         frame: &mut [u8],
         meta: &PacketMeta,
     ) -> Verdict {
-        if let Some(v) = self.fast_v4(now, snap, frame, meta) {
-            return v;
+        self.handle_one(now, snap, frame, meta)
+    }
+
+    /// [`Worker::handle_packet`]'s body, inlined where the burst path
+    /// handles packets one by one, so that the fast path's verdict is
+    /// stored straight into its slot instead of coming back through
+    /// memory and being copied.
+    #[inline(always)]
+    fn handle_one(&mut self, now: Tick, snap: &Snapshot, frame: &mut [u8], meta: &PacketMeta) -> Verdict {
+        match self.fast_v4(now, snap, frame, meta) {
+            Some(v) => v,
+            None => self.handle_packet_general(now, snap, frame, meta),
         }
-        self.handle_packet_general(now, snap, frame, meta)
     }
 
     /// [`Worker::handle_packet`] without the IPv4 fast path (`fast.rs`,
