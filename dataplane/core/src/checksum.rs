@@ -86,6 +86,26 @@ pub fn sum20(h: &[u8; 20]) -> u32 {
     u32::from(fold(acc as u32))
 }
 
+/// Whether a 20-byte header (an IPv4 header without options, checksum
+/// field included) sums to `0xFFFF`, i.e. `fold(sum20(h)) == 0xFFFF`: the
+/// fast path's per-packet check. The one's complement sum commutes with a
+/// byte swap of every 16-bit word and `0xFFFF` is its own swap, so the
+/// words are added in the machine's order: three loads and two carries
+/// instead of five byte-swapped words (~35 instructions down to ~15).
+#[inline(always)]
+pub fn sums_to_ones20(h: &[u8; 20]) -> bool {
+    let (a, rest) = h.split_first_chunk::<8>().expect("20 >= 8");
+    let (b, c) = rest.split_first_chunk::<8>().expect("12 >= 8");
+    let c: &[u8; 4] = c.try_into().expect("20 - 16 == 4");
+    let (s, c1) = u64::from_ne_bytes(*a).overflowing_add(u64::from_ne_bytes(*b));
+    let (s, c2) = s.overflowing_add(u64::from(u32::from_ne_bytes(*c)));
+    // Each end-around carry is worth 1 (2^64 == 1 mod 2^16 - 1); adding
+    // both to a sum that just overflowed cannot overflow again.
+    let s = s.wrapping_add(u64::from(c1) + u64::from(c2));
+    let s = (s & 0xffff_ffff) + (s >> 32);
+    fold(((s & 0xffff_ffff) + (s >> 32)) as u32) == 0xffff
+}
+
 /// The Internet checksum of `data` (checksum field, if inside, zeroed first).
 #[inline]
 pub fn checksum(data: &[u8]) -> u16 {
@@ -364,8 +384,41 @@ mod tests {
         assert_eq!(after, offload_pseudo_v4(a, c, 6, 40));
     }
 
+    #[test]
+    fn sums_to_ones20_edges() {
+        // Both carries out of the 64-bit adds, and the two zeros.
+        assert!(sums_to_ones20(&[0xff; 20]));
+        assert!(!sums_to_ones20(&[0; 20]));
+        let mut h = [0xff; 20];
+        h[19] = 0xfe;
+        assert!(!sums_to_ones20(&h));
+        h[18] = 0xfe;
+        h[19] = 0xff;
+        assert!(!sums_to_ones20(&h));
+        // 0xffff comes from words summing to 0xffff without any carry too.
+        let mut h = [0; 20];
+        h[0] = 0xff;
+        h[11] = 0xff;
+        assert!(sums_to_ones20(&h));
+    }
+
     proptest! {
         #[test]
+        #[test]
+        fn sums_to_ones20_is_the_folded_check(mut h in prop::array::uniform20(any::<u8>()), fix in any::<bool>()) {
+            if fix {
+                // A header whose checksum field is right, as most are.
+                h[10..12].copy_from_slice(&[0, 0]);
+                let c = checksum(&h);
+                h[10..12].copy_from_slice(&c.to_be_bytes());
+            }
+            prop_assert_eq!(sums_to_ones20(&h), fold(sum20(&h)) == 0xffff);
+            prop_assert_eq!(sums_to_ones20(&h), fold(reference_sum(&h)) == 0xffff);
+            if fix {
+                prop_assert!(sums_to_ones20(&h));
+            }
+        }
+
         fn sum20_is_sum(h in prop::array::uniform20(any::<u8>())) {
             prop_assert_eq!(sum20(&h), sum(&h));
             prop_assert_eq!(fold(sum20(&h)) as u32, fold(reference_sum(&h)) as u32);

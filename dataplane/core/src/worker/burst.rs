@@ -133,7 +133,7 @@ impl Worker {
         if self.conntrack.len() < BURST_LOOKUP_MIN_LEN {
             let each = frames[..n].iter_mut().zip(metas).zip(verdicts.iter_mut());
             for ((frame, meta), v) in each {
-                *v = self.handle_one(now, snap, frame.as_mut(), meta);
+                self.handle_one(now, snap, frame.as_mut(), meta, v);
             }
             return;
         }
