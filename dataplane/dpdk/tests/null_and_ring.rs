@@ -94,11 +94,25 @@ fn null_and_ring_ports() {
         assert_eq!(m.data(), &frames[i][..]);
         m.data_mut()[0] = 0xff; // writable in place
         assert_eq!(m.data()[0], 0xff);
-        assert!(m.set_len(20));
-        assert_eq!(m.len(), 20);
+        assert!(m.set_len(20 + i));
+        assert_eq!((m.len(), m.pkt_len()), (20 + i, 20 + i));
+        assert_eq!(m.segments(), 1);
+        assert_eq!(&m.data()[1..], &frames[i][1..20 + i]);
+        b.push(m).unwrap();
+    }
+    // A trimmed mbuf goes out at its new length (pkt_len follows data_len),
+    // and grows back into its tailroom.
+    assert_eq!(rtx.tx_burst(&mut b), 10);
+    assert_eq!(rrx.rx_burst(&mut got), 10);
+    for (i, mut m) in got.drain().enumerate() {
+        assert_eq!(m.len(), 20 + i);
+        assert_eq!(m.data()[0], 0xff);
+        assert_eq!(&m.data()[1..], &frames[i][1..20 + i]);
+        assert!(m.set_len(0) && m.is_empty() && m.pkt_len() == 0);
+        assert!(m.set_len(30) && m.len() == 30 && m.pkt_len() == 30);
     }
     let rs = ring.stats().unwrap();
-    assert_eq!((rs.ipackets, rs.opackets), (10, 10));
+    assert_eq!((rs.ipackets, rs.opackets), (20, 20));
 
     // Teardown: every mbuf is back in the pool once the queues are gone.
     drop((tx, rx, rtx, rrx));
