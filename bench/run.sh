@@ -130,7 +130,7 @@ start_dut() { # DUT LOG [RSIZE]
         taskset -c 1 stdbuf -oL "$TESTPMD" --lcores '0@1,1@1' --file-prefix lbb-dut --no-pci --no-telemetry \
             "${HUGE[@]}" $([ ${#HUGE[@]} -gt 0 ] && echo -m 512) --vdev "$vdev" -- \
             --forward-mode=io --port-topology=loop --nb-cores=1 --total-num-mbufs=32768 \
-            --disable-link-check \
+            --burst=64 --disable-link-check \
             < "$RUN/testpmd.in" > "$log" 2>&1 &
         DUT_PID=$!
         ready="Press enter to exit"

@@ -397,7 +397,17 @@ mod tests {
         // Every low half with the high halves around the carry, and a
         // stride through the rest.
         for lo in 0..=0xffff_u32 {
-            for hi in [0, 1, 2, 0x7fff, 0x8000, 0xfffe, 0xffff, 0xffff - lo, (0x1_0000 - lo) & 0xffff] {
+            for hi in [
+                0,
+                1,
+                2,
+                0x7fff,
+                0x8000,
+                0xfffe,
+                0xffff,
+                0xffff - lo,
+                (0x1_0000 - lo) & 0xffff,
+            ] {
                 let x = hi << 16 | lo;
                 assert_eq!(fold(x), fold_twice(x), "{x:#x}");
             }
