@@ -9,7 +9,7 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::lab::{assert_balanced, spread, Lab};
 
@@ -125,8 +125,50 @@ fn mode_test(tag: &str, net: u8, mode: &str) {
         "curl exit 7 = connection refused (28 would be a timeout): {o:?}"
     );
 
+    if mode == "fullnat" {
+        expiry_sweeps(&lab);
+    }
+
     let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(10));
     assert_eq!(code, Some(0), "{}", lbd.log_text());
+}
+
+/// The worker loop sweeps expired connections: one the client resets
+/// (10 s after a RST) is gone from the table soon after, counted in
+/// `ct-expirations`.
+fn expiry_sweeps(lab: &Lab) {
+    let expirations = || -> u64 {
+        let st = lab.lbctl_ok(&["stats"]);
+        let rows: Vec<Vec<&str>> = st.lines().map(|l| l.split_whitespace().collect()).collect();
+        let col = rows
+            .iter()
+            .find_map(|w| w.iter().position(|c| c.eq_ignore_ascii_case("ct-expirations")))
+            .unwrap_or_else(|| panic!("no ct-expirations column in lbctl stats:\n{st}"));
+        rows.iter()
+            .skip_while(|w| !w.iter().any(|c| c.eq_ignore_ascii_case("ct-expirations")))
+            .nth(1)
+            .and_then(|w| w.get(col)?.parse().ok())
+            .unwrap_or_else(|| panic!("no worker row in lbctl stats:\n{st}"))
+    };
+    let before = expirations();
+    // Connect, then close with SO_LINGER 0: the client sends a RST.
+    lab.client(&format!(
+        "python3 -c \"import socket, struct; s = socket.create_connection(('{}', 80), 5); \
+         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0)); s.close()\"",
+        lab.vip()
+    ));
+    let start = Instant::now();
+    while expirations() == before {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no connection expired 30 s after a RST (its timeout is 10 s)"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert!(
+        start.elapsed() >= Duration::from_secs(9),
+        "the reset connection expired before its 10 s"
+    );
 }
 
 /// sha256 of the first `n` bytes of backend.py's pattern.
