@@ -437,7 +437,6 @@ mod tests {
 
     proptest! {
         #[test]
-        #[test]
         fn sums_to_ones20_is_the_folded_check(mut h in prop::array::uniform20(any::<u8>()), fix in any::<bool>()) {
             if fix {
                 // A header whose checksum field is right, as most are.
@@ -452,6 +451,7 @@ mod tests {
             }
         }
 
+        #[test]
         fn fold_matches_two_steps(x in any::<u32>()) {
             prop_assert_eq!(fold(x), fold_twice(x));
         }
