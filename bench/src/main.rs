@@ -423,6 +423,10 @@ fn write_whole(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
 }
 
+/// How long `--linger` waits after the link went down before the port is
+/// stopped: far more than the memif PMD's teardown takes.
+const DISCONNECT_GRACE: Duration = Duration::from_millis(200);
+
 /// `--linger`: waits, polling nothing but the link state, until the device
 /// under test closes the link, `most` has passed, or a signal sets `stop`.
 fn linger(port: &Port, most: Duration, stop: &AtomicBool) {
@@ -436,6 +440,13 @@ fn linger(port: &Port, most: Duration, stop: &AtomicBool) {
         std::thread::sleep(Duration::from_millis(10));
     }
     let how = if !port.link().up {
+        // The memif PMD marks the link down first and only then tears the
+        // connection down, in DPDK's interrupt thread; our `port.stop()`
+        // runs the same teardown (`memif_disconnect`), and the two racing
+        // freed memory twice ("EAL: Error: Invalid memory" at exit, once
+        // in the 19 lb-bench processes of a `bench/run.sh` run). Let the
+        // interrupt thread finish first.
+        std::thread::sleep(DISCONNECT_GRACE);
         "the device closed the link"
     } else if stop.load(Relaxed) {
         "stopped by a signal"
