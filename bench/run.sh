@@ -59,12 +59,17 @@ RUN=$(mktemp -d /tmp/lb-bench.XXXXXX)
 SOCK=/run/lb-bench-memif.sock
 DUT_PID=""
 GEN_PID=""
+# DPDK leaves hugepage files of exited processes; clear ours before each
+# run and at the end (each left file holds a 2 MiB page until removed).
+clear_huge() { rm -f /dev/hugepages/lbb-* 2>/dev/null || true; }
 cleanup() {
     [ -n "$GEN_PID" ] && kill -TERM "$GEN_PID" 2>/dev/null || true
     if [ -n "$DUT_PID" ] && kill -0 "$DUT_PID" 2>/dev/null; then
         kill -TERM "$DUT_PID" 2>/dev/null || true
         wait "$DUT_PID" 2>/dev/null || true
     fi
+    [ -n "$GEN_PID" ] && wait "$GEN_PID" 2>/dev/null || true
+    clear_huge
     rm -rf "$RUN"
 }
 trap cleanup EXIT
@@ -77,8 +82,6 @@ else
     echo "bench: fewer than 512 free hugepages: running with --no-huge (slower, noisier)"
     HUGE=(--no-huge)
 fi
-# DPDK leaves hugepage files of exited processes; clear ours before each run.
-clear_huge() { rm -f /dev/hugepages/lbb-* 2>/dev/null || true; }
 
 SNAT_COUNT=32
 # lbd's config for one scenario: one interface on the memif link (clients
