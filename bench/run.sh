@@ -300,6 +300,23 @@ for name, d in by.items():
     viol = sum(int(x["violations"]) for x in d.get("lbd", []))
     print(f"| {name} | {bp:.2f} | {lp:.2f} | {ratio(lp, bp)} | {runs} | {bm:.2f} | {lm:.2f} | {ratio(lm, bm)} | "
           f"{viol} | {med(d, 'lbd', 'p50_us'):.0f}/{med(d, 'lbd', 'p99_us'):.0f} |")
+# On a shared machine a neighbour can slow a whole trial: ratios of rounds
+# run back to back (each baseline round and the lbd round after it), and
+# of each device's best round (what it does when it has the cores), are
+# less exposed to that than ratios of medians. Shown beside them.
+print("\n| scenario | lbd/baseline MRR, round by round | lbd/baseline PDR, round by round | best lbd / best baseline MRR | best lbd / best baseline PDR |")
+print("|---|---|---|---|---|")
+for name, d in by.items():
+    b = {x["round"]: x for x in d.get("testpmd", [])}
+    l = {x["round"]: x for x in d.get("lbd", [])}
+    both = [r for r in b if r in l]
+    def paired(k):
+        return " ".join(ratio(float(l[r][k]), float(b[r][k])) for r in both) or "-"
+    def best(dut, k):
+        return max((float(x[k]) for x in d.get(dut, [])), default=float("nan"))
+    print(f"| {name} | {paired('mrr_mpps')} | {paired('pdr_mpps')} | "
+          f"{ratio(best('lbd', 'mrr_mpps'), best('testpmd', 'mrr_mpps'))} | "
+          f"{ratio(best('lbd', 'pdr_mpps'), best('testpmd', 'pdr_mpps'))} |")
 # The baseline does the same work every round: rounds that differ much mean
 # the machine (or its host) was busy, and ratios from such a run mislead.
 SPREAD = 1.15
