@@ -70,6 +70,7 @@ pub use state::{tcp_flags, ConnState, EvictClass, Timeouts};
 pub use v4::RewriteV4;
 
 use crate::flow::{FlowKey, FlowKeyV4, FlowKeyV6, Proto};
+use crate::nat::NatDelta;
 use crate::prefetch::Prefetch;
 use crate::time::Tick;
 use table::{Addr, HopCache, RawKey, Slot, Table, FIN_BY_REPLY, FULL_NAT, NEVER_EVICT};
@@ -775,6 +776,8 @@ fn insert_in<A: Addr>(
         state: state as u8,
         flags,
         cache: HopCache::UNCACHED,
+        // Filled with the flow cache (`Conntrack::set_cached_hop_v4`).
+        delta: NatDelta::default(),
     };
     let reply = slot.reply_key();
     if reply == key {

@@ -19,6 +19,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::Direction;
 use crate::flow::{fast_range, fold_mul, FlowKey, FlowKeyV4, FlowKeyV6, Proto};
+use crate::nat::NatDelta;
 use crate::prefetch::Prefetch;
 
 /// Index slots per slab entry: two directions at a maximum load of 0.5.
@@ -203,6 +204,11 @@ pub(crate) struct Slot<A> {
     pub snat: A,
     pub backend_port: u16,
     pub snat_port: u16,
+    /// The checksum change of the original direction's translation
+    /// ([`NatDelta::reversed`] for the reply's), valid once a direction's
+    /// next hop is cached (stored with it); in what was padding before
+    /// `expires`.
+    pub delta: NatDelta,
     /// Expiry in milliseconds (a [`crate::Tick`]).
     pub expires: u64,
     /// The caller's opaque tags; `tags[0]` is the next free slot when free.

@@ -16,6 +16,7 @@ use std::net::Ipv4Addr;
 use super::table::{RawKey, FULL_NAT};
 use super::{advance, raw_rewrite, Conntrack, Direction, EntryId, KeyHash, Tags};
 use crate::flow::Proto;
+use crate::nat::NatDelta;
 use crate::prefetch::Prefetch;
 use crate::Tick;
 
@@ -141,7 +142,8 @@ impl Conntrack {
     /// For a packet of the IPv4 entry `id` travelling `dir` whose cached
     /// next hop under `epoch` is an index into `hops` (the snapshot's hop
     /// table): accounts the packet as [`Conntrack::touch`] does and returns
-    /// the rewrite, that hop and the tags, all in one visit to the entry.
+    /// the rewrite, that hop, the tags and the rewrite's checksum change
+    /// ([`NatDelta`]), all in one visit to the entry.
     /// `None`, with nothing changed, when the cache does not hold such a
     /// hop (or the id is stale or IPv6): the caller then checks, and
     /// touches, the slow way.
@@ -154,7 +156,7 @@ impl Conntrack {
         hops: &'h [H],
         tcp_flags: u8,
         now: Tick,
-    ) -> Option<(RewriteV4, &'h H, Tags)> {
+    ) -> Option<(RewriteV4, &'h H, Tags, NatDelta)> {
         if id.is_v6() {
             return None;
         }
@@ -162,6 +164,10 @@ impl Conntrack {
         let s = self.v4.get_mut(id.0)?;
         let hop = hops.get(s.cache.get(dir, epoch)? as usize)?;
         let ((src, src_port), (dst, dst_port)) = raw_rewrite(s, dir);
+        let delta = match dir {
+            Direction::Original => s.delta,
+            Direction::Reply => s.delta.reversed(),
+        };
         advance(s, dir, tcp_flags, now, timeout_ms);
         let tags = Tags {
             frontend: s.tags[0],
@@ -176,17 +182,28 @@ impl Conntrack {
             },
             hop,
             tags,
+            delta,
         ))
     }
 
     /// Caches `hop` as the next hop of the IPv4 entry's `dir` under
-    /// snapshot epoch `epoch`. If the entry's cache holds another epoch,
-    /// the other direction is uncached first, so no direction validates
-    /// with a hop from an older snapshot. Does nothing for epoch 0 (an
-    /// empty snapshot, never cached) and returns false for a stale or IPv6
-    /// id.
+    /// snapshot epoch `epoch`, with `delta`, the checksum change of `dir`'s
+    /// translation that the packet which resolved it was rewritten with
+    /// (what [`touch_cached_v4`](Self::touch_cached_v4) gives back; a
+    /// property of the connection, so the other direction's, its reverse,
+    /// is not lost). If the entry's cache holds another epoch, the other
+    /// direction is uncached first, so no direction validates with a hop
+    /// from an older snapshot. Does nothing for epoch 0 (an empty snapshot,
+    /// never cached) and returns false for a stale or IPv6 id.
     #[inline]
-    pub(crate) fn set_cached_hop_v4(&mut self, id: EntryId, dir: Direction, epoch: u64, hop: u32) -> bool {
+    pub(crate) fn set_cached_hop_v4(
+        &mut self,
+        id: EntryId,
+        dir: Direction,
+        epoch: u64,
+        hop: u32,
+        delta: NatDelta,
+    ) -> bool {
         if id.is_v6() {
             return false;
         }
@@ -195,6 +212,10 @@ impl Conntrack {
         };
         if epoch != 0 {
             s.cache.set(dir, epoch, hop);
+            s.delta = match dir {
+                Direction::Original => delta,
+                Direction::Reply => delta.reversed(),
+            };
         }
         true
     }
@@ -243,23 +264,23 @@ mod tests {
             assert_eq!(cached(&ct, id, Original, e), None);
             assert_eq!(cached(&ct, id, Reply, e), None);
         }
-        assert!(ct.set_cached_hop_v4(id, Original, 7, 3));
+        assert!(ct.set_cached_hop_v4(id, Original, 7, 3, NatDelta::default()));
         assert_eq!(cached(&ct, id, Original, 7), Some(3));
         assert_eq!(cached(&ct, id, Reply, 7), None);
         assert_eq!(cached(&ct, id, Original, 8), None);
-        assert!(ct.set_cached_hop_v4(id, Reply, 7, 4));
+        assert!(ct.set_cached_hop_v4(id, Reply, 7, 4, NatDelta::default()));
         assert_eq!(
             (cached(&ct, id, Original, 7), cached(&ct, id, Reply, 7)),
             (Some(3), Some(4))
         );
         // A new epoch for one direction uncaches the other.
-        assert!(ct.set_cached_hop_v4(id, Reply, 9, 5));
+        assert!(ct.set_cached_hop_v4(id, Reply, 9, 5, NatDelta::default()));
         assert_eq!(cached(&ct, id, Reply, 9), Some(5));
         assert_eq!(cached(&ct, id, Original, 9), None);
         assert_eq!(cached(&ct, id, Original, 7), None);
         assert_eq!(cached(&ct, id, Reply, 7), None);
         // Epoch 0 (the empty snapshot) is never cached nor answered.
-        assert!(ct.set_cached_hop_v4(id, Original, 0, 6));
+        assert!(ct.set_cached_hop_v4(id, Original, 0, 6, NatDelta::default()));
         assert_eq!(cached(&ct, id, Original, 0), None);
         assert_eq!(cached(&ct, id, Reply, 9), Some(5));
         // The rewrite is the plain one.
@@ -269,15 +290,32 @@ mod tests {
                 ct.rewrite_v4(id, dir).unwrap()
             );
         }
+        // The checksum change cached with a direction's hop comes back for
+        // that direction, and reversed for the other: one connection's.
+        let d = NatDelta {
+            ip: 0x1234,
+            l4: 0xFFFF,
+        };
+        let touched = |ct: &mut Conntrack, dir| {
+            let hops = [(); 8];
+            ct.touch_cached_v4(id, dir, 11, &hops, 0, Tick(1)).map(|t| t.3)
+        };
+        assert!(ct.set_cached_hop_v4(id, Reply, 11, 2, d));
+        assert_eq!(touched(&mut ct, Reply), Some(d));
+        assert!(ct.set_cached_hop_v4(id, Original, 11, 1, d.reversed()));
+        assert_eq!(touched(&mut ct, Original), Some(d.reversed()));
+        assert_eq!(touched(&mut ct, Reply), Some(d));
+        assert!(ct.set_cached_hop_v4(id, Original, 11, 1, d));
+        assert_eq!(touched(&mut ct, Reply), Some(d.reversed()));
     }
 
     #[test]
     fn a_reused_slot_starts_uncached() {
         let (mut ct, id) = one_entry();
-        assert!(ct.set_cached_hop_v4(id, Direction::Original, 7, 3));
+        assert!(ct.set_cached_hop_v4(id, Direction::Original, 7, 3, NatDelta::default()));
         ct.remove(id).unwrap();
         assert_eq!(ct.rewrite_cached_v4(id, Direction::Original, 7), None);
-        assert!(!ct.set_cached_hop_v4(id, Direction::Original, 7, 3));
+        assert!(!ct.set_cached_hop_v4(id, Direction::Original, 7, 3, NatDelta::default()));
         let key = FlowKey::V4(FlowKeyV4 {
             src: Ipv4Addr::new(10, 0, 0, 2),
             dst: Ipv4Addr::new(192, 0, 2, 1),

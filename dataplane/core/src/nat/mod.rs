@@ -270,11 +270,82 @@ impl Wide {
         udp_finish(self.sum_with(!csum))
     }
 
+    /// Folded to 16 bits: the same residue modulo 2^16 - 1, zero only if
+    /// the sum is ([`NatDelta`]).
+    #[inline(always)]
+    fn folded(self) -> u16 {
+        fold(self.sum_with(0))
+    }
+
     /// Apply to a field holding a non-complemented pseudo-header sum, as
     /// [`crate::checksum::ChecksumDelta::apply_partial`] does.
     #[inline(always)]
     fn apply_partial(self, partial: u16) -> u16 {
         fold(self.sum_with(partial))
+    }
+}
+
+/// What a connection's translation does to checksums, folded, so that
+/// its packets need not sum the addresses and ports they replace: `ip`,
+/// the IPv4 header's change (the addresses), and `l4`, the TCP or UDP
+/// checksum's (addresses and ports). [`rewrite_v4_whole`] returns the one
+/// it applied; the fast path keeps it in the connection's entry with the
+/// flow cache and gives it back for the connection's later packets.
+/// Applied as the unfolded sum of the same terms would be: a folded sum
+/// keeps the residue modulo 2^16 - 1 and is zero only if the sum is, and
+/// the result of [`Wide`]'s applications depends on nothing else.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct NatDelta {
+    pub ip: u16,
+    pub l4: u16,
+}
+
+impl NatDelta {
+    /// The change from `old` (source, destination, their ports) to `new`;
+    /// addresses of 4 or 16 bytes, the same family on both sides. What
+    /// [`rewrite_v4_whole`] returns, summed directly; for tests.
+    #[cfg(test)]
+    pub(crate) fn new(old: (&[u8], &[u8], [u16; 2]), new: (&[u8], &[u8], [u16; 2])) -> NatDelta {
+        // The sum of the 16-bit words of an address.
+        let words = |b: &[u8]| -> u32 {
+            match <[u8; 4]>::try_from(b) {
+                Ok(a) => {
+                    let x = u32::from_be_bytes(a);
+                    (x >> 16) + (x & 0xFFFF)
+                }
+                Err(_) => b
+                    .chunks_exact(2)
+                    .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+                    .sum(),
+            }
+        };
+        // `~m` is `0xFFFF - m`: the complements of the replaced words sum
+        // to 0xFFFF a word less their sum. At most 32 words of at most
+        // 0xFFFF: no overflow, and no wrap below zero.
+        let replaced = 0xFFFF * (old.0.len() + old.1.len()) as u32 / 2;
+        let addrs = replaced - words(old.0) - words(old.1) + words(new.0) + words(new.1);
+        let ports = 2 * 0xFFFF - u32::from(old.2[0]) - u32::from(old.2[1])
+            + u32::from(new.2[0])
+            + u32::from(new.2[1]);
+        NatDelta {
+            ip: fold(addrs),
+            l4: fold(addrs + ports),
+        }
+    }
+
+    /// The change of the way back (the reply's translation undoes the
+    /// forward one): the negation modulo 2^16 - 1, which is what the
+    /// reverse terms fold to, since `~m + m` is 0xFFFF for every word;
+    /// never 0, as their sum is not unless every word the reply replaces
+    /// is 0xFFFF and every word it writes 0 (addresses 255.255.255.255
+    /// becoming 0.0.0.0).
+    #[inline(always)]
+    pub(crate) fn reversed(self) -> NatDelta {
+        let neg = |x: u16| if x == 0xFFFF { 0xFFFF } else { !x };
+        NatDelta {
+            ip: neg(self.ip),
+            l4: neg(self.l4),
+        }
     }
 }
 
@@ -396,7 +467,7 @@ fn rewrite_v4(
         return Err(DropReason::TtlExceeded);
     }
     // --- no error past this point: the frame is written from here on ---
-    write_v4(ip, l4, kind, p.fragment, src, dst, offload);
+    write_v4(ip, l4, kind, p.fragment, src, dst, None, offload);
     Ok(())
 }
 
@@ -404,7 +475,11 @@ fn rewrite_v4(
 /// fixed header is `ip` and whose L4 header and data up to the IP end are
 /// `l4`, for the worker's fast path, which has checked what [`rewrite`]
 /// checks: the L4 header holds at least its `min_len` bytes (18 for TCP, 8
-/// for UDP) and the TTL is above 1. Same bytes out as [`rewrite`].
+/// for UDP) and the TTL is above 1. Same bytes out as [`rewrite`]. `delta`,
+/// if given, is the [`NatDelta`] of the packet's addresses and ports
+/// (those of the connection's direction it belongs to) to `src` and
+/// `dst`: the sums of what is replaced are not done again. Returns the
+/// delta applied (the one given, or the one summed).
 #[inline(always)]
 pub(crate) fn rewrite_v4_whole(
     ip: &mut [u8; ipv4::MIN_HEADER_LEN],
@@ -412,14 +487,18 @@ pub(crate) fn rewrite_v4_whole(
     tcp: bool,
     src: (Ipv4Addr, u16),
     dst: (Ipv4Addr, u16),
+    delta: Option<NatDelta>,
     offload: &ChecksumOffload,
-) {
+) -> NatDelta {
     let kind = if tcp { L4::Tcp } else { L4::Udp };
-    write_v4(ip, l4, kind, Fragment::None, src, dst, offload);
+    write_v4(ip, l4, kind, Fragment::None, src, dst, delta, offload)
 }
 
 /// The writing half of [`rewrite_v4`]: every check is done; `l4` holds at
-/// least `kind.min_len()` bytes and the TTL is above 1.
+/// least `kind.min_len()` bytes and the TTL is above 1. `delta`: see
+/// [`rewrite_v4_whole`]; only for TCP and UDP. Returns the delta applied
+/// (for echo, the identifier's change in `l4`).
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn write_v4(
     ip: &mut [u8; ipv4::MIN_HEADER_LEN],
@@ -428,13 +507,18 @@ fn write_v4(
     fragment: Fragment,
     src: (Ipv4Addr, u16),
     dst: (Ipv4Addr, u16),
+    delta: Option<NatDelta>,
     offload: &ChecksumOffload,
-) {
+) -> NatDelta {
+    debug_assert!(delta.is_none() || matches!(kind, L4::Tcp | L4::Udp));
     let ttl = ip[ipv4::field::TTL];
     let (new_src, new_dst) = (u32::from(src.0), u32::from(dst.0));
-    let addrs = Wide::default()
-        .add32(be32_at(ip, 12), new_src)
-        .add32(be32_at(ip, 16), new_dst);
+    let addrs = match delta {
+        Some(d) => Wide(u64::from(d.ip)),
+        None => Wide::default()
+            .add32(be32_at(ip, 12), new_src)
+            .add32(be32_at(ip, 16), new_dst),
+    };
     put32(ip, 12, new_src);
     put32(ip, 16, new_dst);
     let proto = ip[ipv4::field::PROTOCOL];
@@ -456,11 +540,21 @@ fn write_v4(
     };
     let ports = PortChange::new(l4, kind, src.1, dst.1);
     ports.write(l4);
-    let all = ports.delta(base);
+    let all = match delta {
+        Some(d) => Wide(u64::from(d.l4)),
+        None => ports.delta(base),
+    };
     let len = l4.len() as u16;
     update_l4_checksum(l4, kind, addrs, all, fragment, offload, || {
         offload_pseudo_v4(src.0, dst.0, proto, len)
     });
+    match delta {
+        Some(d) => d,
+        None => NatDelta {
+            ip: addrs.folded(),
+            l4: all.folded(),
+        },
+    }
 }
 
 #[inline]

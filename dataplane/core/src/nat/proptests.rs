@@ -153,3 +153,100 @@ proptest! {
         }
     }
 }
+
+/// An IPv4 header and a TCP (20 bytes) or UDP (8 bytes) header with
+/// payload carrying `t` (source, destination, ports), every other byte
+/// as given (the checksums arbitrary), TTL above 1.
+fn v4_packet(t: (u32, u32, [u16; 2]), tcp: bool, ttl: u8, bytes: &[u8]) -> ([u8; 20], Vec<u8>) {
+    let mut ip = [0u8; 20];
+    ip.copy_from_slice(&bytes[..20]);
+    ip[8] = ttl.max(2);
+    ip[9] = if tcp { ip_proto::TCP } else { ip_proto::UDP };
+    ip[12..16].copy_from_slice(&t.0.to_be_bytes());
+    ip[16..20].copy_from_slice(&t.1.to_be_bytes());
+    let mut l4 = bytes[20..].to_vec();
+    l4[0..2].copy_from_slice(&t.2[0].to_be_bytes());
+    l4[2..4].copy_from_slice(&t.2[1].to_be_bytes());
+    (ip, l4)
+}
+
+/// Rewrites a copy of `(ip, l4)` to `to`, with `delta` or summing the
+/// replaced words itself; returns the bytes and the delta applied.
+fn rewritten(
+    (ip, l4): &([u8; 20], Vec<u8>),
+    tcp: bool,
+    to: (u32, u32, [u16; 2]),
+    delta: Option<NatDelta>,
+    offload: &ChecksumOffload,
+) -> ([u8; 20], Vec<u8>, NatDelta) {
+    let (mut ip, mut l4) = (*ip, l4.clone());
+    let src = (Ipv4Addr::from(to.0), to.2[0]);
+    let dst = (Ipv4Addr::from(to.1), to.2[1]);
+    let applied = rewrite_v4_whole(&mut ip, &mut l4, tcp, src, dst, delta, offload);
+    (ip, l4, applied)
+}
+
+fn delta_of(a: (u32, u32, [u16; 2]), b: (u32, u32, [u16; 2])) -> NatDelta {
+    NatDelta::new(
+        (&a.0.to_be_bytes(), &a.1.to_be_bytes(), a.2),
+        (&b.0.to_be_bytes(), &b.1.to_be_bytes(), b.2),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    /// A connection's precomputed checksum change gives the same bytes as
+    /// summing the replaced addresses and ports, both ways: `a → b` with
+    /// the delta, `b → a` with its reverse; and a rewrite that sums them
+    /// returns that very delta (what the flow cache keeps).
+    #[test]
+    fn precomputed_delta_equals_summing_the_replaced_words(
+        a in any::<(u32, u32, [u16; 2])>(),
+        b in any::<(u32, u32, [u16; 2])>(),
+        tcp in any::<bool>(),
+        ttl in any::<u8>(),
+        bytes in proptest::collection::vec(any::<u8>(), 48..=64),
+        csum in prop_oneof![any::<u16>(), Just(0u16), Just(0xFFFF)],
+        off in offload(),
+    ) {
+        let d = delta_of(a, b);
+        for (from, to, delta) in [(a, b, d), (b, a, d.reversed())] {
+            let mut pkt = v4_packet(from, tcp, ttl, &bytes);
+            let at = if tcp { 16 } else { 6 };
+            pkt.1[at..at + 2].copy_from_slice(&csum.to_be_bytes());
+            let summed = rewritten(&pkt, tcp, to, None, &off);
+            prop_assert_eq!(summed.2, delta);
+            prop_assert_eq!(rewritten(&pkt, tcp, to, Some(delta), &off), summed);
+        }
+    }
+}
+
+/// The reverse of a change whose sum is a nonzero multiple of 0xFFFF (the
+/// source and destination swapped, a folded 0xFFFF) is 0xFFFF too, not the
+/// 0 a bare complement gives; the two differ on a checksum field of 0xFFFF.
+#[test]
+fn the_reverse_of_a_swap_is_the_nonzero_zero() {
+    let a = (0x0a00_0001, 0x0a00_0064, [40000, 80]);
+    let b = (a.1, a.0, [a.2[1], a.2[0]]);
+    let d = delta_of(a, b);
+    assert_eq!(
+        d,
+        NatDelta {
+            ip: 0xFFFF,
+            l4: 0xFFFF
+        }
+    );
+    assert_eq!(d.reversed(), d);
+    let off = ChecksumOffload::default();
+    for tcp in [true, false] {
+        let mut pkt = v4_packet(b, tcp, 64, &[0x45; 48]);
+        let at = if tcp { 16 } else { 6 };
+        pkt.1[at..at + 2].copy_from_slice(&0xFFFFu16.to_be_bytes());
+        pkt.0[10..12].copy_from_slice(&0xFFFFu16.to_be_bytes());
+        assert_eq!(
+            rewritten(&pkt, tcp, a, Some(d.reversed()), &off),
+            rewritten(&pkt, tcp, a, None, &off)
+        );
+    }
+}

@@ -151,12 +151,12 @@ impl Worker {
                 return Some(Opened::Dropped(reason));
             }
         };
-        write_v4(frame, k, src, (be_addr, backend.port), &hop, meta);
+        let delta = write_v4(frame, k, src, (be_addr, backend.port), None, &hop, meta);
         if let Some(id) = id {
             // The flow cache (`fast.rs`): the checks that led here passed
             // for this entry's original direction under this snapshot.
             self.conntrack
-                .set_cached_hop_v4(id, Direction::Original, snap.epoch(), hop_index);
+                .set_cached_hop_v4(id, Direction::Original, snap.epoch(), hop_index, delta);
             // Accounting the packet on the entry (`paths::translate`'s
             // `touch`) restarts the timeout the insert has just set, unless
             // the packet moves the entry out of its initial state.

@@ -104,19 +104,23 @@ fn offload(rng: &mut Rng) -> ChecksumOffload {
 }
 
 /// The worker's whole state as `Debug` shows it, less the conntrack
-/// entries' flow caches (`HopCache`): the fast path fills them and the
-/// general path never does, and they change no answer.
+/// entries' flow caches (`HopCache`, and the `NatDelta` stored with them):
+/// the fast path fills them and the general path never does, and they
+/// change no answer.
 pub(super) fn state(w: &Worker) -> String {
-    let s = format!("{w:?}");
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s.as_str();
-    while let Some(at) = rest.find("cache: HopCache {") {
-        out.push_str(&rest[..at]);
-        // `HopCache` holds no braces of its own.
-        rest = rest[at..].find('}').map_or("", |end| &rest[at + end + 1..]);
+    let mut s = format!("{w:?}");
+    for field in ["cache: HopCache {", "delta: NatDelta {"] {
+        let mut out = String::with_capacity(s.len());
+        let mut rest = s.as_str();
+        while let Some(at) = rest.find(field) {
+            out.push_str(&rest[..at]);
+            // Neither holds braces of its own.
+            rest = rest[at..].find('}').map_or("", |end| &rest[at + end + 1..]);
+        }
+        out.push_str(rest);
+        s = out;
     }
-    out.push_str(rest);
-    out
+    s
 }
 
 /// How often the fast path answered in one run.
