@@ -301,38 +301,6 @@ pub(crate) struct NatDelta {
 }
 
 impl NatDelta {
-    /// The change from `old` (source, destination, their ports) to `new`;
-    /// addresses of 4 or 16 bytes, the same family on both sides. What
-    /// [`rewrite_v4_whole`] returns, summed directly; for tests.
-    #[cfg(test)]
-    pub(crate) fn new(old: (&[u8], &[u8], [u16; 2]), new: (&[u8], &[u8], [u16; 2])) -> NatDelta {
-        // The sum of the 16-bit words of an address.
-        let words = |b: &[u8]| -> u32 {
-            match <[u8; 4]>::try_from(b) {
-                Ok(a) => {
-                    let x = u32::from_be_bytes(a);
-                    (x >> 16) + (x & 0xFFFF)
-                }
-                Err(_) => b
-                    .chunks_exact(2)
-                    .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-                    .sum(),
-            }
-        };
-        // `~m` is `0xFFFF - m`: the complements of the replaced words sum
-        // to 0xFFFF a word less their sum. At most 32 words of at most
-        // 0xFFFF: no overflow, and no wrap below zero.
-        let replaced = 0xFFFF * (old.0.len() + old.1.len()) as u32 / 2;
-        let addrs = replaced - words(old.0) - words(old.1) + words(new.0) + words(new.1);
-        let ports = 2 * 0xFFFF - u32::from(old.2[0]) - u32::from(old.2[1])
-            + u32::from(new.2[0])
-            + u32::from(new.2[1]);
-        NatDelta {
-            ip: fold(addrs),
-            l4: fold(addrs + ports),
-        }
-    }
-
     /// The change of the way back (the reply's translation undoes the
     /// forward one): the negation modulo 2^16 - 1, which is what the
     /// reverse terms fold to, since `~m + m` is 0xFFFF for every word;

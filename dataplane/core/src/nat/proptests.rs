@@ -186,11 +186,22 @@ fn rewritten(
     (ip, l4, applied)
 }
 
+/// The checksum change from `a` to `b` (source, destination, ports),
+/// summed word by word as RFC 1624 writes it (`~m + m'`) and folded: the
+/// reference for what `rewrite_v4_whole` returns.
 fn delta_of(a: (u32, u32, [u16; 2]), b: (u32, u32, [u16; 2])) -> NatDelta {
-    NatDelta::new(
-        (&a.0.to_be_bytes(), &a.1.to_be_bytes(), a.2),
-        (&b.0.to_be_bytes(), &b.1.to_be_bytes(), b.2),
-    )
+    let words = |t: (u32, u32, [u16; 2])| [(t.0 >> 16) as u16, t.0 as u16, (t.1 >> 16) as u16, t.1 as u16];
+    let change = |old: &[u16], new: &[u16]| -> u32 {
+        old.iter()
+            .zip(new)
+            .map(|(&m, &n)| u32::from(!m) + u32::from(n))
+            .sum()
+    };
+    let addrs = change(&words(a), &words(b));
+    NatDelta {
+        ip: fold(addrs),
+        l4: fold(addrs + change(&a.2, &b.2)),
+    }
 }
 
 proptest! {
