@@ -49,7 +49,7 @@ cleanup() {
     echo "demo: lab removed"
 }
 trap cleanup EXIT
-trap 'exit 0' INT TERM
+trap 'exit 0' INT TERM HUP
 
 echo "demo: creating the lab (client 10.$NET.1.2, backends 10.$NET.2.11-13)"
 scripts/lab.sh up "$TAG" "$NET"
@@ -86,7 +86,11 @@ address = "10.$NET.2.13:8080"
 TOML
 
 echo "demo: starting lbd (net_af_packet on ${TAG}c and ${TAG}s, --no-huge)"
-"$LBD" --lcores 0 --no-huge --mem 512 --file-prefix lbd-demo --grpc "$SOCK" \
+# In a session of its own: Ctrl-C sends SIGINT to the terminal's whole
+# foreground process group, and lbd, already stopping on it, took the TERM
+# that cleanup sends next as a second signal and exited at once, without
+# its final counters. Now its one signal is cleanup's.
+setsid "$LBD" --lcores 0 --no-huge --mem 512 --file-prefix lbd-demo --grpc "$SOCK" \
     --vdev "net_af_packet0,iface=${TAG}c" --vdev "net_af_packet1,iface=${TAG}s" \
     --config "$WORK/lbd.toml" >"$WORK/lbd.log" 2>&1 &
 LBD_PID=$!
