@@ -164,10 +164,7 @@ impl Conntrack {
         let s = self.v4.get_mut(id.0)?;
         let hop = hops.get(s.cache.get(dir, epoch)? as usize)?;
         let ((src, src_port), (dst, dst_port)) = raw_rewrite(s, dir);
-        let delta = match dir {
-            Direction::Original => s.delta,
-            Direction::Reply => s.delta.reversed(),
-        };
+        let delta = flip_for(dir, s.delta);
         advance(s, dir, tcp_flags, now, timeout_ms);
         let tags = Tags {
             frontend: s.tags[0],
@@ -212,12 +209,20 @@ impl Conntrack {
         };
         if epoch != 0 {
             s.cache.set(dir, epoch, hop);
-            s.delta = match dir {
-                Direction::Original => delta,
-                Direction::Reply => delta.reversed(),
-            };
+            s.delta = flip_for(dir, delta);
         }
         true
+    }
+}
+
+/// The entry keeps its original direction's checksum change: this maps
+/// between that and `dir`'s, either way (reversing twice gives back every
+/// change a rewrite returns, as none is 0; see [`NatDelta::reversed`]).
+#[inline(always)]
+fn flip_for(dir: Direction, delta: NatDelta) -> NatDelta {
+    match dir {
+        Direction::Original => delta,
+        Direction::Reply => delta.reversed(),
     }
 }
 
