@@ -45,6 +45,9 @@ down() {
     fi
     ip link del "${tag}c" 2>/dev/null || true
     ip link del "${tag}s" 2>/dev/null || true
+    # Bridges a test may add between those ends and lbd's tap ports.
+    ip link del "${tag}k0" 2>/dev/null || true
+    ip link del "${tag}k1" 2>/dev/null || true
     for ns in "$tag-c" "$tag-br" "$tag-b1" "$tag-b2" "$tag-b3"; do
         ip netns pids "$ns" 2>/dev/null | xargs -r kill 2>/dev/null || true
         ip netns del "$ns" 2>/dev/null || true

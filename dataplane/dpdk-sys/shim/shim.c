@@ -23,8 +23,6 @@ uint16_t lbd_rte_pktmbuf_tailroom(const struct rte_mbuf *m) { return rte_pktmbuf
 uint16_t lbd_rte_pktmbuf_nb_segs(const struct rte_mbuf *m) { return m->nb_segs; }
 uint64_t lbd_rte_pktmbuf_ol_flags(const struct rte_mbuf *m) { return m->ol_flags; }
 uint32_t lbd_rte_pktmbuf_rss_hash(const struct rte_mbuf *m) { return m->hash.rss; }
-void lbd_rte_pktmbuf_set_tx_offload(struct rte_mbuf *m, uint64_t ol_flags, uint16_t l2_len, uint16_t l3_len)
-{ m->ol_flags |= ol_flags; m->l2_len = l2_len; m->l3_len = l3_len; }
 unsigned int lbd_rte_mempool_avail_count(const struct rte_mempool *mp) { return rte_mempool_avail_count(mp); }
 
 unsigned int lbd_rte_ring_enqueue_burst(struct rte_ring *r, void *const *obj_table, unsigned int n)
@@ -50,6 +48,5 @@ uint64_t lbd_rte_rdtsc(void) { return rte_rdtsc(); }
 void lbd_rte_pause(void) { rte_pause(); }
 
 uint64_t lbd_rss_ip_tcp_udp(void) { return RTE_ETH_RSS_IP | RTE_ETH_RSS_TCP | RTE_ETH_RSS_UDP; }
-uint64_t lbd_rx_offload_checksum(void) { return RTE_ETH_RX_OFFLOAD_CHECKSUM; }
-uint64_t lbd_tx_offload_checksum(void)
-{ return RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | RTE_ETH_TX_OFFLOAD_TCP_CKSUM | RTE_ETH_TX_OFFLOAD_UDP_CKSUM; }
+uint64_t lbd_rx_offload_ipv4_cksum(void) { return RTE_ETH_RX_OFFLOAD_IPV4_CKSUM; }
+uint64_t lbd_tx_offload_ipv4_cksum(void) { return RTE_ETH_TX_OFFLOAD_IPV4_CKSUM; }

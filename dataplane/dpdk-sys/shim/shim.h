@@ -38,7 +38,6 @@ uint16_t lbd_rte_pktmbuf_tailroom(const struct rte_mbuf *m);
 uint16_t lbd_rte_pktmbuf_nb_segs(const struct rte_mbuf *m);
 uint64_t lbd_rte_pktmbuf_ol_flags(const struct rte_mbuf *m);
 uint32_t lbd_rte_pktmbuf_rss_hash(const struct rte_mbuf *m);
-void lbd_rte_pktmbuf_set_tx_offload(struct rte_mbuf *m, uint64_t ol_flags, uint16_t l2_len, uint16_t l3_len);
 unsigned int lbd_rte_mempool_avail_count(const struct rte_mempool *mp);
 
 unsigned int lbd_rte_ring_enqueue_burst(struct rte_ring *r, void *const *obj_table, unsigned int n);
@@ -57,7 +56,7 @@ int lbd_madvise_hugepage(void *addr, size_t len);
 
 /* Flag values that are macros in DPDK (bindgen skips some of them). */
 uint64_t lbd_rss_ip_tcp_udp(void);
-uint64_t lbd_rx_offload_checksum(void);
-uint64_t lbd_tx_offload_checksum(void);
+uint64_t lbd_rx_offload_ipv4_cksum(void);
+uint64_t lbd_tx_offload_ipv4_cksum(void);
 
 #endif

@@ -33,7 +33,8 @@ pub use alloc::HugePageAdvice;
 pub use eal::{Eal, EalError, LaunchError, LcoreHandle, LcoreId};
 pub use mbuf::{Burst, Mbuf, Mempool, MempoolError, BURST_MAX};
 pub use port::{
-    LinkStatus, MacAddr, Port, PortConfig, PortError, PortInfo, PortStats, RssStatus, RxQueue, TxQueue,
+    ChecksumOffload, LinkStatus, MacAddr, Port, PortConfig, PortError, PortInfo, PortStats, RssStatus,
+    RxQueue, TxQueue,
 };
 pub use prefetch::prefetch;
 

@@ -256,6 +256,37 @@ impl Mbuf {
         unsafe { dpdk_sys::lbd_rte_pktmbuf_ol_flags(self.0.as_ptr()) }
     }
 
+    /// True if the NIC verified the frame's IPv4 header checksum and found
+    /// it good (`RTE_MBUF_F_RX_IP_CKSUM_GOOD`), on a port with
+    /// [`crate::ChecksumOffload::rx_ipv4`]. False for every other status:
+    /// bad, unknown, not checked, or not IPv4.
+    #[inline]
+    pub fn rx_ipv4_checksum_good(&self) -> bool {
+        // SAFETY: we own the mbuf; reads one plain field of the struct
+        // whose layout bindgen checked.
+        ip_cksum_good(unsafe { (*self.0.as_ptr()).ol_flags })
+    }
+
+    /// Asks the NIC to fill the IPv4 header checksum of this frame, whose
+    /// IPv4 header starts `l2_len` bytes in and is `l3_len` bytes long
+    /// (`RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM`). The checksum field
+    /// must hold 0. Only for a tx queue of a port with
+    /// [`crate::ChecksumOffload::tx_ipv4`]: elsewhere the frame leaves with
+    /// the 0.
+    #[inline]
+    pub fn offload_ipv4_checksum(&mut self, l2_len: u8, l3_len: u16) {
+        // SAFETY: we own the mbuf exclusively (&mut self), a struct whose
+        // layout (the tx_offload union and its bitfields included) bindgen
+        // generated and checked; the PMD reads these fields at tx.
+        let mb = unsafe { &mut *self.0.as_ptr() };
+        mb.ol_flags |= dpdk_sys::RTE_MBUF_F_TX_IPV4 | dpdk_sys::RTE_MBUF_F_TX_IP_CKSUM;
+        // SAFETY: every variant of the tx_offload union is plain integers,
+        // so its bitfield view is valid whatever was stored.
+        let lens = unsafe { &mut mb.__bindgen_anon_3.__bindgen_anon_1 };
+        lens.set_l2_len(u64::from(l2_len));
+        lens.set_l3_len(u64::from(l3_len));
+    }
+
     /// The RSS hash the NIC computed (valid when `ol_flags` has RSS_HASH).
     #[inline]
     pub fn rss_hash(&self) -> u32 {
@@ -307,6 +338,13 @@ impl Drop for Mbuf {
         // SAFETY: we own the mbuf and give it back exactly once.
         unsafe { dpdk_sys::lbd_rte_pktmbuf_free(self.0.as_ptr()) }
     }
+}
+
+/// Whether rx offload flags say the IPv4 header checksum is good.
+#[inline(always)]
+fn ip_cksum_good(ol_flags: u64) -> bool {
+    ol_flags & u64::from(dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_MASK)
+        == u64::from(dpdk_sys::RTE_MBUF_F_RX_IP_CKSUM_GOOD)
 }
 
 /// Up to [`BURST_MAX`] owned mbufs, in order. Dropping it frees what is left.
@@ -379,6 +417,14 @@ impl Burst {
         assert!(i < self.len, "burst index {i} out of range {}", self.len);
         // SAFETY: i < len, so ptrs[i] is a valid mbuf we own; reads one field.
         unsafe { (*self.ptrs[i]).port }
+    }
+
+    /// [`Mbuf::rx_ipv4_checksum_good`] of mbuf `i`.
+    #[inline]
+    pub fn rx_ipv4_checksum_good(&self, i: usize) -> bool {
+        assert!(i < self.len, "burst index {i} out of range {}", self.len);
+        // SAFETY: i < len, so ptrs[i] is a valid mbuf we own; reads one field.
+        ip_cksum_good(unsafe { (*self.ptrs[i]).ol_flags })
     }
 
     /// The data of every held mbuf at once, writable: element `i` is mbuf

@@ -85,6 +85,11 @@ pub struct PortConfig {
     pub mtu: Option<u16>,
     /// Receive every frame, not just those to the port's MAC.
     pub promiscuous: bool,
+    /// Have the NIC verify received IPv4 header checksums and fill those
+    /// of sent frames that ask for it ([`crate::Mbuf::offload_ipv4_checksum`]),
+    /// each where the device offers it ([`Port::checksum_offload`] says
+    /// what was turned on).
+    pub ipv4_checksum_offload: bool,
 }
 
 impl Default for PortConfig {
@@ -96,6 +101,7 @@ impl Default for PortConfig {
             tx_desc: 1024,
             mtu: None,
             promiscuous: true,
+            ipv4_checksum_offload: true,
         }
     }
 }
@@ -131,6 +137,17 @@ pub enum RssStatus {
     /// Several queues, but the driver offers no IP/L4 RSS: everything lands
     /// on queue 0 and workers hand flows over in software.
     Unsupported,
+}
+
+/// The IPv4 header checksum offloads a port runs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ChecksumOffload {
+    /// Rx: the NIC verifies the IPv4 header checksum of each received
+    /// frame and says so in its mbuf ([`crate::Mbuf::rx_ipv4_checksum_good`]).
+    pub rx_ipv4: bool,
+    /// Tx: the NIC fills the IPv4 header checksum of the frames marked
+    /// with [`crate::Mbuf::offload_ipv4_checksum`].
+    pub tx_ipv4: bool,
 }
 
 /// What the device is and can do.
@@ -189,6 +206,7 @@ pub struct PortStats {
 struct PortInner {
     info: PortInfo,
     rss: RssStatus,
+    checksum: ChecksumOffload,
     started: AtomicBool,
     rx_taken: Mutex<Vec<bool>>,
     tx_taken: Mutex<Vec<bool>>,
@@ -203,6 +221,7 @@ impl fmt::Debug for PortInner {
             .field("name", &self.info.name)
             .field("driver", &self.info.driver)
             .field("rss", &self.rss)
+            .field("checksum", &self.checksum)
             .field("started", &self.started.load(Ordering::Relaxed))
             .finish()
     }
@@ -294,6 +313,20 @@ impl Port {
         } else {
             RssStatus::Unsupported
         };
+        // SAFETY: reads a constant.
+        let rx_ip = unsafe { dpdk_sys::lbd_rx_offload_ipv4_cksum() };
+        // SAFETY: reads a constant.
+        let tx_ip = unsafe { dpdk_sys::lbd_tx_offload_ipv4_cksum() };
+        let checksum = ChecksumOffload {
+            rx_ipv4: conf.ipv4_checksum_offload && raw.rx_offload_capa & rx_ip != 0,
+            tx_ipv4: conf.ipv4_checksum_offload && raw.tx_offload_capa & tx_ip != 0,
+        };
+        if checksum.rx_ipv4 {
+            eth.rxmode.offloads |= rx_ip;
+        }
+        if checksum.tx_ipv4 {
+            eth.txmode.offloads |= tx_ip;
+        }
         // SAFETY: eth is a fully initialised config; queue counts are within limits.
         check(id, "rte_eth_dev_configure", unsafe {
             dpdk_sys::rte_eth_dev_configure(id, conf.rx_queues, conf.tx_queues, &eth)
@@ -334,6 +367,7 @@ impl Port {
         Ok(Port(Arc::new(PortInner {
             info,
             rss,
+            checksum,
             started: AtomicBool::new(false),
             rx_taken: Mutex::new(vec![false; conf.rx_queues as usize]),
             tx_taken: Mutex::new(vec![false; conf.tx_queues as usize]),
@@ -355,6 +389,12 @@ impl Port {
     /// Whether RSS spreads flows over the rx queues.
     pub fn rss(&self) -> RssStatus {
         self.0.rss
+    }
+
+    /// The checksum offloads turned on: those [`PortConfig`] asked for
+    /// that the device has.
+    pub fn checksum_offload(&self) -> ChecksumOffload {
+        self.0.checksum
     }
 
     /// Starts the device.

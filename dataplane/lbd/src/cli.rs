@@ -84,6 +84,12 @@ pub struct Cli {
     #[arg(long, value_name = "N", default_value_t = 1 << 20, value_parser = clap::value_parser!(u32).range(1024..=(1 << 26)))]
     pub conntrack_size: u32,
 
+    /// Do IPv4 header checksums in software even where the NIC could
+    /// verify received ones and fill sent ones (by default lbd uses those
+    /// offloads on every port that has them; see the README).
+    #[arg(long)]
+    pub no_checksum_offload: bool,
+
     /// Further arguments for EAL, passed through untouched.
     #[arg(last = true, value_name = "EAL ARGS")]
     pub eal_args: Vec<String>,

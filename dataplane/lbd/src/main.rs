@@ -39,7 +39,7 @@ use lb_dataplane::worker::{Worker, WorkerConfig};
 use crate::cli::{parse_lcores, vdev_name, Cli};
 use crate::config::Config;
 use crate::control::{Control, ControlStats};
-use crate::worker::{Clock, Links, Shared, WorkerIo};
+use crate::worker::{Clock, Links, Offloads, Shared, WorkerIo};
 
 /// The system allocator, with transparent huge pages asked for under the
 /// large blocks: the conntrack tables (see `dpdk::HugePageAdvice`).
@@ -178,6 +178,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         let conf = PortConfig {
             rx_queues: queues,
             tx_queues: queues,
+            ipv4_checksum_offload: !cli.no_checksum_offload,
             ..PortConfig::default()
         };
         let port = Port::configure(&eal, id, &conf, pool.clone())?;
@@ -197,9 +198,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         match config.interfaces.get(id as usize) {
             Some(iface) => {
                 let addresses: Vec<String> = iface.addresses.iter().map(ToString::to_string).collect();
+                let csum = port.checksum_offload();
                 tracing::info!(
                     port = id, name = %info.name, driver = %info.driver, %mac, address = %addresses.join(","),
-                    gateway = ?iface.gateways, queues, "port configured"
+                    gateway = ?iface.gateways, queues, rx_ipv4_checksum_offload = csum.rx_ipv4,
+                    tx_ipv4_checksum_offload = csum.tx_ipv4, "port configured"
                 );
                 // One entry per prefix, each family's gateway with the
                 // first prefix of its family that holds it.
@@ -350,6 +353,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
     let steering = steer_replies(&ports, &config.services.snat, queues);
 
+    let per_port: Vec<_> = ports.iter().map(Port::checksum_offload).collect();
+    let offloads = Offloads::of_ports(&per_port);
+    if !offloads.tx_ipv4 && per_port.iter().any(|c| c.tx_ipv4) {
+        tracing::info!(
+            "tx IPv4 checksum offload not used: not every port has it (lbd sums headers in software)"
+        );
+    }
+
     let mut ios = Vec::new();
     for q in 0..queues {
         let rx = ports
@@ -364,6 +375,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             index: q as usize,
             rx,
             tx,
+            offloads,
         });
     }
 

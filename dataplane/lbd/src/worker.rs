@@ -22,6 +22,15 @@
 //! first loop of every millisecond, conntrack expiry with a bounded budget
 //! ([`TICK_BUDGET`]).
 //!
+//! IPv4 header checksums go to the NIC where the ports offer it
+//! ([`Offloads`]): a frame whose header checksum the NIC verified reaches
+//! the pipeline marked so (no second check in software), and, when every
+//! port fills tx checksums, the pipeline writes 0 in the header checksum of
+//! what it rewrites and the frame asks the NIC for the sum
+//! ([`ipv4_checksum_to_fill`]). TCP and UDP checksums stay in software:
+//! their O(1) incremental update costs no more than the pseudo-header sum
+//! an L4 offload would need.
+//!
 //! Counters are the pipeline's [`WorkerCounters`]: single-writer atomics the
 //! control thread reads for GetStats and the final summary.
 
@@ -33,6 +42,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use dpdk::ring::{Consumer, Producer};
 use dpdk::{Burst, Mbuf, RxQueue, TxQueue, BURST_MAX};
+use lb_dataplane::checksum::ChecksumOffload;
 use lb_dataplane::counters::WorkerCounters;
 use lb_dataplane::snapshot::Snapshot;
 use lb_dataplane::worker::{PacketMeta, Verdict, Worker};
@@ -88,6 +98,82 @@ pub struct WorkerIo {
     pub rx: Vec<RxQueue>,
     /// Tx queue `index` of each port.
     pub tx: Vec<TxQueue>,
+    /// The ports' checksum offloads.
+    pub offloads: Offloads,
+}
+
+/// The IPv4 header checksum offloads the workers use, from the ports'
+/// ([`dpdk::Port::checksum_offload`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Offloads {
+    /// Bit `p`: port `p` verifies received IPv4 header checksums, so its
+    /// mbufs' "good" flag can be trusted (ports from 64 on: never).
+    pub rx_ipv4_ports: u64,
+    /// Every port fills the IPv4 header checksums of the frames that ask.
+    /// All of them or none: the pipeline prepares a frame (a 0 in the
+    /// field) before its verdict names the port it leaves by.
+    pub tx_ipv4: bool,
+}
+
+impl Offloads {
+    /// From each port's offloads, in port order.
+    pub fn of_ports(ports: &[dpdk::ChecksumOffload]) -> Offloads {
+        let rx_ipv4_ports = ports
+            .iter()
+            .enumerate()
+            .filter(|(i, c)| *i < 64 && c.rx_ipv4)
+            .fold(0, |m, (i, _)| m | 1 << i);
+        Offloads {
+            rx_ipv4_ports,
+            tx_ipv4: !ports.is_empty() && ports.iter().all(|c| c.tx_ipv4),
+        }
+    }
+
+    /// The pipeline's view of a frame received on `port` whose mbuf says
+    /// `good` of its IPv4 header checksum.
+    #[inline]
+    fn meta(&self, port: u16, good: bool) -> ChecksumOffload {
+        ChecksumOffload {
+            rx_ipv4_verified: good && port < 64 && self.rx_ipv4_ports >> port & 1 != 0,
+            tx_ipv4: self.tx_ipv4,
+            ..ChecksumOffload::NONE
+        }
+    }
+}
+
+/// Where the NIC must fill the IPv4 header checksum of `frame`, about to
+/// be sent: `Some((l2_len, l3_len))` for an IPv4 frame (untagged or with one
+/// 802.1Q tag) whose header checksum field holds 0, which is how the
+/// pipeline leaves the frames it rewrote under [`Offloads::tx_ipv4`].
+/// Frames it built itself (ARP, echo replies, resets, ICMP errors of its
+/// own) carry a checksum computed in software and are left alone; one whose
+/// computed checksum happens to be 0 gets the same 0 from the NIC, which
+/// sums the header with the field at 0.
+#[inline]
+pub fn ipv4_checksum_to_fill(frame: &[u8]) -> Option<(u8, u16)> {
+    let be16 = |at: usize| Some(u16::from_be_bytes([*frame.get(at)?, *frame.get(at + 1)?]));
+    let (l2, ethertype) = match be16(12)? {
+        0x8100 => (18, be16(16)?),
+        t => (14, t),
+    };
+    if ethertype != 0x0800 {
+        return None;
+    }
+    let vihl = *frame.get(l2)?;
+    let l3 = u16::from(vihl & 0x0f) * 4;
+    if vihl >> 4 != 4 || l3 < 20 || frame.len() < l2 + usize::from(l3) || be16(l2 + 10)? != 0 {
+        return None;
+    }
+    Some((l2 as u8, l3))
+}
+
+/// Marks `m` for the NIC's IPv4 header checksum if [`ipv4_checksum_to_fill`]
+/// says so (only called under [`Offloads::tx_ipv4`]).
+#[inline]
+fn offload_checksum(m: &mut Mbuf) {
+    if let Some((l2, l3)) = ipv4_checksum_to_fill(m.data()) {
+        m.offload_ipv4_checksum(l2, l3);
+    }
 }
 
 /// A worker's rings to and from the other lcores.
@@ -173,7 +259,9 @@ fn flush_tx(c: &WorkerCounters, q: &mut TxQueue, b: &mut Burst) {
 /// Runs until `stop` is set; returns the worker (its counters and tables).
 pub fn run(mut worker: Worker, io: WorkerIo, mut links: Links, shared: Shared) -> Worker {
     let counters = Arc::clone(worker.counters());
-    let WorkerIo { mut rx, tx, .. } = io;
+    let WorkerIo {
+        mut rx, tx, offloads, ..
+    } = io;
     let nports = rx.len();
     let mut out = Out {
         tx,
@@ -203,6 +291,7 @@ pub fn run(mut worker: Worker, io: WorkerIo, mut links: Links, shared: Shared) -
                 &mut scratch,
                 &mut out,
                 &mut links,
+                &offloads,
             );
         }
         for i in 0..links.handover_in.len() {
@@ -215,6 +304,7 @@ pub fn run(mut worker: Worker, io: WorkerIo, mut links: Links, shared: Shared) -
                     &mut scratch,
                     &mut out,
                     &mut links,
+                    &offloads,
                 );
             }
         }
@@ -244,7 +334,9 @@ struct Scratch {
 
 /// The pipeline over one burst, then each frame where its verdict says.
 /// The receiving port is the one in each mbuf: set by the PMD at rx, and
-/// kept when another worker hands a frame over.
+/// kept when another worker hands a frame over (so are its rx checksum
+/// flags).
+#[allow(clippy::too_many_arguments)]
 #[inline]
 fn process(
     worker: &mut Worker,
@@ -254,11 +346,13 @@ fn process(
     scratch: &mut Scratch,
     out: &mut Out,
     links: &mut Links,
+    offloads: &Offloads,
 ) {
     let n = burst.len();
     let Scratch { metas, verdicts } = scratch;
     for (i, m) in metas[..n].iter_mut().enumerate() {
         m.port = burst.port(i);
+        m.offload = offloads.meta(m.port, burst.rx_ipv4_checksum_good(i));
     }
     {
         let mut frames = burst.frames_mut();
@@ -276,6 +370,9 @@ fn process(
         match *v {
             Verdict::Transmit { port, len } => {
                 if m.set_len(len) {
+                    if offloads.tx_ipv4 {
+                        offload_checksum(&mut m);
+                    }
                     out.transmit(&c, port, m);
                 } else {
                     c.count_drop(DropReason::TooBig);
@@ -299,6 +396,9 @@ fn process(
             },
             Verdict::Resolve { port, len, .. } => {
                 if m.set_len(len) {
+                    if offloads.tx_ipv4 {
+                        offload_checksum(&mut m);
+                    }
                     m.set_port(port);
                     if links.held_out.enqueue(m).is_err() {
                         c.count_drop(DropReason::NoNeighbor);
@@ -313,5 +413,88 @@ fn process(
             }
             Verdict::ToHost => c.count_drop(DropReason::LocalUnhandled),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An Ethernet frame (tagged with `vlan` if given) around an IPv4
+    /// header of `ihl` words with header checksum `csum`, 8 bytes of L4.
+    fn frame(vlan: Option<u16>, ihl: u8, csum: u16) -> Vec<u8> {
+        let mut f = vec![0x02; 12];
+        if let Some(tci) = vlan {
+            f.extend_from_slice(&[0x81, 0x00]);
+            f.extend_from_slice(&tci.to_be_bytes());
+        }
+        f.extend_from_slice(&[0x08, 0x00]);
+        let mut ip = vec![0u8; usize::from(ihl) * 4];
+        ip[0] = 0x40 | ihl;
+        ip[8] = 64;
+        ip[9] = 6;
+        ip[10..12].copy_from_slice(&csum.to_be_bytes());
+        f.extend_from_slice(&ip);
+        f.extend_from_slice(&[0; 8]);
+        f
+    }
+
+    #[test]
+    fn only_ipv4_headers_with_a_zero_checksum_ask_the_nic() {
+        assert_eq!(ipv4_checksum_to_fill(&frame(None, 5, 0)), Some((14, 20)));
+        assert_eq!(ipv4_checksum_to_fill(&frame(Some(7), 5, 0)), Some((18, 20)));
+        assert_eq!(ipv4_checksum_to_fill(&frame(None, 15, 0)), Some((14, 60)));
+        // Computed in software: left as it is.
+        assert_eq!(ipv4_checksum_to_fill(&frame(None, 5, 0xb1e6)), None);
+        assert_eq!(ipv4_checksum_to_fill(&frame(Some(7), 5, 1)), None);
+        // Not an IPv4 header the NIC could sum.
+        let mut arp = frame(None, 5, 0);
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert_eq!(ipv4_checksum_to_fill(&arp), None);
+        let mut v6 = frame(None, 5, 0);
+        v6[14] = 0x65;
+        assert_eq!(ipv4_checksum_to_fill(&v6), None);
+        let mut short_ihl = frame(None, 5, 0);
+        short_ihl[14] = 0x44;
+        assert_eq!(ipv4_checksum_to_fill(&short_ihl), None);
+        // Truncated anywhere up to the end of the IP header: no panic.
+        let f = frame(None, 6, 0);
+        for len in 0..14 + 24 {
+            assert_eq!(ipv4_checksum_to_fill(&f[..len]), None, "{len} bytes");
+        }
+        assert_eq!(ipv4_checksum_to_fill(&f[..38]), Some((14, 24)));
+    }
+
+    #[test]
+    fn offloads_come_from_every_port() {
+        let both = dpdk::ChecksumOffload {
+            rx_ipv4: true,
+            tx_ipv4: true,
+        };
+        let none = dpdk::ChecksumOffload::default();
+        let o = Offloads::of_ports(&[both, both]);
+        assert_eq!(
+            o,
+            Offloads {
+                rx_ipv4_ports: 0b11,
+                tx_ipv4: true
+            }
+        );
+        // Tx needs every port; rx is per port.
+        let o = Offloads::of_ports(&[none, both]);
+        assert_eq!(
+            o,
+            Offloads {
+                rx_ipv4_ports: 0b10,
+                tx_ipv4: false
+            }
+        );
+        assert!(!o.meta(0, true).rx_ipv4_verified);
+        assert!(o.meta(1, true).rx_ipv4_verified);
+        assert!(!o.meta(1, false).rx_ipv4_verified);
+        assert!(!o.meta(64, true).rx_ipv4_verified);
+        assert_eq!(Offloads::of_ports(&[]), Offloads::default());
+        let m = Offloads::of_ports(&[both]).meta(0, true);
+        assert!(m.tx_ipv4 && !m.tx_l4 && !m.rx_l4_partial);
     }
 }

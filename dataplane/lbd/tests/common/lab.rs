@@ -127,6 +127,44 @@ impl Lab {
     pub fn start_lbd(&self, lcores: &str, qpairs: u32, extra: &[&str]) -> Lbd {
         let v0 = format!("net_af_packet0,iface={}c,qpairs={qpairs}", self.tag);
         let v1 = format!("net_af_packet1,iface={}s,qpairs={qpairs}", self.tag);
+        self.start_lbd_on(&v0, &v1, lcores, extra)
+    }
+
+    /// Starts lbd on two `net_tap` ports (whose kernel ends are bridged to
+    /// the lab's `TAGc` and `TAGs` once lbd runs; see [`Lab::bridge_taps`])
+    /// with `extra` flags on one lcore. The tap PMD offers rx and tx IPv4
+    /// checksum offload, done in software in the PMD, so lbd's offload
+    /// path runs against real kernel traffic.
+    pub fn start_lbd_on_taps(&self, extra: &[&str]) -> Lbd {
+        let v0 = format!("net_tap0,iface={}t0", self.tag);
+        let v1 = format!("net_tap1,iface={}t1", self.tag);
+        let lbd = self.start_lbd_on(&v0, &v1, "0", extra);
+        self.bridge_taps();
+        lbd
+    }
+
+    /// Puts the kernel end of each tap next to the lab's veth end on a
+    /// bridge (`TAGk0`, `TAGk1`; removed by `lab.sh down`). The taps' kernel
+    /// ends first get MACs of their own: they start with the DPDK port's,
+    /// and a bridge takes frames to one of its ports' MACs for itself.
+    fn bridge_taps(&self) {
+        let t = &self.tag;
+        for (i, veth) in [(0, "c"), (1, "s")] {
+            super::sh(&format!(
+                "ip link set {t}t{i} address 02:00:00:{:02x}:00:{:02x} && \
+                 ip link add {t}k{i} type bridge && \
+                 sysctl -qw net.ipv6.conf.{t}k{i}.disable_ipv6=1 net.ipv6.conf.{t}t{i}.disable_ipv6=1 && \
+                 ip link set {t}{veth} master {t}k{i} && ip link set {t}t{i} master {t}k{i} && \
+                 ip link set {t}k{i} up",
+                self.net,
+                i + 1
+            ));
+        }
+    }
+
+    /// Starts lbd on the ports named by the vdev specs `v0` and `v1`; see
+    /// [`Lab::start_lbd`].
+    fn start_lbd_on(&self, v0: &str, v1: &str, lcores: &str, extra: &[&str]) -> Lbd {
         let prefix = format!("lbde2e-{}-{}", self.tag, std::process::id());
         let sock = self.socket();
         let mut args = vec![
@@ -138,9 +176,9 @@ impl Lab {
             "--file-prefix",
             &prefix,
             "--vdev",
-            &v0,
+            v0,
             "--vdev",
-            &v1,
+            v1,
             "--grpc",
             &sock,
             "--conntrack-size",
