@@ -128,6 +128,8 @@ pub struct PortInfo {
     pub driver: String,
     /// MAC address.
     pub mac: [u8; 6],
+    /// IPv4 header checksum offloads in use: (rx, tx).
+    pub ipv4_checksum_offload: (bool, bool),
     /// Link state, speed and counters, kept current by the port's owner.
     pub status: Arc<PortStatus>,
 }
@@ -554,6 +556,8 @@ impl LoadBalancer for LoadBalancerService {
                         mac: format_mac(port.mac),
                         link_up: st.up,
                         speed_mbps: st.speed_mbps,
+                        rx_ipv4_checksum_offload: port.ipv4_checksum_offload.0,
+                        tx_ipv4_checksum_offload: port.ipv4_checksum_offload.1,
                     }
                 })
                 .collect(),

@@ -585,6 +585,13 @@ async fn stats_and_info() {
     assert_eq!(i.ports[1].mac, "02:00:00:00:00:02");
     assert_eq!(i.ports[0].driver, "net_null");
     assert!(i.ports[0].link_up);
+    assert_eq!(
+        i.ports
+            .iter()
+            .map(|p| (p.rx_ipv4_checksum_offload, p.tx_ipv4_checksum_offload))
+            .collect::<Vec<_>>(),
+        [(false, false), (true, false)]
+    );
     assert!(st.ports.iter().all(|p| p.rx_packets == 0));
 
     // What lbd records every second shows in the next answers.

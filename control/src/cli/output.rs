@@ -493,6 +493,8 @@ pub fn info_value(i: &pb::GetInfoResponse) -> serde_json::Value {
             "mac": p.mac,
             "link_up": p.link_up,
             "speed_mbps": p.speed_mbps,
+            "rx_ipv4_checksum_offload": p.rx_ipv4_checksum_offload,
+            "tx_ipv4_checksum_offload": p.tx_ipv4_checksum_offload,
         })).collect::<Vec<_>>(),
     })
 }
@@ -531,12 +533,27 @@ pub fn info_text(i: &pb::GetInfoResponse) -> String {
                     } else {
                         format!("{} Mb/s", p.speed_mbps)
                     },
+                    match (p.rx_ipv4_checksum_offload, p.tx_ipv4_checksum_offload) {
+                        (true, true) => "rx,tx",
+                        (true, false) => "rx",
+                        (false, true) => "tx",
+                        (false, false) => "-",
+                    }
+                    .into(),
                 ]
             })
             .collect();
         out.push('\n');
         out.push_str(&table(
-            &["port", "name", "driver", "mac", "link", "speed"],
+            &[
+                "port",
+                "name",
+                "driver",
+                "mac",
+                "link",
+                "speed",
+                "ip csum offload",
+            ],
             &cells,
         ));
     }
@@ -684,6 +701,7 @@ mod tests {
                 name: "net_null0".into(),
                 mac: crate::grpc::format_mac([2, 0, 0, 0, 0, 1]),
                 link_up: true,
+                rx_ipv4_checksum_offload: true,
                 ..Default::default()
             }],
             ..Default::default()
@@ -691,6 +709,12 @@ mod tests {
         let t = info_text(&i);
         assert!(t.starts_with("version"), "{t}");
         assert!(t.contains("02:00:00:00:00:01"), "{t}");
+        assert!(t.contains("IP CSUM OFFLOAD"), "{t}");
+        assert!(
+            t.lines().last().is_some_and(|l| l.trim_end().ends_with("rx")),
+            "{t}"
+        );
+        assert_eq!(info_value(&i)["ports"][0]["rx_ipv4_checksum_offload"], true);
         assert_eq!(info_value(&i)["revision"], 7);
     }
 }

@@ -37,6 +37,7 @@ pub fn ports() -> Vec<PortInfo> {
             name: format!("net_null{id}"),
             driver: "net_null".into(),
             mac: [0x02, 0, 0, 0, 0, id as u8 + 1],
+            ipv4_checksum_offload: (id == 1, false),
             status: lb_control::grpc::PortStatus::new(true, 10_000),
         })
         .collect()

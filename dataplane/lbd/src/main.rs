@@ -229,6 +229,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         ports.push(port);
     }
 
+    let per_port: Vec<_> = ports.iter().map(Port::checksum_offload).collect();
+    let offloads = Offloads::of_ports(&per_port);
+    if !offloads.tx_ipv4 && per_port.iter().any(|c| c.tx_ipv4) {
+        tracing::info!(
+            "tx IPv4 checksum offload not used: not every port has it (lbd sums headers in software)"
+        );
+    }
+
     // The desired state before anything forwards: the state file, then the
     // config file's services (the `config` source).
     match &node.node_name {
@@ -295,6 +303,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             name: p.info().name.clone(),
             driver: p.info().driver.clone(),
             mac: p.mac().0,
+            ipv4_checksum_offload: (p.checksum_offload().rx_ipv4, offloads.tx_ipv4),
             status: Arc::clone(status),
         })
         .collect();
@@ -352,14 +361,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 
     let steering = steer_replies(&ports, &config.services.snat, queues);
-
-    let per_port: Vec<_> = ports.iter().map(Port::checksum_offload).collect();
-    let offloads = Offloads::of_ports(&per_port);
-    if !offloads.tx_ipv4 && per_port.iter().any(|c| c.tx_ipv4) {
-        tracing::info!(
-            "tx IPv4 checksum offload not used: not every port has it (lbd sums headers in software)"
-        );
-    }
 
     let mut ios = Vec::new();
     for q in 0..queues {

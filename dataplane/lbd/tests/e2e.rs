@@ -598,6 +598,14 @@ fn checksum_offload_on_tap_ports() {
         2,
         "both tap ports run with the offloads: {log}"
     );
+    let info = lab.lbctl_ok(&["info"]);
+    assert_eq!(
+        info.lines()
+            .filter(|l| l.contains("net_tap") && l.trim_end().ends_with("rx,tx"))
+            .count(),
+        2,
+        "lbctl info shows both offloads in use on both ports: {info}"
+    );
     lab.wait_for_service(Duration::from_secs(15));
 
     let answers = lab.requests(90);
