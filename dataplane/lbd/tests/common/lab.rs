@@ -34,6 +34,27 @@ pub fn lbctl_bin() -> PathBuf {
             ])
             .arg(target)
             .current_dir(repo());
+            // What cargo set for this test process describes lbd's package,
+            // not the build: a build script that declares one of these
+            // (ring's does, `CARGO_MANIFEST_DIR`) would run again here, and
+            // so would everything above it, then again at the next `cargo
+            // test` (two minutes each in release).
+            for (k, _) in std::env::vars_os() {
+                let k = k.to_string_lossy();
+                if k.starts_with("CARGO_PKG_")
+                    || k.starts_with("CARGO_MANIFEST_")
+                    || k.starts_with("CARGO_BIN_")
+                    || [
+                        "CARGO_CRATE_NAME",
+                        "CARGO_PRIMARY_PACKAGE",
+                        "CARGO_TARGET_TMPDIR",
+                        "OUT_DIR",
+                    ]
+                    .contains(&k.as_ref())
+                {
+                    c.env_remove(k.as_ref());
+                }
+            }
             if profile_release {
                 c.arg("--release");
             }
