@@ -39,20 +39,19 @@ pub fn lbctl_bin() -> PathBuf {
             // (ring's does, `CARGO_MANIFEST_DIR`) would run again here, and
             // so would everything above it, then again at the next `cargo
             // test` (two minutes each in release).
-            for (k, _) in std::env::vars_os() {
-                let k = k.to_string_lossy();
-                if k.starts_with("CARGO_PKG_")
-                    || k.starts_with("CARGO_MANIFEST_")
-                    || k.starts_with("CARGO_BIN_")
+            for (k, _) in std::env::vars() {
+                if ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_BIN_"]
+                    .iter()
+                    .any(|p| k.starts_with(p))
                     || [
                         "CARGO_CRATE_NAME",
                         "CARGO_PRIMARY_PACKAGE",
                         "CARGO_TARGET_TMPDIR",
                         "OUT_DIR",
                     ]
-                    .contains(&k.as_ref())
+                    .contains(&k.as_str())
                 {
-                    c.env_remove(k.as_ref());
+                    c.env_remove(k);
                 }
             }
             if profile_release {
