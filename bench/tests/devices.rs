@@ -14,6 +14,9 @@
 //!
 //! Needs root (EAL, memif sockets) and `scripts/setup.sh` (dpdk-testpmd).
 
+#[path = "../../dataplane/lbd/tests/common/nested_cargo.rs"]
+mod nested_cargo;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -49,24 +52,7 @@ fn lbd_bin() -> PathBuf {
             c.args(["build", "--quiet", "-p", "lbd", "--target-dir"])
                 .arg(target)
                 .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
-            // Not this test's package variables: ring's build script
-            // declares some, and would rebuild everything above it here and
-            // again at the next `cargo test` (see lbd's tests/common/lab.rs).
-            for (k, _) in std::env::vars() {
-                if ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_BIN_"]
-                    .iter()
-                    .any(|p| k.starts_with(p))
-                    || [
-                        "CARGO_CRATE_NAME",
-                        "CARGO_PRIMARY_PACKAGE",
-                        "CARGO_TARGET_TMPDIR",
-                        "OUT_DIR",
-                    ]
-                    .contains(&k.as_str())
-                {
-                    c.env_remove(k);
-                }
-            }
+            nested_cargo::without_package_env(&mut c);
             if gen.parent().is_some_and(|d| d.ends_with("release")) {
                 c.arg("--release");
             }

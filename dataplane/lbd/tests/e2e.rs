@@ -98,25 +98,7 @@ fn mode_test(tag: &str, net: u8, mode: &str) {
         "one connection, one backend: {out}"
     );
 
-    // A bigger body, checked byte for byte.
-    let sum = lab.client(&format!(
-        "curl -s -m 20 http://{}/bytes/3000000 | sha256sum",
-        lab.vip()
-    ));
-    assert_eq!(
-        sum.split_whitespace().next(),
-        Some(pattern_sha256(3_000_000).as_str())
-    );
-
-    // UDP through the same VIP.
-    let a = udp_echo(&lab, "hello");
-    assert!(
-        a.starts_with("backend-") && a.contains(&format!("{want_src} hello")),
-        "{mode} UDP: {a}"
-    );
-
-    // ping to the VIP is answered by lbd.
-    lab.client(&format!("ping -c 2 -i 0.2 -W 2 {}", lab.vip()));
+    body_udp_and_ping(&lab, &want_src);
     // A TCP port the VIP has no frontend for is refused at once (RST).
     let o = lab.exec("c", &format!("curl -s -m 3 http://{}:81/", lab.vip()));
     assert_eq!(
@@ -131,6 +113,25 @@ fn mode_test(tag: &str, net: u8, mode: &str) {
 
     let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(10));
     assert_eq!(code, Some(0), "{}", lbd.log_text());
+}
+
+/// Through the VIP: a 3 MB body checked byte for byte, a UDP exchange
+/// whose backend saw `want_src`, and a ping that lbd answers.
+fn body_udp_and_ping(lab: &Lab, want_src: &str) {
+    let sum = lab.client(&format!(
+        "curl -s -m 20 http://{}/bytes/3000000 | sha256sum",
+        lab.vip()
+    ));
+    assert_eq!(
+        sum.split_whitespace().next(),
+        Some(pattern_sha256(3_000_000).as_str())
+    );
+    let a = udp_echo(lab, "hello");
+    assert!(
+        a.starts_with("backend-") && a.contains(&format!("{want_src} hello")),
+        "UDP: {a}"
+    );
+    lab.client(&format!("ping -c 2 -i 0.2 -W 2 {}", lab.vip()));
 }
 
 /// The worker loop sweeps expired connections: one the client resets
@@ -614,17 +615,7 @@ fn checksum_offload_on_tap_ports() {
         answers.iter().all(|(_, src)| *src == lab.snat_addr()),
         "{answers:?}"
     );
-    let sum = lab.client(&format!(
-        "curl -s -m 20 http://{}/bytes/3000000 | sha256sum",
-        lab.vip()
-    ));
-    assert_eq!(
-        sum.split_whitespace().next(),
-        Some(pattern_sha256(3_000_000).as_str())
-    );
-    let a = udp_echo(&lab, "offload");
-    assert!(a.contains(&format!("{} offload", lab.snat_addr())), "{a}");
-    lab.client(&format!("ping -c 2 -i 0.2 -W 2 {}", lab.vip()));
+    body_udp_and_ping(&lab, &lab.snat_addr());
 
     // A UDP datagram to the VIP whose IPv4 header checksum is wrong, sent
     // to lbd's MAC straight into the client-side tap (a bridge with

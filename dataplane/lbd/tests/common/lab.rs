@@ -34,26 +34,7 @@ pub fn lbctl_bin() -> PathBuf {
             ])
             .arg(target)
             .current_dir(repo());
-            // What cargo set for this test process describes lbd's package,
-            // not the build: a build script that declares one of these
-            // (ring's does, `CARGO_MANIFEST_DIR`) would run again here, and
-            // so would everything above it, then again at the next `cargo
-            // test` (two minutes each in release).
-            for (k, _) in std::env::vars() {
-                if ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_BIN_"]
-                    .iter()
-                    .any(|p| k.starts_with(p))
-                    || [
-                        "CARGO_CRATE_NAME",
-                        "CARGO_PRIMARY_PACKAGE",
-                        "CARGO_TARGET_TMPDIR",
-                        "OUT_DIR",
-                    ]
-                    .contains(&k.as_str())
-                {
-                    c.env_remove(k);
-                }
-            }
+            super::nested_cargo::without_package_env(&mut c);
             if profile_release {
                 c.arg("--release");
             }

@@ -245,3 +245,4 @@ impl Drop for TempFile {
 }
 
 pub mod lab;
+pub mod nested_cargo;
