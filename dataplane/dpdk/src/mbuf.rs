@@ -256,17 +256,6 @@ impl Mbuf {
         unsafe { dpdk_sys::lbd_rte_pktmbuf_ol_flags(self.0.as_ptr()) }
     }
 
-    /// True if the NIC verified the frame's IPv4 header checksum and found
-    /// it good (`RTE_MBUF_F_RX_IP_CKSUM_GOOD`), on a port with
-    /// [`crate::ChecksumOffload::rx_ipv4`]. False for every other status:
-    /// bad, unknown, not checked, or not IPv4.
-    #[inline]
-    pub fn rx_ipv4_checksum_good(&self) -> bool {
-        // SAFETY: we own the mbuf; reads one plain field of the struct
-        // whose layout bindgen checked.
-        ip_cksum_good(unsafe { (*self.0.as_ptr()).ol_flags })
-    }
-
     /// Asks the NIC to fill the IPv4 header checksum of this frame, whose
     /// IPv4 header starts `l2_len` bytes in and is `l3_len` bytes long
     /// (`RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM`). The checksum field
@@ -419,7 +408,10 @@ impl Burst {
         unsafe { (*self.ptrs[i]).port }
     }
 
-    /// [`Mbuf::rx_ipv4_checksum_good`] of mbuf `i`.
+    /// True if the NIC verified mbuf `i`'s IPv4 header checksum and found
+    /// it good (`RTE_MBUF_F_RX_IP_CKSUM_GOOD`), on a port with
+    /// [`crate::ChecksumOffload::rx_ipv4`]. False for every other status:
+    /// bad, unknown, not checked, or not IPv4.
     #[inline]
     pub fn rx_ipv4_checksum_good(&self, i: usize) -> bool {
         assert!(i < self.len, "burst index {i} out of range {}", self.len);

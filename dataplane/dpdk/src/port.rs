@@ -143,7 +143,7 @@ pub enum RssStatus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ChecksumOffload {
     /// Rx: the NIC verifies the IPv4 header checksum of each received
-    /// frame and says so in its mbuf ([`crate::Mbuf::rx_ipv4_checksum_good`]).
+    /// frame and says so in its mbuf ([`crate::Burst::rx_ipv4_checksum_good`]).
     pub rx_ipv4: bool,
     /// Tx: the NIC fills the IPv4 header checksum of the frames marked
     /// with [`crate::Mbuf::offload_ipv4_checksum`].

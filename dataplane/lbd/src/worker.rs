@@ -150,7 +150,7 @@ impl Offloads {
 /// computed checksum happens to be 0 gets the same 0 from the NIC, which
 /// sums the header with the field at 0.
 #[inline]
-pub fn ipv4_checksum_to_fill(frame: &[u8]) -> Option<(u8, u16)> {
+fn ipv4_checksum_to_fill(frame: &[u8]) -> Option<(u8, u16)> {
     let be16 = |at: usize| Some(u16::from_be_bytes([*frame.get(at)?, *frame.get(at + 1)?]));
     let (l2, ethertype) = match be16(12)? {
         0x8100 => (18, be16(16)?),

@@ -9,7 +9,7 @@ use std::process::Command;
 /// (ring's declares `CARGO_MANIFEST_DIR`) would run again in the nested
 /// build, and so would everything above it, then again at the next `cargo
 /// test` (two minutes each in release).
-pub fn without_package_env(c: &mut Command) -> &mut Command {
+pub fn without_package_env(c: &mut Command) {
     for (k, _) in std::env::vars() {
         if ["CARGO_PKG_", "CARGO_MANIFEST_", "CARGO_BIN_"]
             .iter()
@@ -25,5 +25,4 @@ pub fn without_package_env(c: &mut Command) -> &mut Command {
             c.env_remove(k);
         }
     }
-    c
 }
