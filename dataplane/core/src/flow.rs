@@ -527,6 +527,17 @@ impl SnatPorts {
         self.worker
     }
 
+    /// The SNAT addresses, both families, in the order given.
+    pub fn addresses(&self) -> &[IpAddr] {
+        &self.addrs
+    }
+
+    /// The mask of [`owner_of_snat_port`]: every port handed out has
+    /// `port & mask == worker`.
+    pub fn port_mask(&self) -> u16 {
+        self.mask
+    }
+
     /// Hands out a free (SNAT address, port) of the backend's address family
     /// for a flow to `backend`, or `None` when every address is exhausted
     /// (the caller counts `SnatExhausted`). Addresses are used round-robin.

@@ -10,7 +10,11 @@
 //! - **Both directions in O(1).** Each connection is indexed under its
 //!   original tuple (client → VIP) and its reply tuple (backend → client for
 //!   DNAT, backend → SNAT endpoint for full-NAT), in one open-addressing
-//!   index (linear probing, backward-shift deletion, load ≤ 0.5).
+//!   index (linear probing, backward-shift deletion, load ≤ 0.5); except
+//!   that in a table built for a worker's SNAT ports
+//!   ([`Conntrack::with_snat_ports`]) a full-NAT reply tuple is found by its
+//!   SNAT address and port instead, in a cell of its own (`reply_ports.rs`),
+//!   so a full-NAT connection takes one index entry, not two.
 //! - **Addresses, not indices.** An entry stores the backend's address and
 //!   port, never an index into a snapshot, so established connections
 //!   survive any snapshot swap.
@@ -18,7 +22,11 @@
 //!   [`Conntrack::BYTES_PER_CONN_V4`] = 96 bytes (a 64-byte entry, one
 //!   cache line, + 4 index slots × 8 bytes), an IPv6 one
 //!   [`Conntrack::BYTES_PER_CONN_V6`] = 160 bytes (128 + 32); a test
-//!   recomputes both with `size_of`.
+//!   recomputes both with `size_of`. The index is sized for DNAT, two
+//!   entries a connection; full-NAT connections, which take one, leave it
+//!   emptier (shorter probe runs). The reply cells of
+//!   [`Conntrack::with_snat_ports`] are extra: a fixed amount per SNAT
+//!   address (`reply_ports.rs`), not per connection.
 //! - **A flow cache per entry.** Each entry keeps, per direction, the next
 //!   hop the worker's IPv4 fast path resolved for it and the
 //!   [`Snapshot::epoch`](crate::snapshot::Snapshot::epoch) it did so under
@@ -58,6 +66,7 @@
 //! or evicted; a slot is reused after that, so a worker must not keep an
 //! id across calls to `insert`, `expire` or `remove`.
 
+mod reply_ports;
 mod state;
 mod table;
 #[cfg(test)]
@@ -69,11 +78,12 @@ use std::net::IpAddr;
 pub use state::{tcp_flags, ConnState, EvictClass, Timeouts};
 pub use v4::RewriteV4;
 
-use crate::flow::{FlowKey, FlowKeyV4, FlowKeyV6, Proto};
+use crate::flow::{FlowKey, FlowKeyV4, FlowKeyV6, Proto, SnatPorts};
 use crate::nat::NatDelta;
 use crate::prefetch::Prefetch;
 use crate::time::Tick;
-use table::{Addr, HopCache, RawKey, Slot, Table, FIN_BY_REPLY, FULL_NAT, NEVER_EVICT};
+use reply_ports::ReplyPorts;
+use table::{Addr, HopCache, Loc, RawKey, Slot, Table, FIN_BY_REPLY, FULL_NAT, NEVER_EVICT};
 
 /// An address and port.
 pub type Endpoint = (IpAddr, u16);
@@ -91,10 +101,11 @@ pub enum Direction {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct EntryId(u32);
 
-/// A key's hash in its family's table, from
-/// [`Conntrack::lookup_burst_hashed`]; see [`Conntrack::lookup_hashed`].
+/// Where a key is looked for in its family's table (its hash, and its
+/// reply cell if it has one), from [`Conntrack::lookup_burst_hashed`]; see
+/// [`Conntrack::lookup_hashed`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct KeyHash(u32);
+pub(crate) struct KeyHash(Loc);
 
 /// Keys per stage of [`Conntrack::lookup_burst`]: an rx burst.
 pub const BURST: usize = 32;
@@ -244,6 +255,10 @@ pub enum NewError {
         /// The maximum.
         max: u32,
     },
+    /// More SNAT addresses of a family than the reply cells take (64), or a
+    /// duplicate ([`SnatPorts`] refuses both already).
+    #[error("too many or duplicate SNAT addresses for the reply cells")]
+    SnatAddresses,
 }
 
 /// Why [`Conntrack::insert`] failed.
@@ -343,7 +358,46 @@ impl Conntrack {
     pub const BYTES_PER_CONN_V6: usize = table::bytes_per_conn::<[u8; 16]>();
 
     /// Allocates a table for `config`'s capacities; the only allocation.
+    /// Every reply key goes in the hashed index: see
+    /// [`Conntrack::with_snat_ports`] for a worker's table.
     pub fn new(config: Config) -> Result<Conntrack, NewError> {
+        Self::build(config, ReplyPorts::none(), ReplyPorts::none())
+    }
+
+    /// [`Conntrack::new`] for the worker whose SNAT ports are `snat`: the
+    /// reply keys of its full-NAT connections (destination one of `snat`'s
+    /// addresses and a port of its share) are kept in cells of their own,
+    /// one per (address, protocol, port), and not in the hashed index
+    /// (`reply_ports.rs`: memory, and what is routed there).
+    ///
+    /// The one difference callers see: two connections whose reply keys
+    /// share such a destination are refused
+    /// ([`InsertError::ReplyConflict`]), even towards different backends,
+    /// which `snat` never gives this worker's connections.
+    pub fn with_snat_ports(config: Config, snat: &SnatPorts) -> Result<Conntrack, NewError> {
+        let (mask, worker) = (snat.port_mask(), snat.worker().0);
+        let v4: Vec<[u8; 4]> = snat
+            .addresses()
+            .iter()
+            .filter_map(|a| <[u8; 4]>::from_ip(*a))
+            .collect();
+        let v6: Vec<[u8; 16]> = snat
+            .addresses()
+            .iter()
+            .filter_map(|a| <[u8; 16]>::from_ip(*a))
+            .collect();
+        Self::build(
+            config,
+            ReplyPorts::new(&v4, mask, worker).map_err(|_| NewError::SnatAddresses)?,
+            ReplyPorts::new(&v6, mask, worker).map_err(|_| NewError::SnatAddresses)?,
+        )
+    }
+
+    fn build(
+        config: Config,
+        ports_v4: ReplyPorts<[u8; 4]>,
+        ports_v6: ReplyPorts<[u8; 16]>,
+    ) -> Result<Conntrack, NewError> {
         for capacity in [config.capacity_v4, config.capacity_v6] {
             if capacity > Self::MAX_CAPACITY {
                 return Err(NewError::CapacityTooLarge {
@@ -355,8 +409,8 @@ impl Conntrack {
         let mut seed = config.hash_seed;
         let mut seeds = || [(); 4].map(|_| splitmix64(&mut seed));
         Ok(Conntrack {
-            v4: Table::new(config.capacity_v4, seeds()),
-            v6: Table::new(config.capacity_v6, seeds()),
+            v4: Table::new(config.capacity_v4, seeds(), ports_v4),
+            v6: Table::new(config.capacity_v6, seeds(), ports_v6),
             timeouts: config.timeouts,
             timeout_ms: config.timeouts.millis_table(),
             evict_window: config.evict_window,
@@ -401,12 +455,12 @@ impl Conntrack {
         match key {
             FlowKey::V4(k) => {
                 let k = raw_v4(k);
-                self.v4.find(&k, self.v4.hash(&k)).map(|(i, d)| (EntryId(i), d))
+                self.v4.find(&k, self.v4.locate(&k)).map(|(i, d)| (EntryId(i), d))
             }
             FlowKey::V6(k) => {
                 let k = raw_v6(k);
                 self.v6
-                    .find(&k, self.v6.hash(&k))
+                    .find(&k, self.v6.locate(&k))
                     .map(|(i, d)| (EntryId(i | V6_BIT), d))
             }
         }
@@ -417,8 +471,9 @@ impl Conntrack {
     /// alone).
     ///
     /// At a million connections a lookup costs two dependent cache misses
-    /// (index slot, then entry). This first warms the index slots of up to
-    /// [`BURST`] keys, then reads them and warms the entries they name,
+    /// (index slot or reply cell, then entry). This first warms the index
+    /// slots (or cells) of up to [`BURST`] keys, then reads them and warms
+    /// the entries they name,
     /// then does the lookups on warm lines, so the misses of a burst
     /// overlap. `p` says how a line is warmed ([`crate::prefetch`]).
     pub fn lookup_burst(
@@ -451,12 +506,12 @@ impl Conntrack {
         for (k, h) in keys.iter().zip(hashes.iter_mut()) {
             h.0 = match k {
                 FlowKey::V4(k) => {
-                    let h = self.v4.hash(&raw_v4(k));
+                    let h = self.v4.locate(&raw_v4(k));
                     self.v4.prefetch_home(p, h);
                     h
                 }
                 FlowKey::V6(k) => {
-                    let h = self.v6.hash(&raw_v6(k));
+                    let h = self.v6.locate(&raw_v6(k));
                     self.v6.prefetch_home(p, h);
                     h
                 }
@@ -464,8 +519,8 @@ impl Conntrack {
         }
         for (k, h) in keys.iter().zip(hashes.iter()) {
             match k {
-                FlowKey::V4(_) => self.v4.prefetch_slot(p, self.v4.peek_home(h.0)),
-                FlowKey::V6(_) => self.v6.prefetch_slot(p, self.v6.peek_home(h.0)),
+                FlowKey::V4(_) => self.v4.prefetch_slot(p, self.v4.peek(h.0)),
+                FlowKey::V6(_) => self.v6.prefetch_slot(p, self.v6.peek(h.0)),
             }
         }
         for ((k, h), o) in keys.iter().zip(hashes.iter()).zip(out.iter_mut()) {
@@ -476,7 +531,8 @@ impl Conntrack {
     /// [`Conntrack::lookup`] of `key` with its hash from
     /// [`Conntrack::lookup_burst_hashed`] (of the same key: any other hash
     /// gives a wrong answer). The hash depends only on the key and the
-    /// table's seeds, so it stays valid whatever is inserted or removed.
+    /// table's construction, so it stays valid whatever is inserted or
+    /// removed.
     #[inline(always)]
     pub(crate) fn lookup_hashed(&self, key: &FlowKey, hash: KeyHash) -> Option<(EntryId, Direction)> {
         match key {
@@ -506,8 +562,8 @@ impl Conntrack {
     #[inline(always)]
     pub(crate) fn maybe_inserted_since_mark(&self, key: &FlowKey, hash: KeyHash) -> bool {
         match key {
-            FlowKey::V4(_) => self.v4.maybe_indexed_since_mark(hash.0),
-            FlowKey::V6(_) => self.v6.maybe_indexed_since_mark(hash.0),
+            FlowKey::V4(_) => self.v4.maybe_indexed_since_mark(hash.0.hash),
+            FlowKey::V6(_) => self.v6.maybe_indexed_since_mark(hash.0.hash),
         }
     }
 
@@ -742,9 +798,9 @@ struct InsertCtx<'a> {
     window: u32,
     /// The caller has just looked the key up and missed.
     missed: bool,
-    /// The key's and the reply key's hashes in the table, if the caller
+    /// The key's and the reply key's places in the table, if the caller
     /// has them.
-    hashes: Option<(u32, u32)>,
+    hashes: Option<(Loc, Loc)>,
 }
 
 fn insert_in<A: Addr>(
@@ -787,19 +843,21 @@ fn insert_in<A: Addr>(
         Some(h) => {
             debug_assert_eq!(
                 h,
-                (t.hash(&key), t.hash(&reply)),
+                (t.locate(&key), t.locate(&reply)),
                 "insert_missed given wrong hashes"
             );
             h
         }
-        None => (t.hash(&key), t.hash(&reply)),
+        None => (t.locate(&key), t.locate(&reply)),
     };
     if ctx.missed {
         debug_assert!(t.find(&key, h_orig).is_none(), "insert_missed of a present key");
     } else if t.find(&key, h_orig).is_some() {
         return Err(InsertError::Exists);
     }
-    if t.find(&reply, h_reply).is_some() {
+    // A taken cell holds either this very reply key or another to the
+    // same SNAT endpoint: both conflict.
+    if !t.cell_free(h_reply) || t.find(&reply, h_reply).is_some() {
         return Err(InsertError::ReplyConflict);
     }
     if t.is_full() {

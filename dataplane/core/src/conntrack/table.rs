@@ -1,13 +1,18 @@
-//! One address family's storage: a slab of entries plus an open-addressing
-//! index holding both directions' keys.
+//! One address family's storage: a slab of entries, an open-addressing
+//! index holding their keys, and the cells of [`ReplyPorts`] holding the
+//! reply keys routed there (full-NAT replies: see that module).
 //!
 //! Invariants:
-//! - the slab and the index are allocated once, in [`Table::new`], and never
-//!   resized; `index.len() == INDEX_SLOTS_PER_ENTRY * capacity` (at least 1),
-//!   so at full occupancy the index is at most half full and every probe
-//!   sequence ends at an empty slot;
-//! - every in-use slab slot has exactly two index slots, one per direction,
-//!   and the index holds nothing else;
+//! - the slab, the index and the cells are allocated once, in
+//!   [`Table::new`], and never resized; `index.len() ==
+//!   INDEX_SLOTS_PER_ENTRY * capacity` (at least 1), so at full occupancy
+//!   the index is at most half full and every probe sequence ends at an
+//!   empty slot;
+//! - every in-use slab slot has its original key in the index, and its
+//!   reply key in the cell that key is routed to if it is routed to one,
+//!   in the index otherwise; the index and the cells hold nothing else,
+//!   and `routed_originals` counts the in-use slots whose original key is
+//!   routed to a cell;
 //! - linear probing with backward-shift deletion: no tombstones, so probe
 //!   lengths never degrade over a long-running table's churn;
 //! - free slab slots are chained through `tags[0]`, so the free list costs
@@ -17,6 +22,7 @@ use core::hint::select_unpredictable;
 use core::mem::size_of;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use super::reply_ports::{ReplyPorts, NO_CELL};
 use super::Direction;
 use crate::flow::{fast_range, fold_mul, FlowKey, FlowKeyV4, FlowKeyV6, Proto};
 use crate::nat::NatDelta;
@@ -35,6 +41,11 @@ pub(crate) const NEVER_EVICT: u64 = u64::MAX;
 pub(crate) const IN_USE: u8 = 1;
 pub(crate) const FULL_NAT: u8 = 2;
 pub(crate) const FIN_BY_REPLY: u8 = 4;
+/// Set by [`Table::insert`]: the original key is routed to a cell (and
+/// counted in `routed_originals`).
+const ORIGINAL_ROUTED: u8 = 8;
+/// Set by [`Table::insert`]: the reply key is in its cell, not the index.
+const REPLY_IN_CELL: u8 = 16;
 
 /// An address as raw octets: `[u8; 4]` or `[u8; 16]`.
 pub(crate) trait Addr: Copy + Eq + Default + core::fmt::Debug + AsRef<[u8]> {
@@ -46,6 +57,8 @@ pub(crate) trait Addr: Copy + Eq + Default + core::fmt::Debug + AsRef<[u8]> {
     fn from_ip(ip: IpAddr) -> Option<Self>;
     /// As a public flow key.
     fn flow_key(k: &RawKey<Self>, proto: Proto) -> FlowKey;
+    /// The address folded to 32 bits, for a small map's hash.
+    fn fold(self) -> u32;
 }
 
 #[inline]
@@ -81,6 +94,10 @@ impl Addr for [u8; 4] {
             proto,
         })
     }
+    #[inline(always)]
+    fn fold(self) -> u32 {
+        u32::from_ne_bytes(self)
+    }
 }
 
 impl Addr for [u8; 16] {
@@ -112,6 +129,12 @@ impl Addr for [u8; 16] {
             dport: k.dport,
             proto,
         })
+    }
+    #[inline(always)]
+    fn fold(self) -> u32 {
+        let w = u128::from_ne_bytes(self);
+        let x = (w as u64) ^ (w >> 64) as u64;
+        (x as u32) ^ (x >> 32) as u32
     }
 }
 
@@ -197,7 +220,7 @@ pub(crate) struct Slot<A> {
     pub proto: u8,
     /// A [`super::ConnState`] discriminant.
     pub state: u8,
-    /// `IN_USE | FULL_NAT | FIN_BY_REPLY`.
+    /// `IN_USE | FULL_NAT | FIN_BY_REPLY | ORIGINAL_ROUTED | REPLY_IN_CELL`.
     pub flags: u8,
     pub backend: A,
     /// Unused (zero) for DNAT.
@@ -268,6 +291,36 @@ impl<A: Addr> Slot<A> {
     }
 }
 
+/// Where a key is looked for: the [`ReplyPorts`] cell it is routed to
+/// ([`NO_CELL`] for none), and its hash: in the index, for a key not
+/// routed to a cell; for a routed one a stand-in made from the cell
+/// ([`cell_hash`]), which the insert filter ([`Table::mark`]) uses as it
+/// uses an index hash, as the index hash (needed only in the rare case
+/// of an original key routed to a cell) costs ~10 instructions a reply.
+/// Depends only on the key and the table's construction, so it stays
+/// valid whatever is inserted or removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Loc {
+    pub hash: u32,
+    pub cell: u32,
+}
+
+/// The [`Loc::hash`] of a key routed to `cell`: spread over the top bits,
+/// which the insert filter reads.
+#[inline(always)]
+fn cell_hash(cell: u32) -> u32 {
+    cell.wrapping_mul(0x9E37_79B9)
+}
+
+impl Default for Loc {
+    fn default() -> Loc {
+        Loc {
+            hash: 0,
+            cell: NO_CELL,
+        }
+    }
+}
+
 /// An index slot: the key's 32-bit hash (also gives its home position) and
 /// `slab index << 1 | direction`, or `NONE`.
 #[derive(Debug, Clone, Copy)]
@@ -303,6 +356,12 @@ pub(crate) struct Table<A> {
     evict_hand: u32,
     /// The hashes indexed since the last [`Table::mark`].
     indexed: Indexed,
+    /// The reply keys routed to a cell.
+    ports: ReplyPorts<A>,
+    /// In-use slots whose original key is routed to a cell (kept in the
+    /// index): while there are none, a routed key is looked for in its
+    /// cell only.
+    routed_originals: u32,
 }
 
 /// A 256-bit filter of hashes, one bit a hash (its top eight bits): a
@@ -337,8 +396,9 @@ impl core::fmt::Debug for Indexed {
 }
 
 impl<A: Addr> Table<A> {
-    /// Allocates everything; `capacity` must be below 2^30.
-    pub fn new(capacity: u32, seeds: [u64; 4]) -> Self {
+    /// Allocates everything (`ports` is allocated already); `capacity`
+    /// must be below 2^30.
+    pub fn new(capacity: u32, seeds: [u64; 4], ports: ReplyPorts<A>) -> Self {
         let mut slots = vec![Slot::<A>::default(); capacity as usize].into_boxed_slice();
         for (i, s) in slots.iter_mut().enumerate() {
             s.tags[0] = if i + 1 < capacity as usize {
@@ -356,6 +416,8 @@ impl<A: Addr> Table<A> {
             seeds,
             evict_hand: 0,
             indexed: Indexed::default(),
+            ports,
+            routed_originals: 0,
         }
     }
 
@@ -391,6 +453,37 @@ impl<A: Addr> Table<A> {
         A::hash_key(k, &self.seeds)
     }
 
+    /// Where `k` is looked for.
+    #[inline(always)]
+    pub fn locate(&self, k: &RawKey<A>) -> Loc {
+        let cell = self.ports.cell(k);
+        Loc {
+            hash: if cell == NO_CELL {
+                self.hash(k)
+            } else {
+                cell_hash(cell)
+            },
+            cell,
+        }
+    }
+
+    /// The index hash of `k` at `loc`.
+    #[inline(always)]
+    fn index_hash(&self, k: &RawKey<A>, loc: Loc) -> u32 {
+        if loc.cell == NO_CELL {
+            loc.hash
+        } else {
+            self.hash(k)
+        }
+    }
+
+    /// True if a key at `loc` may be in the index: it is not routed to a
+    /// cell, or some original key routed to one is indexed.
+    #[inline(always)]
+    fn maybe_indexed(&self, loc: Loc) -> bool {
+        loc.cell == NO_CELL || self.routed_originals != 0
+    }
+
     #[inline]
     fn home(&self, hash: u32) -> usize {
         fast_range(hash, self.index.len() as u32) as usize
@@ -405,21 +498,44 @@ impl<A: Addr> Table<A> {
         }
     }
 
-    /// Burst stage 1: the home index slot's value if its hash matches,
-    /// else `NONE`. Branch-free on the loaded value, so the loads of a whole
+    /// Burst stage 2: the value (`slab index << 1 | direction`) of the
+    /// entry a key at `loc` most likely names: its cell's, if it is routed
+    /// to one, else the home index slot's if its hash matches; else
+    /// `NONE`. Branch-free on the loaded value, so the loads of a whole
     /// burst are in flight together instead of serializing behind
     /// mispredicted branches.
     #[inline]
-    pub fn peek_home(&self, hash: u32) -> u32 {
-        let s = self.index[self.home(hash)];
-        s.val | ((s.hash != hash) as u32).wrapping_neg()
+    pub fn peek(&self, loc: Loc) -> u32 {
+        if loc.cell != NO_CELL {
+            // NONE stays NONE.
+            return (self.ports.peek(loc.cell) << 1) | 1;
+        }
+        let s = self.index[self.home(loc.hash)];
+        s.val | ((s.hash != loc.hash) as u32).wrapping_neg()
     }
 
-    /// Burst stage 1: warms the home index slot of `hash`, whose value
-    /// [`Table::peek_home`] reads next.
+    /// Burst stage 1: warms the line [`Table::peek`] reads for `loc`.
     #[inline(always)]
-    pub fn prefetch_home(&self, p: &impl Prefetch, hash: u32) {
-        p.prefetch(&self.index[self.home(hash)]);
+    pub fn prefetch_home(&self, p: &impl Prefetch, loc: Loc) {
+        if loc.cell != NO_CELL {
+            self.ports.prefetch(p, loc.cell);
+        } else {
+            p.prefetch(&self.index[self.home(loc.hash)]);
+        }
+    }
+
+    /// Warms what looking the key `k` at `loc` up in vain and inserting
+    /// it as a reply key reads: its cell, if it is routed to one, and the
+    /// probe run of its hash if it may be in the index
+    /// ([`Table::prefetch_run`]).
+    #[inline(always)]
+    pub fn prefetch_key(&self, p: &impl Prefetch, k: &RawKey<A>, loc: Loc) {
+        if loc.cell != NO_CELL {
+            self.ports.prefetch(p, loc.cell);
+        }
+        if self.maybe_indexed(loc) {
+            self.prefetch_run(p, self.index_hash(k, loc));
+        }
     }
 
     /// Warms the index lines a walk of the probe run at `hash`'s home
@@ -457,10 +573,28 @@ impl<A: Addr> Table<A> {
         }
     }
 
-    /// Finds the entry holding `k` in either direction. Always inlined:
-    /// on the per-packet path the call itself cost ~25 instructions.
+    /// Finds the entry holding `k` (at `loc`) in either direction. Always
+    /// inlined: on the per-packet path the call itself cost ~25
+    /// instructions.
     #[inline(always)]
-    pub fn find(&self, k: &RawKey<A>, hash: u32) -> Option<(u32, Direction)> {
+    pub fn find(&self, k: &RawKey<A>, loc: Loc) -> Option<(u32, Direction)> {
+        if loc.cell != NO_CELL {
+            if let Some(idx) = self.ports.get(loc.cell) {
+                if self.slots[idx as usize].reply_key() == *k {
+                    return Some((idx, Direction::Reply));
+                }
+            }
+            if self.routed_originals == 0 {
+                return None;
+            }
+            return self.find_indexed(k, self.hash(k));
+        }
+        self.find_indexed(k, loc.hash)
+    }
+
+    /// [`Table::find`] in the index only.
+    #[inline(always)]
+    fn find_indexed(&self, k: &RawKey<A>, hash: u32) -> Option<(u32, Direction)> {
         let mut i = self.home(hash);
         loop {
             let s = self.index[i];
@@ -518,21 +652,40 @@ impl<A: Addr> Table<A> {
         self.index[hole] = EMPTY;
     }
 
+    /// False if a key at `loc` (a reply key) could not be stored: it is
+    /// routed to a cell that is taken (by a reply key equal to it or not).
+    #[inline(always)]
+    pub fn cell_free(&self, loc: Loc) -> bool {
+        loc.cell == NO_CELL || self.ports.get(loc.cell).is_none()
+    }
+
     /// Stores `slot` (flag `IN_USE` set by this call) in a free slab slot
-    /// and indexes both keys. The caller has checked that neither key is
-    /// present and that the two keys differ.
-    pub fn insert(&mut self, mut slot: Slot<A>, h_orig: u32, h_reply: u32) -> Option<u32> {
+    /// and indexes both keys (at `orig` and `reply`), the reply key in its
+    /// cell if it is routed to one. The caller has checked that neither
+    /// key is present, that the reply key's cell is free
+    /// ([`Table::cell_free`]) and that the two keys differ.
+    pub fn insert(&mut self, mut slot: Slot<A>, orig: Loc, reply: Loc) -> Option<u32> {
         let idx = self.free_head;
         if idx == NONE {
             return None;
         }
         self.free_head = self.slots[idx as usize].tags[0];
         slot.flags |= IN_USE;
+        if orig.cell != NO_CELL {
+            slot.flags |= ORIGINAL_ROUTED;
+            self.routed_originals += 1;
+        }
+        let h_orig = self.index_hash(&slot.original_key(), orig);
+        if reply.cell != NO_CELL {
+            slot.flags |= REPLY_IN_CELL;
+            self.ports.set(reply.cell, idx);
+        } else {
+            self.index_insert(reply.hash, (idx << 1) | 1);
+        }
         self.slots[idx as usize] = slot;
         self.index_insert(h_orig, idx << 1);
-        self.index_insert(h_reply, (idx << 1) | 1);
-        self.indexed.add(h_orig);
-        self.indexed.add(h_reply);
+        self.indexed.add(orig.hash);
+        self.indexed.add(reply.hash);
         self.len += 1;
         Some(idx)
     }
@@ -564,9 +717,16 @@ impl<A: Addr> Table<A> {
         let Some(s) = self.get(idx) else {
             return false;
         };
-        let (ho, hr) = (self.hash(&s.original_key()), self.hash(&s.reply_key()));
+        let (orig, reply, flags) = (s.original_key(), s.reply_key(), s.flags);
+        let ho = self.hash(&orig);
+        self.routed_originals -= u32::from(flags & ORIGINAL_ROUTED != 0);
         self.index_remove(ho, (idx << 1) | dir_bit(Direction::Original));
-        self.index_remove(hr, (idx << 1) | dir_bit(Direction::Reply));
+        if flags & REPLY_IN_CELL != 0 {
+            self.ports.clear(self.ports.cell(&reply), idx);
+        } else {
+            let hr = self.hash(&reply);
+            self.index_remove(hr, (idx << 1) | dir_bit(Direction::Reply));
+        }
         let s = &mut self.slots[idx as usize];
         *s = Slot::default();
         s.tags[0] = self.free_head;
@@ -629,7 +789,8 @@ impl<A: Addr> Table<A> {
     }
 
     /// Burst warming: when the table is full, warms the probe runs
-    /// ([`Table::prefetch_run`]) of both keys of the `n` in-use slots from
+    /// ([`Table::prefetch_run`]) of both keys (the reply key's cell
+    /// instead, if it is routed to one) of the `n` in-use slots from
     /// the CLOCK hand, the next victims of a SYN flood (every insert evicts
     /// the first embryonic entry from the hand and the hand moves just past
     /// it). The slots themselves are read (their keys give the hashes),
@@ -645,7 +806,12 @@ impl<A: Addr> Table<A> {
             let s = &self.slots[i as usize];
             if s.in_use() {
                 self.prefetch_run(p, self.hash(&s.original_key()));
-                self.prefetch_run(p, self.hash(&s.reply_key()));
+                let reply = s.reply_key();
+                if s.flags & REPLY_IN_CELL != 0 {
+                    self.ports.prefetch(p, self.ports.cell(&reply));
+                } else {
+                    self.prefetch_run(p, self.hash(&reply));
+                }
                 each(s);
             }
             i = if i + 1 == cap { 0 } else { i + 1 };
@@ -670,17 +836,39 @@ impl<A: Addr> Table<A> {
             let slot = self.get(idx).expect("index points at a free slot");
             let key = slot.key(dir);
             assert_eq!(s.hash, self.hash(&key));
+            if dir == Direction::Reply {
+                assert_eq!(self.ports.cell(&key), NO_CELL, "a routed reply key indexed");
+                assert_eq!(slot.flags & REPLY_IN_CELL, 0);
+            }
             // Reachable: no empty slot between home and here.
             let mut j = self.home(s.hash);
             while j != i {
                 assert_ne!(self.index[j].val, NONE, "probe run broken");
                 j = self.next(j);
             }
-            assert_eq!(self.find(&key, s.hash), Some((idx, dir)));
+            assert_eq!(self.find(&key, self.locate(&key)), Some((idx, dir)));
+        }
+        let mut in_cells = 0;
+        for (cell, idx) in self.ports.occupied() {
+            in_cells += 1;
+            let slot = self.get(idx).expect("a cell names a free slot");
+            let key = slot.reply_key();
+            assert_eq!(self.ports.cell(&key), cell, "a reply key in another cell");
+            assert_ne!(slot.flags & REPLY_IN_CELL, 0);
+            assert_eq!(self.find(&key, self.locate(&key)), Some((idx, Direction::Reply)));
         }
         let in_use = self.slots.iter().filter(|s| s.in_use()).count();
         assert_eq!(in_use as u32, self.len);
-        assert_eq!(seen, 2 * in_use);
+        assert_eq!(seen + in_cells, 2 * in_use);
+        let routed = self
+            .slots
+            .iter()
+            .filter(|s| s.in_use() && self.ports.cell(&s.original_key()) != NO_CELL);
+        assert_eq!(routed.count() as u32, self.routed_originals);
+        for s in self.slots.iter().filter(|s| s.in_use()) {
+            let routed = self.ports.cell(&s.original_key()) != NO_CELL;
+            assert_eq!(s.flags & ORIGINAL_ROUTED != 0, routed);
+        }
         let mut free = 0;
         let mut f = self.free_head;
         while f != NONE {
@@ -759,7 +947,7 @@ mod tests {
 
     #[test]
     fn warming_targets_the_lines_the_lookups_and_evictions_read() {
-        let mut t = Table::<[u8; 4]>::new(64, [5, 6, 7, 8]);
+        let mut t = Table::<[u8; 4]>::new(64, [5, 6, 7, 8], ReplyPorts::none());
         let home_of =
             |t: &Table<[u8; 4]>, k: &RawKey<[u8; 4]>| &t.index[t.home(t.hash(k))] as *const IdxSlot as usize;
         // Not full: no victim to warm.
@@ -771,15 +959,15 @@ mod tests {
                 state: if i % 3 == 0 { 1 } else { 0 },
                 ..conn(i, [10, 1, 0, (i % 200) as u8])
             };
-            let (ho, hr) = (t.hash(&slot.original_key()), t.hash(&slot.reply_key()));
+            let (ho, hr) = (t.locate(&slot.original_key()), t.locate(&slot.reply_key()));
             t.insert(slot, ho, hr).unwrap();
         }
         // A home index slot, and the slab slot its value names.
         let k = key(7);
-        let h = t.hash(&k);
+        let h = t.locate(&k);
         let rec = Recorder::default();
         t.prefetch_home(&rec, h);
-        t.prefetch_slot(&rec, t.peek_home(h));
+        t.prefetch_slot(&rec, t.peek(h));
         let (idx, _) = t.find(&k, h).unwrap();
         let want = vec![
             home_of(&t, &k),
@@ -818,14 +1006,14 @@ mod tests {
         ];
         assert_eq!(*rec.0.borrow(), want);
         // An index of 4 slots (one entry): the line 8 on wraps twice.
-        let mut tiny = Table::<[u8; 4]>::new(1, [5, 6, 7, 8]);
+        let mut tiny = Table::<[u8; 4]>::new(1, [5, 6, 7, 8], ReplyPorts::none());
         let slot = Slot {
             client: [1, 1, 1, 1],
             backend: [2, 2, 2, 2],
             proto: 6,
             ..Slot::default()
         };
-        let (ho, hr) = (tiny.hash(&slot.original_key()), tiny.hash(&slot.reply_key()));
+        let (ho, hr) = (tiny.locate(&slot.original_key()), tiny.locate(&slot.reply_key()));
         tiny.insert(slot, ho, hr).unwrap();
         let rec = Recorder::default();
         tiny.warm_victims(&rec, 3, |_| {});
@@ -838,8 +1026,65 @@ mod tests {
     }
 
     #[test]
+    fn warming_a_reply_key_in_a_cell_targets_the_cell() {
+        let snat = [198, 51, 100, 1];
+        let ports = ReplyPorts::new(&[snat], 0, 0).unwrap();
+        let mut t = Table::<[u8; 4]>::new(8, [5, 6, 7, 8], ports);
+        for i in 0..8 {
+            let slot = Slot {
+                flags: FULL_NAT,
+                snat,
+                snat_port: 2000 + i as u16,
+                ..conn(i, [10, 1, 0, 1])
+            };
+            let (ho, hr) = (t.locate(&slot.original_key()), t.locate(&slot.reply_key()));
+            assert_eq!((ho.cell == NO_CELL, hr.cell == NO_CELL), (true, false));
+            t.insert(slot, ho, hr).unwrap();
+        }
+        t.check();
+        let slot_addr = |t: &Table<[u8; 4]>, i: u32| &t.slots[i as usize] as *const Slot<[u8; 4]> as usize;
+        // A reply key: its cell, then the slab slot the cell names.
+        let reply = t.slots[3].reply_key();
+        let loc = t.locate(&reply);
+        let rec = Recorder::default();
+        t.prefetch_home(&rec, loc);
+        t.prefetch_slot(&rec, t.peek(loc));
+        assert_eq!(*rec.0.borrow(), [t.ports.cell_addr(loc.cell), slot_addr(&t, 3)]);
+        assert_eq!(t.find(&reply, loc), Some((3, Direction::Reply)));
+        // About to be inserted: the cell only (no original key is routed
+        // to a cell, so the index cannot hold it).
+        let rec = Recorder::default();
+        t.prefetch_key(&rec, &reply, loc);
+        assert_eq!(*rec.0.borrow(), [t.ports.cell_addr(loc.cell)]);
+        // The next victims: the original key's probe run and the reply
+        // key's cell.
+        t.evict_hand = 6;
+        let rec = Recorder::default();
+        t.warm_victims(&rec, 2, |_| {});
+        let n = t.index.len();
+        let want: Vec<usize> = [6, 7]
+            .iter()
+            .flat_map(|&i| {
+                let s = t.slots[i];
+                let home = t.home(t.hash(&s.original_key()));
+                [
+                    &t.index[home] as *const IdxSlot as usize,
+                    &t.index[(home + 8) % n] as *const IdxSlot as usize,
+                    t.ports.cell_addr(t.locate(&s.reply_key()).cell),
+                ]
+            })
+            .collect();
+        assert_eq!(*rec.0.borrow(), want);
+        // A free cell peeks as nothing.
+        assert!(t.discard(3));
+        assert_eq!(t.peek(loc), NONE);
+        assert_eq!(t.find(&reply, loc), None);
+        t.check();
+    }
+
+    #[test]
     fn the_indexed_filter_holds_every_key_inserted_since_the_mark() {
-        let mut t = Table::<[u8; 4]>::new(256, [5, 6, 7, 8]);
+        let mut t = Table::<[u8; 4]>::new(256, [5, 6, 7, 8], ReplyPorts::none());
         let mut since_mark = Vec::new();
         for i in 0..200u32 {
             if i % 32 == 0 {
@@ -847,9 +1092,9 @@ mod tests {
                 since_mark.clear();
             }
             let slot = conn(i, [10, 1, 0, 1]);
-            let (ho, hr) = (t.hash(&slot.original_key()), t.hash(&slot.reply_key()));
+            let (ho, hr) = (t.locate(&slot.original_key()), t.locate(&slot.reply_key()));
             t.insert(slot, ho, hr).unwrap();
-            since_mark.extend([ho, hr]);
+            since_mark.extend([ho.hash, hr.hash]);
             assert!(since_mark.iter().all(|&h| t.maybe_indexed_since_mark(h)));
         }
         // Cleared by the mark; and a filter, not everything: of 256
@@ -874,7 +1119,7 @@ mod tests {
             x % n
         };
         for cap in [1u32, 2, 7, 64, 100] {
-            let mut t = Table::<[u8; 4]>::new(cap, [1, 2, 3, 4]);
+            let mut t = Table::<[u8; 4]>::new(cap, [1, 2, 3, 4], ReplyPorts::none());
             for round in 0..300 {
                 for s in t.slots.iter_mut() {
                     *s = Slot {

@@ -142,6 +142,87 @@ fn full_nat_reply_tuple_is_backend_to_snat() {
 }
 
 #[test]
+fn full_nat_replies_in_snat_port_cells_in_both_families() {
+    let snat6 = IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x5a));
+    let backend6 = (IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 9)), 8080);
+    let vip6 = (IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 2, 0, 0, 0, 0, 1)), 80);
+    // Worker 1 of 4: its SNAT ports have `port & 3 == 1`.
+    let mut pool = SnatPorts::new(WorkerId(1), 4, &[SNAT, snat6], 1024..=65535).unwrap();
+    let config = Config {
+        hash_seed: 7,
+        ..Config::new(8, 8)
+    };
+    let mut ct = Conntrack::with_snat_ports(config, &pool).unwrap();
+    let mut ids = Vec::new();
+    for (n, (vip, backend)) in [(VIP, BACKEND), (vip6, backend6)]
+        .into_iter()
+        .cycle()
+        .take(6)
+        .enumerate()
+    {
+        let c = if vip.0.is_ipv4() {
+            client(n as u16)
+        } else {
+            (
+                IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 3, 0, 0, 0, 0, n as u16)),
+                5000,
+            )
+        };
+        let proto = [Proto::Tcp, Proto::Udp, Proto::Tcp][n % 3];
+        let k = key(c, vip, proto);
+        let snat = pool.alloc(backend, proto).unwrap();
+        let nat = Nat::FullNat { backend, snat };
+        let id = ins(&mut ct, k, nat, 0).unwrap();
+        assert_eq!(ct.lookup(&k), Some((id, Direction::Original)));
+        let reply = nat.reply_key(&k).unwrap();
+        assert_eq!(ct.lookup(&reply), Some((id, Direction::Reply)));
+        // The same SNAT endpoint towards another backend: refused (a
+        // worker's pool never hands it out twice), nothing changed.
+        let other = Nat::FullNat {
+            backend: (backend.0, 9090),
+            snat,
+        };
+        let k2 = key((c.0, c.1 + 1), vip, proto);
+        assert_eq!(ins(&mut ct, k2, other, 0), Err(InsertError::ReplyConflict));
+        // The same endpoint in another protocol space (echo identifiers,
+        // which no connection here uses): its own cell.
+        let proto2 = if vip.0.is_ipv4() {
+            Proto::Icmp
+        } else {
+            Proto::Icmpv6
+        };
+        let k3 = key((c.0, c.1 + 2), vip, proto2);
+        let id3 = ins(&mut ct, k3, nat, 0).unwrap();
+        assert_eq!(
+            ct.lookup(&nat.reply_key(&k3).unwrap()),
+            Some((id3, Direction::Reply))
+        );
+        ct.remove(id3).unwrap();
+        // A port outside the worker's share (a hand-made pair): indexed
+        // the usual way.
+        let stray = Nat::FullNat {
+            backend,
+            snat: (snat.0, snat.1 + 1),
+        };
+        let k4 = key((c.0, c.1 + 3), vip, proto);
+        let id4 = ins(&mut ct, k4, stray, 0).unwrap();
+        assert_eq!(
+            ct.lookup(&stray.reply_key(&k4).unwrap()),
+            Some((id4, Direction::Reply))
+        );
+        ct.remove(id4).unwrap();
+        ct.check();
+        ids.push((id, reply));
+    }
+    // Removal empties the cell: the reply is gone, the pair can be reused.
+    let (id, reply) = ids[1];
+    let e = ct.remove(id).unwrap();
+    assert_eq!(ct.lookup(&reply), None);
+    assert_eq!(ins(&mut ct, e.original, e.nat, 0).map(|_| ()), Ok(()));
+    ct.check();
+}
+
+#[test]
 fn ipv6_and_icmp_echo_flows() {
     let mut ct = table(4, 4);
     let c: IpAddr = "2001:db8::1".parse().unwrap();
@@ -659,10 +740,13 @@ fn model_nat(b: u8, snat: Option<u8>) -> Nat {
     }
 }
 
-/// The model: original key -> (nat, expires, replied).
+/// The model: original key -> (nat, expires, replied); and the addresses
+/// the table keeps reply cells for (`reply_ports.rs`), all ports (one
+/// worker).
 #[derive(Default)]
 struct Model {
     entries: HashMap<FlowKey, (Nat, u64, bool)>,
+    routed: Vec<IpAddr>,
 }
 
 impl Model {
@@ -689,6 +773,12 @@ impl Model {
         if reply == k || self.lookup(&reply).is_some() {
             return Err(InsertError::ReplyConflict);
         }
+        // One reply key per routed (address, protocol, port): UDP only
+        // here.
+        let taken = |r: FlowKey| self.routed.contains(&r.dst().0) && r.dst() == reply.dst();
+        if self.entries.iter().any(|(o, (n, _, _))| taken(Self::reply(o, n))) {
+            return Err(InsertError::ReplyConflict);
+        }
         self.entries.insert(k, (nat, now + 30 * S, false));
         Ok(())
     }
@@ -698,9 +788,18 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
-    fn behaves_like_a_hashmap_model(ops in proptest::collection::vec(op(), 1..120)) {
-        let mut ct = table(64, 4);
-        let mut model = Model::default();
+    fn behaves_like_a_hashmap_model(ops in proptest::collection::vec(op(), 1..120), cells in 0usize..4) {
+        // Reply cells: none; for the SNAT address (full-NAT replies); and
+        // also for the VIP (originals routed to cells, kept in the index)
+        // and a client address (DNAT replies routed to cells).
+        let routed = [vec![], vec![SNAT], vec![SNAT, VIP.0, ip(10, 0, 0, 1)], vec![ip(10, 0, 0, 2)]][cells].clone();
+        let mut ct = if cells == 0 {
+            table(64, 4)
+        } else {
+            let pool = SnatPorts::new(WorkerId(0), 1, &routed, 1024..=65535).unwrap();
+            Conntrack::with_snat_ports(Config { hash_seed: 0x5eed, ..Config::new(64, 4) }, &pool).unwrap()
+        };
+        let mut model = Model { routed, ..Model::default() };
         let mut now = 0u64;
         for op in ops {
             match op {
@@ -755,6 +854,43 @@ proptest! {
             prop_assert_eq!(ct.len(), model.entries.len());
         }
         ct.check();
+    }
+
+    #[test]
+    fn reply_cells_hold_under_full_nat_churn_and_eviction(
+        ops in proptest::collection::vec((0u16..200, 0u8..4, any::<bool>()), 1..400),
+    ) {
+        // Worker 1 of 2, so half of the SNAT ports below (those outside
+        // the worker's share) stay in the hashed index.
+        let pool = SnatPorts::new(WorkerId(1), 2, &[SNAT], 1024..=65535).unwrap();
+        let config = Config { evict_window: 4, ..Config::new(16, 0) };
+        let mut ct = Conntrack::with_snat_ports(config, &pool).unwrap();
+        let mut now = 0;
+        let mut live: HashMap<FlowKey, ()> = HashMap::new();
+        for (c, action, flag) in ops {
+            now += 700;
+            let k = key(client(c), VIP, if flag { Proto::Tcp } else { Proto::Udp });
+            match action {
+                0 | 1 => {
+                    // A SNAT port per client: unique among live entries.
+                    let nat = Nat::FullNat { backend: BACKEND, snat: (SNAT, 2000 + c) };
+                    let r = ct.insert(k, nat, Tags::default(), Tick(now), |e| {
+                        live.remove(&e.original);
+                    });
+                    if r.is_ok() {
+                        live.insert(k, ());
+                    }
+                }
+                2 => if let Some((id, d)) = ct.lookup(&k) {
+                    let reply = ct.get(id).unwrap().reply();
+                    prop_assert_eq!(ct.lookup(&reply), Some((id, Direction::Reply)));
+                    ct.on_packet(id, d, if flag { ACK } else { FIN }, Tick(now));
+                },
+                _ => { ct.expire(Tick(now), 5, |e| { live.remove(&e.original); }); }
+            }
+            prop_assert_eq!(ct.len(), live.len());
+            ct.check();
+        }
     }
 
     #[test]

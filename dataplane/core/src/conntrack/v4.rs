@@ -57,13 +57,14 @@ impl Conntrack {
         proto: u8,
     ) -> Option<(EntryId, Direction)> {
         let k = raw_key(src, dst, sport, dport, proto);
-        self.v4.find(&k, self.v4.hash(&k)).map(|(i, d)| (EntryId(i), d))
+        self.v4.find(&k, self.v4.locate(&k)).map(|(i, d)| (EntryId(i), d))
     }
 
     /// Warms the index lines of the probe run at the home slot of the IPv4
-    /// key `src:sport → dst:dport`, a key about to be looked up (likely in
-    /// vain) and inserted: the burst path's new connections' reply keys.
-    /// Returns the key's hash, for [`Conntrack::insert_missed`].
+    /// key `src:sport → dst:dport` (or its reply cell), a key about to be
+    /// looked up (likely in vain) and inserted: the burst path's new
+    /// connections' reply keys. Returns the key's place, for
+    /// [`Conntrack::insert_missed`].
     #[inline]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn warm_v4(
@@ -76,8 +77,8 @@ impl Conntrack {
         proto: u8,
     ) -> KeyHash {
         let k = raw_key(src, dst, sport, dport, proto);
-        let h = self.v4.hash(&k);
-        self.v4.prefetch_run(p, h);
+        let h = self.v4.locate(&k);
+        self.v4.prefetch_key(p, &k, h);
         KeyHash(h)
     }
 

@@ -191,11 +191,12 @@ impl Worker {
         if cfg.n_workers == 0 {
             return Err(WorkerError::NoWorkers);
         }
+        let snat = SnatPorts::new(cfg.id, cfg.n_workers, &cfg.snat_addresses, cfg.snat_ports)?;
         Ok(Worker {
             id: cfg.id,
             n_workers: cfg.n_workers,
-            conntrack: Conntrack::new(cfg.conntrack)?,
-            snat: SnatPorts::new(cfg.id, cfg.n_workers, &cfg.snat_addresses, cfg.snat_ports)?,
+            conntrack: Conntrack::with_snat_ports(cfg.conntrack, &snat)?,
+            snat,
             counters: Arc::new(WorkerCounters::new(cfg.frontend_slots, cfg.backend_slots)),
         })
     }

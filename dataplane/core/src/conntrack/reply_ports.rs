@@ -1,0 +1,299 @@
+//! Full-NAT reply keys found by their SNAT port instead of by hash.
+//!
+//! A full-NAT connection's reply key is `backend → SNAT address:port`, and
+//! [`SnatPorts`] never hands out a (SNAT address, protocol, port) that is
+//! in use: the destination alone names the connection. So a table of one
+//! cell per (address, protocol space, port), holding the slab index of the
+//! connection whose reply key goes to that destination, finds the reply
+//! with one load, where the hashed index would take a probe run in a
+//! table twice the size. What that saves is not the reply's lookup (one
+//! cache line either way) but the index's size and traffic: with the reply
+//! keys of full-NAT connections out of it, a full-NAT connection costs one
+//! index entry instead of two, and a new one (or an evicted one, under a
+//! SYN flood) edits one random probe run of the index, not two. Measured:
+//! bench/RESULTS.md.
+//!
+//! The cells are an index of their own, by rule, not by kind of
+//! connection: a key is *routed* to a cell when its destination address is
+//! one of the SNAT addresses the table was built with, its destination
+//! port is in this worker's share (`port & mask == worker`: only those are
+//! ever handed out here) and its protocol has a port space (TCP, UDP,
+//! ICMP/ICMPv6 echo identifiers, as in [`SnatPorts`]). Every connection
+//! whose reply key is routed keeps it in its cell and not in the hashed
+//! index, whatever its translation (a DNAT connection whose client claims
+//! to be a SNAT address too), and a second connection with a reply key
+//! routed to a taken cell is refused
+//! ([`InsertError::ReplyConflict`](super::InsertError::ReplyConflict)):
+//! `SnatPorts` never gives a worker's connections such a pair. Original
+//! keys always stay in the hashed index, even routed ones (a VIP that is
+//! also a SNAT address); the table counts those, and a routed key is
+//! looked up in the index as well only while that count is not zero.
+//!
+//! Memory: a `u32` a cell, `3 × 65536 / share` cells per SNAT address of
+//! the family, `share` being the number of workers rounded up to a power
+//! of two: 768 KiB an address with one worker, 96 KiB with eight. The
+//! cells are zeroed memory that the allocator maps lazily, so a port range
+//! never used costs no RAM.
+//!
+//! [`SnatPorts`]: crate::flow::SnatPorts
+
+use super::table::{Addr, RawKey};
+use crate::prefetch::Prefetch;
+
+/// "Not routed to a cell": a cell number no table reaches.
+pub(crate) const NO_CELL: u32 = u32::MAX;
+
+/// Slots of the address map: a power of two, four times the most
+/// addresses ([`crate::flow::SnatPorts::MAX_ADDRESSES`]), so a lookup of an
+/// address that is not there usually stops at the first slot.
+const MAP_SLOTS: usize = 256;
+
+/// An empty slot of the address map.
+const NO_ADDR: u8 = u8::MAX;
+
+/// Protocol spaces per address, as in `SnatPorts`.
+const SPACES: u32 = 3;
+
+/// The port space of an IP protocol number: TCP, UDP, ICMP or ICMPv6
+/// echo; none for anything else.
+#[inline(always)]
+fn space_of(proto: u8) -> Option<u32> {
+    match proto {
+        6 => Some(0),
+        17 => Some(1),
+        1 | 58 => Some(2),
+        _ => None,
+    }
+}
+
+/// Why [`ReplyPorts::new`] refused its addresses: more than 64, or a
+/// duplicate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BadAddresses;
+
+/// One family's cells; see the module docs.
+#[derive(Debug)]
+pub(crate) struct ReplyPorts<A> {
+    /// `(address, index)` pairs, open addressing with linear probing,
+    /// [`NO_ADDR`] marking an empty slot. A fixed-size array, so the home
+    /// slot's load needs no bounds check: most keys (all but replies) are
+    /// told apart by that one load.
+    map: Box<[(A, u8); MAP_SLOTS]>,
+    /// Per address and space, `per_space` cells: slab index + 1, 0 for
+    /// none.
+    cells: Box<[u32]>,
+    mask: u16,
+    worker: u16,
+    /// `mask.count_ones()`: a port's cell is `port >> shift`.
+    shift: u32,
+    /// Cells per (address, space).
+    per_space: u32,
+}
+
+impl<A: Addr> ReplyPorts<A> {
+    /// No addresses: nothing is routed to a cell.
+    pub fn none() -> Self {
+        ReplyPorts {
+            map: Box::new([(A::default(), NO_ADDR); MAP_SLOTS]),
+            cells: Box::new([]),
+            mask: 0,
+            worker: 0,
+            shift: 0,
+            per_space: 0,
+        }
+    }
+
+    /// Cells for the reply keys to `addrs` (distinct) on the ports of
+    /// worker `worker` under `mask` (`flow::snat_port_mask`: a power of
+    /// two less one). At most 64 addresses, no duplicates.
+    pub fn new(addrs: &[A], mask: u16, worker: u16) -> Result<Self, BadAddresses> {
+        if addrs.is_empty() {
+            return Ok(Self::none());
+        }
+        if addrs.len() * 4 > MAP_SLOTS {
+            return Err(BadAddresses);
+        }
+        debug_assert!(mask.checked_add(1).is_none_or(u16::is_power_of_two));
+        let mut map = Box::new([(A::default(), NO_ADDR); MAP_SLOTS]);
+        for (i, a) in addrs.iter().enumerate() {
+            let mut h = home(*a);
+            while map[h].1 != NO_ADDR {
+                if map[h].0 == *a {
+                    return Err(BadAddresses);
+                }
+                h = (h + 1) % MAP_SLOTS;
+            }
+            // At most 64 addresses: the index fits below NO_ADDR.
+            map[h] = (*a, i as u8);
+        }
+        let shift = mask.count_ones();
+        let per_space = 65536 >> shift;
+        Ok(ReplyPorts {
+            map,
+            // Zeroed: the allocator maps it lazily.
+            cells: vec![0; addrs.len() * (SPACES * per_space) as usize].into_boxed_slice(),
+            mask,
+            worker,
+            shift,
+            per_space,
+        })
+    }
+
+    /// The cell `k` is routed to, or [`NO_CELL`].
+    #[inline(always)]
+    pub fn cell(&self, k: &RawKey<A>) -> u32 {
+        let h = home(k.dst);
+        let (a, i) = self.map[h];
+        // The map is at most a quarter full: a destination that is no SNAT
+        // address (a VIP, a client) usually meets an empty home slot.
+        if i == NO_ADDR {
+            return NO_CELL;
+        }
+        let i = if a == k.dst { i } else { self.probe_on(k.dst, h) };
+        let Some(space) = space_of(k.proto) else {
+            return NO_CELL;
+        };
+        if i == NO_ADDR || k.dport & self.mask != self.worker {
+            return NO_CELL;
+        }
+        (u32::from(i) * SPACES + space) * self.per_space + (u32::from(k.dport) >> self.shift)
+    }
+
+    /// The index of `a`, whose home slot `h` holds another address, or
+    /// [`NO_ADDR`].
+    #[cold]
+    #[inline(never)]
+    fn probe_on(&self, a: A, mut h: usize) -> u8 {
+        // Never full (at most 64 of 256 slots): an empty slot ends the walk.
+        loop {
+            h = (h + 1) % MAP_SLOTS;
+            let (b, i) = self.map[h];
+            if i == NO_ADDR || b == a {
+                return i;
+            }
+        }
+    }
+
+    /// The slab index in `cell` (not [`NO_CELL`]), if any.
+    #[inline(always)]
+    pub fn get(&self, cell: u32) -> Option<u32> {
+        self.cells[cell as usize].checked_sub(1)
+    }
+
+    /// [`ReplyPorts::get`] as a raw value: the slab index, or `u32::MAX`
+    /// for none. Branch-free, for the burst's overlapped loads.
+    #[inline(always)]
+    pub fn peek(&self, cell: u32) -> u32 {
+        self.cells[cell as usize].wrapping_sub(1)
+    }
+
+    /// Puts slab index `idx` in `cell`, which is empty.
+    #[inline]
+    pub fn set(&mut self, cell: u32, idx: u32) {
+        debug_assert_eq!(self.cells[cell as usize], 0, "reply cell taken");
+        self.cells[cell as usize] = idx + 1;
+    }
+
+    /// Empties `cell`, which holds `idx`.
+    #[inline]
+    pub fn clear(&mut self, cell: u32, idx: u32) {
+        debug_assert_eq!(
+            self.cells[cell as usize],
+            idx + 1,
+            "reply cell holds another entry"
+        );
+        self.cells[cell as usize] = 0;
+    }
+
+    /// Warms `cell`'s line.
+    #[inline(always)]
+    pub fn prefetch(&self, p: &impl Prefetch, cell: u32) {
+        p.prefetch(&self.cells[cell as usize]);
+    }
+
+    /// The address of `cell`, as a prefetch records it; for tests.
+    #[cfg(test)]
+    pub fn cell_addr(&self, cell: u32) -> usize {
+        &self.cells[cell as usize] as *const u32 as usize
+    }
+
+    /// Every non-empty cell as `(cell, slab index)`; for tests.
+    #[cfg(test)]
+    pub fn occupied(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.cells
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| **v != 0)
+            .map(|(c, v)| (c as u32, v - 1))
+    }
+}
+
+/// The home slot of an address in the map (Fibonacci hashing: the top
+/// bits of a multiply).
+#[inline(always)]
+fn home<A: Addr>(a: A) -> usize {
+    (a.fold().wrapping_mul(0x9E37_79B9) >> 24) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(dst: [u8; 4], dport: u16, proto: u8) -> RawKey<[u8; 4]> {
+        RawKey {
+            src: [10, 0, 0, 1],
+            dst,
+            sport: 80,
+            dport,
+            proto,
+        }
+    }
+
+    #[test]
+    fn routes_exactly_the_worker_share_of_known_addresses_and_spaces() {
+        let addrs: Vec<[u8; 4]> = (0..64).map(|i| [198, 51, 100, i]).collect();
+        // Worker 2 of 3 (mask 3): ports ending in 0b10.
+        let rp = ReplyPorts::new(&addrs, 3, 2).unwrap();
+        let mut seen = std::collections::HashSet::new();
+        for (ai, a) in addrs.iter().enumerate() {
+            for proto in [6u8, 17, 1, 58, 47] {
+                for port in [0u16, 1, 2, 6, 1026, 65534, 65535] {
+                    let c = rp.cell(&key(*a, port, proto));
+                    let routed = port & 3 == 2 && proto != 47;
+                    assert_eq!(c != NO_CELL, routed, "{a:?} {port} {proto}");
+                    if routed {
+                        assert!((c as usize) < rp.cells.len());
+                        // ICMP and ICMPv6 share a space; all else distinct.
+                        let p = if proto == 58 { 1 } else { proto };
+                        assert!(seen.insert(c) || p == 1, "cell {c} twice");
+                        assert_eq!(c / rp.per_space / SPACES, ai as u32);
+                    }
+                }
+            }
+        }
+        for other in [[198, 51, 100, 64], [0, 0, 0, 0], [10, 0, 0, 1]] {
+            assert_eq!(rp.cell(&key(other, 2, 6)), NO_CELL);
+        }
+        assert_eq!(ReplyPorts::<[u8; 4]>::none().cell(&key(addrs[0], 2, 6)), NO_CELL);
+        let many: Vec<[u8; 4]> = (0..65).map(|i| [198, 51, 101, i]).collect();
+        assert_eq!(ReplyPorts::new(&many, 0, 0).unwrap_err(), BadAddresses);
+        assert_eq!(
+            ReplyPorts::new(&[[1, 1, 1, 1]; 2], 0, 0).unwrap_err(),
+            BadAddresses
+        );
+    }
+
+    #[test]
+    fn cells_hold_one_index_each() {
+        let mut rp = ReplyPorts::new(&[[192, 0, 2, 1]], 0, 0).unwrap();
+        assert_eq!(rp.cells.len(), 3 * 65536);
+        let c = rp.cell(&key([192, 0, 2, 1], 65535, 17));
+        assert_eq!((rp.get(c), rp.peek(c)), (None, u32::MAX));
+        rp.set(c, 0);
+        assert_eq!((rp.get(c), rp.peek(c)), (Some(0), 0));
+        assert_eq!(rp.occupied().collect::<Vec<_>>(), [(c, 0)]);
+        rp.clear(c, 0);
+        assert_eq!(rp.get(c), None);
+        assert_eq!(rp.occupied().count(), 0);
+    }
+}
