@@ -857,7 +857,7 @@ fn insert_in<A: Addr>(
     }
     // A taken cell holds either this very reply key or another to the
     // same SNAT endpoint: both conflict.
-    if !t.cell_free(h_reply) || t.find(&reply, h_reply).is_some() {
+    if t.reply_conflicts(&reply, h_reply) {
         return Err(InsertError::ReplyConflict);
     }
     if t.is_full() {

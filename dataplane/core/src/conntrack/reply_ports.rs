@@ -48,23 +48,26 @@ pub(crate) const NO_CELL: u32 = u32::MAX;
 /// address that is not there usually stops at the first slot.
 const MAP_SLOTS: usize = 256;
 
-/// An empty slot of the address map.
-const NO_ADDR: u8 = u8::MAX;
+/// An empty slot of the address map (no address's first cell).
+const NO_ADDR: u32 = u32::MAX;
 
 /// Protocol spaces per address, as in `SnatPorts`.
 const SPACES: u32 = 3;
 
-/// The port space of an IP protocol number: TCP, UDP, ICMP or ICMPv6
-/// echo; none for anything else.
-#[inline(always)]
-fn space_of(proto: u8) -> Option<u32> {
-    match proto {
-        6 => Some(0),
-        17 => Some(1),
-        1 | 58 => Some(2),
-        _ => None,
-    }
-}
+/// No port space.
+const NO_SPACE: u8 = u8::MAX;
+
+/// The port space of each IP protocol number: TCP, UDP, ICMP and ICMPv6
+/// echo identifiers; [`NO_SPACE`] for anything else. A table: one load
+/// where a `match` was three compares.
+const SPACE_OF: [u8; 256] = {
+    let mut t = [NO_SPACE; 256];
+    t[6] = 0;
+    t[17] = 1;
+    t[1] = 2;
+    t[58] = 2;
+    t
+};
 
 /// Why [`ReplyPorts::new`] refused its addresses: more than 64, or a
 /// duplicate.
@@ -74,20 +77,20 @@ pub(crate) struct BadAddresses;
 /// One family's cells; see the module docs.
 #[derive(Debug)]
 pub(crate) struct ReplyPorts<A> {
-    /// `(address, index)` pairs, open addressing with linear probing,
-    /// [`NO_ADDR`] marking an empty slot. A fixed-size array, so the home
-    /// slot's load needs no bounds check: most keys (all but replies) are
-    /// told apart by that one load.
-    map: Box<[(A, u8); MAP_SLOTS]>,
-    /// Per address and space, `per_space` cells: slab index + 1, 0 for
-    /// none.
+    /// `(address, its first cell)` pairs, open addressing with linear
+    /// probing, [`NO_ADDR`] marking an empty slot. A fixed-size array, so
+    /// the home slot's load needs no bounds check: most keys (all but
+    /// replies) are told apart by that one load.
+    map: Box<[(A, u32); MAP_SLOTS]>,
+    /// Per address and space, `1 << space_shift` cells: slab index + 1,
+    /// 0 for none.
     cells: Box<[u32]>,
     mask: u16,
     worker: u16,
-    /// `mask.count_ones()`: a port's cell is `port >> shift`.
+    /// `mask.count_ones()`: a port's cell in its space is `port >> shift`.
     shift: u32,
-    /// Cells per (address, space).
-    per_space: u32,
+    /// `16 - shift`: a space's cells start at `space << space_shift`.
+    space_shift: u32,
 }
 
 impl<A: Addr> ReplyPorts<A> {
@@ -99,7 +102,7 @@ impl<A: Addr> ReplyPorts<A> {
             mask: 0,
             worker: 0,
             shift: 0,
-            per_space: 0,
+            space_shift: 16,
         }
     }
 
@@ -114,6 +117,8 @@ impl<A: Addr> ReplyPorts<A> {
             return Err(BadAddresses);
         }
         debug_assert!(mask.checked_add(1).is_none_or(u16::is_power_of_two));
+        let shift = mask.count_ones();
+        let space_shift = 16 - shift;
         let mut map = Box::new([(A::default(), NO_ADDR); MAP_SLOTS]);
         for (i, a) in addrs.iter().enumerate() {
             let mut h = home(*a);
@@ -123,19 +128,17 @@ impl<A: Addr> ReplyPorts<A> {
                 }
                 h = (h + 1) % MAP_SLOTS;
             }
-            // At most 64 addresses: the index fits below NO_ADDR.
-            map[h] = (*a, i as u8);
+            // At most 64 addresses of 3 × 65536 cells: below NO_ADDR.
+            map[h] = (*a, (i as u32 * SPACES) << space_shift);
         }
-        let shift = mask.count_ones();
-        let per_space = 65536 >> shift;
         Ok(ReplyPorts {
             map,
             // Zeroed: the allocator maps it lazily.
-            cells: vec![0; addrs.len() * (SPACES * per_space) as usize].into_boxed_slice(),
+            cells: vec![0; addrs.len() * (SPACES << space_shift) as usize].into_boxed_slice(),
             mask,
             worker,
             shift,
-            per_space,
+            space_shift,
         })
     }
 
@@ -143,27 +146,29 @@ impl<A: Addr> ReplyPorts<A> {
     #[inline(always)]
     pub fn cell(&self, k: &RawKey<A>) -> u32 {
         let h = home(k.dst);
-        let (a, i) = self.map[h];
+        let (a, first) = self.map[h];
         // The map is at most a quarter full: a destination that is no SNAT
         // address (a VIP, a client) usually meets an empty home slot.
-        if i == NO_ADDR {
+        if first == NO_ADDR {
             return NO_CELL;
         }
-        let i = if a == k.dst { i } else { self.probe_on(k.dst, h) };
-        let Some(space) = space_of(k.proto) else {
-            return NO_CELL;
+        let first = if a == k.dst {
+            first
+        } else {
+            self.probe_on(k.dst, h)
         };
-        if i == NO_ADDR || k.dport & self.mask != self.worker {
+        let space = SPACE_OF[usize::from(k.proto)];
+        if first == NO_ADDR || space == NO_SPACE || k.dport & self.mask != self.worker {
             return NO_CELL;
         }
-        (u32::from(i) * SPACES + space) * self.per_space + (u32::from(k.dport) >> self.shift)
+        first + (u32::from(space) << self.space_shift) + (u32::from(k.dport) >> self.shift)
     }
 
-    /// The index of `a`, whose home slot `h` holds another address, or
-    /// [`NO_ADDR`].
+    /// The first cell of `a`, whose home slot `h` holds another address,
+    /// or [`NO_ADDR`].
     #[cold]
     #[inline(never)]
-    fn probe_on(&self, a: A, mut h: usize) -> u8 {
+    fn probe_on(&self, a: A, mut h: usize) -> u32 {
         // Never full (at most 64 of 256 slots): an empty slot ends the walk.
         loop {
             h = (h + 1) % MAP_SLOTS;
@@ -266,7 +271,7 @@ mod tests {
                         // ICMP and ICMPv6 share a space; all else distinct.
                         let p = if proto == 58 { 1 } else { proto };
                         assert!(seen.insert(c) || p == 1, "cell {c} twice");
-                        assert_eq!(c / rp.per_space / SPACES, ai as u32);
+                        assert_eq!((c >> rp.space_shift) / SPACES, ai as u32);
                     }
                 }
             }

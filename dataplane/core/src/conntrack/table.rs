@@ -652,18 +652,25 @@ impl<A: Addr> Table<A> {
         self.index[hole] = EMPTY;
     }
 
-    /// False if a key at `loc` (a reply key) could not be stored: it is
-    /// routed to a cell that is taken (by a reply key equal to it or not).
+    /// True if the reply key `k` (at `loc`) of a new entry cannot be
+    /// stored: it is present, in either direction, or it is routed to a
+    /// cell that is taken (by a reply key equal to it or not).
     #[inline(always)]
-    pub fn cell_free(&self, loc: Loc) -> bool {
-        loc.cell == NO_CELL || self.ports.get(loc.cell).is_none()
+    pub fn reply_conflicts(&self, k: &RawKey<A>, loc: Loc) -> bool {
+        if loc.cell != NO_CELL {
+            if self.ports.get(loc.cell).is_some() {
+                return true;
+            }
+            return self.routed_originals != 0 && self.find_indexed(k, self.hash(k)).is_some();
+        }
+        self.find_indexed(k, loc.hash).is_some()
     }
 
     /// Stores `slot` (flag `IN_USE` set by this call) in a free slab slot
     /// and indexes both keys (at `orig` and `reply`), the reply key in its
     /// cell if it is routed to one. The caller has checked that neither
     /// key is present, that the reply key's cell is free
-    /// ([`Table::cell_free`]) and that the two keys differ.
+    /// ([`Table::reply_conflicts`]) and that the two keys differ.
     pub fn insert(&mut self, mut slot: Slot<A>, orig: Loc, reply: Loc) -> Option<u32> {
         let idx = self.free_head;
         if idx == NONE {
