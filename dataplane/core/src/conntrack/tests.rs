@@ -184,6 +184,13 @@ fn full_nat_replies_in_snat_port_cells_in_both_families() {
         };
         let k2 = key((c.0, c.1 + 1), vip, proto);
         assert_eq!(ins(&mut ct, k2, other, 0), Err(InsertError::ReplyConflict));
+        // Inserted, found by its reply key, removed.
+        let round_trip = |ct: &mut Conntrack, k: FlowKey, nat: Nat| {
+            let id = ins(ct, k, nat, 0).unwrap();
+            let reply = nat.reply_key(&k).unwrap();
+            assert_eq!(ct.lookup(&reply), Some((id, Direction::Reply)));
+            ct.remove(id).unwrap();
+        };
         // The same endpoint in another protocol space (echo identifiers,
         // which no connection here uses): its own cell.
         let proto2 = if vip.0.is_ipv4() {
@@ -191,26 +198,14 @@ fn full_nat_replies_in_snat_port_cells_in_both_families() {
         } else {
             Proto::Icmpv6
         };
-        let k3 = key((c.0, c.1 + 2), vip, proto2);
-        let id3 = ins(&mut ct, k3, nat, 0).unwrap();
-        assert_eq!(
-            ct.lookup(&nat.reply_key(&k3).unwrap()),
-            Some((id3, Direction::Reply))
-        );
-        ct.remove(id3).unwrap();
+        round_trip(&mut ct, key((c.0, c.1 + 2), vip, proto2), nat);
         // A port outside the worker's share (a hand-made pair): indexed
         // the usual way.
         let stray = Nat::FullNat {
             backend,
             snat: (snat.0, snat.1 + 1),
         };
-        let k4 = key((c.0, c.1 + 3), vip, proto);
-        let id4 = ins(&mut ct, k4, stray, 0).unwrap();
-        assert_eq!(
-            ct.lookup(&stray.reply_key(&k4).unwrap()),
-            Some((id4, Direction::Reply))
-        );
-        ct.remove(id4).unwrap();
+        round_trip(&mut ct, key((c.0, c.1 + 3), vip, proto), stray);
         ct.check();
         ids.push((id, reply));
     }
@@ -857,14 +852,20 @@ proptest! {
     }
 
     #[test]
-    fn reply_cells_hold_under_full_nat_churn_and_eviction(
+    fn invariants_hold_under_churn_and_eviction(
         ops in proptest::collection::vec((0u16..200, 0u8..4, any::<bool>()), 1..400),
+        cells in any::<bool>(),
     ) {
-        // Worker 1 of 2, so half of the SNAT ports below (those outside
+        // DNAT in a table without reply cells, or full-NAT with them as
+        // worker 1 of 2, so half of the SNAT ports below (those outside
         // the worker's share) stay in the hashed index.
-        let pool = SnatPorts::new(WorkerId(1), 2, &[SNAT], 1024..=65535).unwrap();
         let config = Config { evict_window: 4, ..Config::new(16, 0) };
-        let mut ct = Conntrack::with_snat_ports(config, &pool).unwrap();
+        let pool = SnatPorts::new(WorkerId(1), 2, &[SNAT], 1024..=65535).unwrap();
+        let mut ct = if cells {
+            Conntrack::with_snat_ports(config, &pool).unwrap()
+        } else {
+            Conntrack::new(config).unwrap()
+        };
         let mut now = 0;
         let mut live: HashMap<FlowKey, ()> = HashMap::new();
         for (c, action, flag) in ops {
@@ -873,7 +874,11 @@ proptest! {
             match action {
                 0 | 1 => {
                     // A SNAT port per client: unique among live entries.
-                    let nat = Nat::FullNat { backend: BACKEND, snat: (SNAT, 2000 + c) };
+                    let nat = if cells {
+                        Nat::FullNat { backend: BACKEND, snat: (SNAT, 2000 + c) }
+                    } else {
+                        dnat()
+                    };
                     let r = ct.insert(k, nat, Tags::default(), Tick(now), |e| {
                         live.remove(&e.original);
                     });
@@ -884,35 +889,6 @@ proptest! {
                 2 => if let Some((id, d)) = ct.lookup(&k) {
                     let reply = ct.get(id).unwrap().reply();
                     prop_assert_eq!(ct.lookup(&reply), Some((id, Direction::Reply)));
-                    ct.on_packet(id, d, if flag { ACK } else { FIN }, Tick(now));
-                },
-                _ => { ct.expire(Tick(now), 5, |e| { live.remove(&e.original); }); }
-            }
-            prop_assert_eq!(ct.len(), live.len());
-            ct.check();
-        }
-    }
-
-    #[test]
-    fn invariants_hold_under_churn_and_eviction(
-        ops in proptest::collection::vec((0u16..200, 0u8..4, any::<bool>()), 1..400),
-    ) {
-        let mut ct = Conntrack::new(Config { evict_window: 4, ..Config::new(16, 0) }).unwrap();
-        let mut now = 0;
-        let mut live: HashMap<FlowKey, ()> = HashMap::new();
-        for (c, action, flag) in ops {
-            now += 700;
-            let k = key(client(c), VIP, if flag { Proto::Tcp } else { Proto::Udp });
-            match action {
-                0 | 1 => {
-                    let r = ct.insert(k, dnat(), Tags::default(), Tick(now), |e| {
-                        live.remove(&e.original);
-                    });
-                    if r.is_ok() {
-                        live.insert(k, ());
-                    }
-                }
-                2 => if let Some((id, d)) = ct.lookup(&k) {
                     ct.on_packet(id, d, if flag { ACK } else { FIN }, Tick(now));
                 },
                 _ => { ct.expire(Tick(now), 5, |e| { live.remove(&e.original); }); }
