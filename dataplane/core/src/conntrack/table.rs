@@ -292,13 +292,14 @@ impl<A: Addr> Slot<A> {
 }
 
 /// Where a key is looked for: the [`ReplyPorts`] cell it is routed to
-/// ([`NO_CELL`] for none), and its hash: in the index, for a key not
-/// routed to a cell; for a routed one a stand-in made from the cell
-/// ([`cell_hash`]), which the insert filter ([`Table::mark`]) uses as it
-/// uses an index hash, as the index hash (needed only in the rare case
-/// of an original key routed to a cell) costs ~10 instructions a reply.
-/// Depends only on the key and the table's construction, so it stays
-/// valid whatever is inserted or removed.
+/// ([`NO_CELL`] for none), and a hash. For a key not routed to a cell,
+/// its index hash; for a routed one, a stand-in made from the cell
+/// ([`cell_hash`]), which serves the insert filter ([`Table::mark`]) as
+/// well. A routed key's index hash is needed only while an original key
+/// is routed too, and is computed there ([`Table::index_hash`]), which
+/// saves a reply ~10 instructions. Depends only on the key and the
+/// table's construction, so it stays valid whatever is inserted or
+/// removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Loc {
     pub hash: u32,
