@@ -656,13 +656,21 @@ impl SnatPorts {
     }
 
     /// Warms (with `p`) the in-use word a [`SnatPorts::free_v4`] of this
-    /// pair will read and clear; nothing for an unknown address. Reads
-    /// only.
+    /// pair will read and clear, and the slot of the free ring it will
+    /// write the port to (if no other port of that pool is freed first);
+    /// nothing for an unknown address. Reads only.
     #[inline]
     pub fn warm_free_v4(&self, p: &impl Prefetch, addr: Ipv4Addr, port: u16, proto: Proto) {
         if let Some(i) = self.v4_position(u32::from(addr)) {
             let pool = &self.pools[i * SPACES + space_of(proto)];
             p.prefetch(&pool.in_use[usize::from(port) / 64]);
+            let mut tail = pool.head + pool.len;
+            if tail >= pool.ring.len() {
+                tail -= pool.ring.len();
+            }
+            if let Some(slot) = pool.ring.get(tail) {
+                p.prefetch(slot);
+            }
         }
     }
 
@@ -937,7 +945,7 @@ mod tests {
     }
 
     #[test]
-    fn snat_warm_free_targets_the_word_free_clears() {
+    fn snat_warm_free_targets_the_word_free_clears_and_the_slot_it_writes() {
         let addrs = [v4(198, 51, 100, 1), v4(198, 51, 100, 2)];
         let mut p = SnatPorts::new(WorkerId(0), 1, &addrs, 1024..=65535).unwrap();
         let mut held = Vec::new();
@@ -948,9 +956,16 @@ mod tests {
             let rec = Recorder::default();
             p.warm_free_v4(&rec, a, port, Proto::Udp);
             let i = addrs.iter().position(|x| *x == IpAddr::V4(a)).unwrap();
-            let word = &p.pools[i * SPACES + space_of(Proto::Udp)].in_use[usize::from(port) / 64];
-            assert_eq!(*rec.0.borrow(), [word as *const u64 as usize]);
+            let pool = &p.pools[i * SPACES + space_of(Proto::Udp)];
+            let word = &pool.in_use[usize::from(port) / 64];
+            let tail = (pool.head + pool.len) % pool.ring.len();
+            let slot = &pool.ring[tail];
+            assert_eq!(
+                *rec.0.borrow(),
+                [word as *const u64 as usize, slot as *const u16 as usize]
+            );
             p.free_v4(a, port, Proto::Udp).unwrap();
+            assert_eq!(p.pools[i * SPACES + space_of(Proto::Udp)].ring[tail], port);
         }
         // An unknown address warms nothing.
         let rec = Recorder::default();
