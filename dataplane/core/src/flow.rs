@@ -331,10 +331,12 @@ const NO_ADDR: u8 = u8::MAX;
 const _: () =
     assert!(4 * SnatPorts::MAX_ADDRESSES <= V4_SLOTS && SnatPorts::MAX_ADDRESSES < NO_ADDR as usize);
 
-/// Home slot of an IPv4 address in that map (Fibonacci hashing: the top
-/// bits of a multiply, so addresses differing in any byte spread).
-#[inline]
-fn v4_home(a: u32) -> usize {
+/// Home slot of an address (IPv4, or folded to 32 bits) in a map of 256
+/// slots: this one, and the conntrack's reply-cell map. Fibonacci
+/// hashing: the top bits of a multiply, so addresses differing in any
+/// byte spread.
+#[inline(always)]
+pub(crate) fn v4_home(a: u32) -> usize {
     (a.wrapping_mul(0x9E37_79B9) >> 24) as usize
 }
 

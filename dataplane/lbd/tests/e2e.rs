@@ -118,20 +118,26 @@ fn mode_test(tag: &str, net: u8, mode: &str) {
 /// Through the VIP: a 3 MB body checked byte for byte, a UDP exchange
 /// whose backend saw `want_src`, and a ping that lbd answers.
 fn body_udp_and_ping(lab: &Lab, want_src: &str) {
-    let sum = lab.client(&format!(
-        "curl -s -m 20 http://{}/bytes/3000000 | sha256sum",
-        lab.vip()
-    ));
-    assert_eq!(
-        sum.split_whitespace().next(),
-        Some(pattern_sha256(3_000_000).as_str())
-    );
+    body_intact(lab, 3_000_000);
     let a = udp_echo(lab, "hello");
     assert!(
         a.starts_with("backend-") && a.contains(&format!("{want_src} hello")),
         "UDP: {a}"
     );
     lab.client(&format!("ping -c 2 -i 0.2 -W 2 {}", lab.vip()));
+}
+
+/// A body of `bytes` bytes fetched through the VIP, checked byte for
+/// byte against the backends' pattern.
+fn body_intact(lab: &Lab, bytes: usize) {
+    let sum = lab.client(&format!(
+        "curl -s -m 20 http://{}/bytes/{bytes} | sha256sum",
+        lab.vip()
+    ));
+    assert_eq!(
+        sum.split_whitespace().next(),
+        Some(pattern_sha256(bytes).as_str())
+    );
 }
 
 /// The worker loop sweeps expired connections: one the client resets
@@ -368,14 +374,7 @@ fn two_workers_hand_replies_over() {
     let answers = lab.requests(120);
     assert_eq!(spread(&answers).values().sum::<usize>(), 120);
     for _ in 0..3 {
-        let sum = lab.client(&format!(
-            "curl -s -m 20 http://{}/bytes/2000000 | sha256sum",
-            lab.vip()
-        ));
-        assert_eq!(
-            sum.split_whitespace().next(),
-            Some(pattern_sha256(2_000_000).as_str())
-        );
+        body_intact(&lab, 2_000_000);
     }
     let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(10));
     let log = lbd.log_text();

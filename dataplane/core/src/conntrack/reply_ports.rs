@@ -38,12 +38,13 @@
 //! [`SnatPorts`]: crate::flow::SnatPorts
 
 use super::table::{Addr, RawKey};
+use crate::flow::v4_home;
 use crate::prefetch::Prefetch;
 
 /// "Not routed to a cell": a cell number no table reaches.
 pub(crate) const NO_CELL: u32 = u32::MAX;
 
-/// Slots of the address map: a power of two, four times the most
+/// Slots of the address map: the range of `v4_home`, four times the most
 /// addresses ([`crate::flow::SnatPorts::MAX_ADDRESSES`]), so a lookup of an
 /// address that is not there usually stops at the first slot.
 const MAP_SLOTS: usize = 256;
@@ -233,11 +234,11 @@ impl<A: Addr> ReplyPorts<A> {
     }
 }
 
-/// The home slot of an address in the map (Fibonacci hashing: the top
-/// bits of a multiply).
+/// The home slot of an address in the map: `SnatPorts`' hash of its
+/// own address map, on the address folded to 32 bits.
 #[inline(always)]
 fn home<A: Addr>(a: A) -> usize {
-    (a.fold().wrapping_mul(0x9E37_79B9) >> 24) as usize
+    v4_home(a.fold())
 }
 
 #[cfg(test)]

@@ -548,7 +548,7 @@ impl<A: Addr> Table<A> {
     /// first slot of a line to 50% for the last (simulated). Warming the
     /// next line only for the last slots measured slower (bench/RESULTS.md).
     #[inline(always)]
-    pub fn prefetch_run(&self, p: &impl Prefetch, hash: u32) {
+    fn prefetch_run(&self, p: &impl Prefetch, hash: u32) {
         let home = self.home(hash);
         p.prefetch(&self.index[home]);
         // 8 slots of 8 bytes on: the next line, whatever the alignment (the
