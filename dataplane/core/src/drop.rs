@@ -72,11 +72,17 @@ pub enum DropReason {
     /// No route to the destination: no port's prefix holds it and no port
     /// has a gateway of its family.
     NoRoute,
+    /// A new connection whose reply tuple is already a tracked connection's,
+    /// so the two connections' replies could not be told apart: e.g. one
+    /// client address and port DNATed by two VIPs to the same backend
+    /// address and port, or a client sending from one of this worker's SNAT
+    /// address and port pairs.
+    ConntrackConflict,
 }
 
 impl DropReason {
     /// Number of reasons: the length of a per-worker drop counter array.
-    pub const COUNT: usize = DropReason::NoRoute as usize + 1;
+    pub const COUNT: usize = DropReason::ConntrackConflict as usize + 1;
 
     /// Every reason, in discriminant order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -109,6 +115,7 @@ impl DropReason {
         DropReason::NdNotForUs,
         DropReason::TxFull,
         DropReason::NoRoute,
+        DropReason::ConntrackConflict,
     ];
 
     /// The stable snake_case name used in counters, logs and the API.
@@ -143,6 +150,7 @@ impl DropReason {
             DropReason::NdNotForUs => "nd_not_for_us",
             DropReason::TxFull => "tx_full",
             DropReason::NoRoute => "no_route",
+            DropReason::ConntrackConflict => "conntrack_conflict",
         }
     }
 }

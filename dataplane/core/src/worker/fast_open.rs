@@ -13,7 +13,7 @@
 //! and declines: the general path then refuses it with its own counted
 //! reason. Past the SNAT allocation the outcome is the general path's
 //! whatever happens: a new entry (evicting one if the table is full), a
-//! stateless DNAT forward, or a `ConntrackFull` drop.
+//! stateless DNAT forward, or a `ConntrackFull` or `ConntrackConflict` drop.
 
 use std::net::{IpAddr, Ipv4Addr};
 

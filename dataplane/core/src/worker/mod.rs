@@ -37,6 +37,10 @@
 //!   translated statelessly by Maglev (`stateless_forwards`); replies of such
 //!   connections find no entry and are dropped (`no_conntrack_reply`).
 //!   Full-NAT drops with `conntrack_full`.
+//! - A new connection whose reply tuple is a tracked connection's (one
+//!   client endpoint DNATed by two VIPs to the same backend endpoint) is
+//!   dropped with `conntrack_conflict`: its replies could not be told from
+//!   the other's.
 //! - Session affinity by client IP hashes only the client address into the
 //!   ring, so a client keeps its backend as long as the backend set does not
 //!   change; the affinity timeout is not enforced separately.

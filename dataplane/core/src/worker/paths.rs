@@ -198,7 +198,10 @@ impl Worker {
     /// releasing the SNAT port of any entry it evicts. `Ok(None)`: the
     /// table is full of established connections and a DNAT flow goes on
     /// statelessly (counted); a full-NAT one cannot, so its SNAT port is
-    /// returned and the packet dropped (`ConntrackFull`). `hashes`: the
+    /// returned and the packet dropped (`ConntrackFull`). A connection whose
+    /// tuples collide with a tracked one's (its replies would be taken for
+    /// the other's) is dropped, DNAT or full-NAT, as `ConntrackConflict`,
+    /// its SNAT port returned. `hashes`: the
     /// IPv4 key's and its reply key's, if known ([`Conntrack::insert_missed`](crate::conntrack::Conntrack::insert_missed)).
     pub(super) fn insert_opened(
         &mut self,
@@ -229,11 +232,20 @@ impl Worker {
                 counters.stateless_forwards.inc();
                 Ok(None)
             }
-            Err(_) => {
+            Err(e) => {
                 if let Some(ep) = nat.snat() {
                     let _ = snat.free(ep, key.proto());
                 }
-                Err(DropReason::ConntrackFull)
+                Err(match e {
+                    InsertError::Full => DropReason::ConntrackFull,
+                    // `FamilyMismatch` cannot happen here (Maglev picks a
+                    // backend of the flow's family, SNAT an address of it),
+                    // nor `Exists` (the lookup just missed); were they to,
+                    // the new connection does collide with the state.
+                    InsertError::ReplyConflict | InsertError::Exists | InsertError::FamilyMismatch => {
+                        DropReason::ConntrackConflict
+                    }
+                })
             }
         }
     }

@@ -277,6 +277,53 @@ fn dnat_udp_keeps_the_client_address_and_replies_get_the_vip() {
     );
 }
 
+/// Two DNAT VIPs with one backend endpoint: a client endpoint that opens
+/// a flow through each would get the same reply tuple twice. The second is
+/// refused as a conflict, not as a full table, and the first keeps working.
+#[test]
+fn dnat_reply_tuple_conflict_is_its_own_drop() {
+    let snap = snapshot_with(|b| {
+        for (name, vip) in [("default/a", "10.0.0.102"), ("default/b", "10.0.0.103")] {
+            let mut s = ServiceSpec::new(name);
+            s.mode = ForwardMode::Dnat;
+            let s = b.service(s).unwrap();
+            b.frontend(
+                s,
+                FrontendSpec::new(v4(vip), 53, Proto::Udp, FrontendKind::ClusterIp),
+            )
+            .unwrap();
+            b.backend(s, BackendSpec::new(v4("10.1.0.11"), 53)).unwrap();
+        }
+    });
+    let mut w = worker(1, 0);
+    let mut a = udp4(("10.0.0.2", 5353), ("10.0.0.102", 53), b"a");
+    assert!(matches!(
+        run(&mut w, &snap, 0, &mut a, 0),
+        Verdict::Transmit { port: 1, .. }
+    ));
+    let mut b = udp4(("10.0.0.2", 5353), ("10.0.0.103", 53), b"b");
+    let before = b.clone();
+    assert_eq!(
+        run(&mut w, &snap, 1, &mut b, 0),
+        Verdict::Drop(DropReason::ConntrackConflict)
+    );
+    assert_eq!(b, before, "a refused frame is left as it was");
+    let c = w.counters();
+    assert_eq!(c.drops_of(DropReason::ConntrackConflict), 1);
+    assert_eq!(c.drops_of(DropReason::ConntrackFull), 0);
+    assert_eq!(c.stateless_forwards.get(), 0);
+    assert_eq!(w.conntrack().len(), 1);
+    // The reply still finds the first connection and gets its VIP.
+    let mut reply = udp4(("10.1.0.11", 53), ("10.0.0.2", 5353), b"answer");
+    assert!(matches!(
+        run(&mut w, &snap, 2, &mut reply, 1),
+        Verdict::Transmit { port: 0, .. }
+    ));
+    let r = wire::parse(&reply).unwrap();
+    assert_eq!((r.src, r.src_port), (v4("10.0.0.102"), 53));
+    assert_checksums(&reply);
+}
+
 fn key_of(frame: &[u8]) -> crate::flow::FlowKey {
     let p = wire::parse(frame).unwrap();
     crate::flow::FlowKey::new(
