@@ -160,7 +160,10 @@ stop_dut() {
     DUT_PID=""
 }
 
-# One lb-bench run against the device (GEN_SECONDS: each trial's length),
+# One lb-bench run against the device (GEN_SECONDS: each trial's length;
+# GEN_RSIZE: log2 of the memif rings' slots, 10 by default: the memif
+# client creates the rings, so its rsize is the link's, whatever the
+# server's),
 # in the background; returns once its JSON summary is written (0), or
 # with its exit status if it ended without one. It then stays connected,
 # polling nothing (--linger), until the device is stopped: DPDK 22.11's
@@ -169,7 +172,7 @@ stop_dut() {
 gen() { # NAME DUT-ARG JSON LOG ARGS...
     local name=$1 dut=$2 json=$3 log=$4; shift 4
     rm -f "$json"
-    taskset -c 0 "$GEN" gen --vdev "net_memif0,role=client,socket=$SOCK" --lcore 0 \
+    taskset -c 0 "$GEN" gen --vdev "net_memif0,role=client,socket=$SOCK,rsize=${GEN_RSIZE:-10}" --lcore 0 \
         --file-prefix lbb-gen "${HUGE[@]}" --dut "$dut" --scenario "$name" \
         --seconds "${GEN_SECONDS:-$SECONDS_MEASURED}" --warmup "$WARMUP" --snat 10.0.0.200 \
         --snat-count "$SNAT_COUNT" --json "$json" --linger 30 "$@" > "$log" 2>&1 &
@@ -241,9 +244,13 @@ scenario est-1m-64-dnat dnat --traffic established --clients 16 --ports 64000 --
 scenario new-64-fullnat fullnat --traffic new --clients 256 --ports 64000 --size 64
 scenario new-64-dnat dnat --traffic new --clients 256 --ports 64000 --size 64
 
-# Churn: lbd only, established full-NAT at a fixed rate, deep memif rings
-# (the control thread shares lbd's CPU), one backend toggled between
-# maintenance and active 100 times a second for the whole run.
+# Churn: lbd only, established full-NAT at a fixed rate, deep memif rings,
+# one backend toggled between maintenance and active 100 times a second for
+# the whole run. On two CPUs every toggle's ring build on lbd's control
+# thread takes CPU time from the worker or the generator (1-1.5 ms a build
+# on a slow core), and a ring of 1,024 slots holds ~2.5 ms of this run's
+# 0.4 Mpps through the link: 16,384 slots (rsize 14) on both sides ride the
+# stalls out. The generator's rsize is the one that counts (see gen).
 CHURN_OK=skipped
 case ",$ONLY," in ",,"|*",churn,"*)
     tag=churn
@@ -252,7 +259,7 @@ case ",$ONLY," in ",,"|*",churn,"*)
         --seconds "$((CHURN_SECONDS + WARMUP + 2))" > "$OUT/$tag.churn.log" 2>&1 &
     churn_pid=$!
     gen_ok=1
-    GEN_SECONDS=$CHURN_SECONDS gen churn fullnat "$OUT/$tag.json" "$OUT/$tag.gen.log" \
+    GEN_SECONDS=$CHURN_SECONDS GEN_RSIZE=14 gen churn fullnat "$OUT/$tag.json" "$OUT/$tag.gen.log" \
         --traffic established --clients 16 --ports 64 --size 64 --rate "$CHURN_RATE_MPPS" || gen_ok=0
     wait "$churn_pid" || { echo "bench: churn: the gRPC client failed:"; tail -3 "$OUT/$tag.churn.log"; }
     stop_dut
