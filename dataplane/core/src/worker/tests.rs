@@ -263,14 +263,7 @@ fn dnat_udp_keeps_the_client_address_and_replies_get_the_vip() {
     let p = wire::parse(&q).unwrap();
     assert_eq!((p.src, p.src_port, p.dst_port), (v4("10.0.0.2"), 5353, 53));
     assert_checksums(&q);
-    let mut reply = udp4((&p.dst.to_string(), 53), ("10.0.0.2", 5353), b"answer");
-    assert!(matches!(
-        run(&mut w, &snap, 1, &mut reply, 1),
-        Verdict::Transmit { port: 0, .. }
-    ));
-    let r = wire::parse(&reply).unwrap();
-    assert_eq!((r.src, r.src_port), (v4("10.0.0.101"), 53));
-    assert_checksums(&reply);
+    dnat_answer_gets_the_vip(&mut w, &snap, 1, &p.dst.to_string(), "10.0.0.101");
     assert_eq!(
         w.conntrack().state(w.conntrack().lookup(&key_of(&q)).unwrap().0),
         Some(ConnState::UdpReplied)
@@ -314,13 +307,19 @@ fn dnat_reply_tuple_conflict_is_its_own_drop() {
     assert_eq!(c.stateless_forwards.get(), 0);
     assert_eq!(w.conntrack().len(), 1);
     // The reply still finds the first connection and gets its VIP.
-    let mut reply = udp4(("10.1.0.11", 53), ("10.0.0.2", 5353), b"answer");
+    dnat_answer_gets_the_vip(&mut w, &snap, 2, "10.1.0.11", "10.0.0.102");
+}
+
+/// A UDP answer from `backend`:53 to the client 10.0.0.2:5353 goes out of
+/// port 0 from `vip`:53, checksums intact.
+fn dnat_answer_gets_the_vip(w: &mut Worker, snap: &Snapshot, now: u64, backend: &str, vip: &str) {
+    let mut reply = udp4((backend, 53), ("10.0.0.2", 5353), b"answer");
     assert!(matches!(
-        run(&mut w, &snap, 2, &mut reply, 1),
+        run(w, snap, now, &mut reply, 1),
         Verdict::Transmit { port: 0, .. }
     ));
     let r = wire::parse(&reply).unwrap();
-    assert_eq!((r.src, r.src_port), (v4("10.0.0.102"), 53));
+    assert_eq!((r.src, r.src_port), (v4(vip), 53));
     assert_checksums(&reply);
 }
 
