@@ -73,7 +73,7 @@ mod table;
 mod tests;
 mod v4;
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 
 pub use state::{tcp_flags, ConnState, EvictClass, Timeouts};
 pub use v4::RewriteV4;
@@ -119,6 +119,16 @@ impl EntryId {
     pub fn is_v6(self) -> bool {
         self.0 & V6_BIT != 0
     }
+}
+
+/// An IPv4 [`Nat`] in IPv4 types, for [`Conntrack::insert_missed_v4`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NatV4 {
+    /// The chosen backend.
+    pub(crate) backend: (Ipv4Addr, u16),
+    /// The balancer's source endpoint towards the backend (full-NAT), or
+    /// `None` (DNAT).
+    pub(crate) snat: Option<(Ipv4Addr, u16)>,
 }
 
 /// The translation applied to a connection.
@@ -628,6 +638,48 @@ impl Conntrack {
         )
     }
 
+    /// [`Conntrack::insert_missed`] of an IPv4 connection given as the
+    /// worker's fast path has it: the key, the backend and the SNAT pair
+    /// (full-NAT) as IPv4 values, so no [`FlowKey`] or [`Nat`] (with
+    /// their family tags and 17-byte `IpAddr`s) is built, passed through
+    /// memory and taken apart again. The same entry, checks, errors,
+    /// counts and evictions as `insert_missed` of the general values.
+    #[inline]
+    pub(crate) fn insert_missed_v4(
+        &mut self,
+        original: &FlowKeyV4,
+        nat: NatV4,
+        tags: Tags,
+        now: Tick,
+        hashes: Option<(KeyHash, KeyHash)>,
+        mut on_evicted: impl FnMut(Evicted),
+    ) -> Result<EntryId, InsertError> {
+        let ctx = InsertCtx {
+            tags,
+            now: now.0,
+            timeout_ms: &self.timeout_ms,
+            window: self.evict_window,
+            missed: true,
+            hashes: hashes.map(|(o, r)| (o.0, r.0)),
+        };
+        let raw = RawNat {
+            backend: nat.backend.0.octets(),
+            backend_port: nat.backend.1,
+            snat: nat.snat.map(|(a, p)| (a.octets(), p)),
+        };
+        let on_evicted = &mut Released(&mut on_evicted);
+        let r = insert_in(
+            &mut self.v4,
+            raw_v4(original),
+            raw,
+            &ctx,
+            &mut self.stats,
+            on_evicted,
+        );
+        count_insert(&mut self.stats, &r);
+        r.map(EntryId)
+    }
+
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn insert_with(
@@ -641,7 +693,6 @@ impl Conntrack {
         hashes_v4: Option<(KeyHash, KeyHash)>,
     ) -> Result<EntryId, InsertError> {
         let mut ctx = InsertCtx {
-            nat,
             tags,
             now: now.0,
             timeout_ms: &self.timeout_ms,
@@ -652,17 +703,17 @@ impl Conntrack {
         let r = match original {
             FlowKey::V4(k) => {
                 ctx.hashes = hashes_v4.map(|(o, r)| (o.0, r.0));
-                insert_in(&mut self.v4, raw_v4(&k), &ctx, &mut self.stats, on_evicted).map(EntryId)
+                RawNat::of(&nat)
+                    .ok_or(InsertError::FamilyMismatch)
+                    .and_then(|n| insert_in(&mut self.v4, raw_v4(&k), n, &ctx, &mut self.stats, on_evicted))
+                    .map(EntryId)
             }
-            FlowKey::V6(k) => insert_in(&mut self.v6, raw_v6(&k), &ctx, &mut self.stats, on_evicted)
+            FlowKey::V6(k) => RawNat::of(&nat)
+                .ok_or(InsertError::FamilyMismatch)
+                .and_then(|n| insert_in(&mut self.v6, raw_v6(&k), n, &ctx, &mut self.stats, on_evicted))
                 .map(|i| EntryId(i | V6_BIT)),
         };
-        match r {
-            Ok(_) => self.stats.inserts += 1,
-            Err(InsertError::Full) => self.stats.insert_full += 1,
-            Err(InsertError::Exists | InsertError::ReplyConflict) => self.stats.insert_exists += 1,
-            Err(InsertError::FamilyMismatch) => self.stats.insert_invalid += 1,
-        }
+        count_insert(&mut self.stats, &r);
         r
     }
 
@@ -791,7 +842,6 @@ impl Conntrack {
 
 /// The parts of an insert that do not depend on the family.
 struct InsertCtx<'a> {
-    nat: Nat,
     tags: Tags,
     now: u64,
     timeout_ms: &'a [u64; ConnState::COUNT],
@@ -803,17 +853,57 @@ struct InsertCtx<'a> {
     hashes: Option<(Loc, Loc)>,
 }
 
+/// A [`Nat`] as one family's raw addresses.
+#[derive(Clone, Copy)]
+struct RawNat<A> {
+    backend: A,
+    backend_port: u16,
+    snat: Option<(A, u16)>,
+}
+
+impl<A: Addr> RawNat<A> {
+    /// `nat` in family `A`; `None` if an address of it is of the other.
+    #[inline(always)]
+    fn of(nat: &Nat) -> Option<RawNat<A>> {
+        let (backend, backend_port) = nat.backend();
+        let snat = match nat.snat() {
+            Some((a, p)) => Some((A::from_ip(a)?, p)),
+            None => None,
+        };
+        Some(RawNat {
+            backend: A::from_ip(backend)?,
+            backend_port,
+            snat,
+        })
+    }
+}
+
+/// Counts an insert's outcome in `stats`.
+#[inline(always)]
+fn count_insert<T>(stats: &mut ConntrackStats, r: &Result<T, InsertError>) {
+    match r {
+        Ok(_) => stats.inserts += 1,
+        Err(InsertError::Full) => stats.insert_full += 1,
+        Err(InsertError::Exists | InsertError::ReplyConflict) => stats.insert_exists += 1,
+        Err(InsertError::FamilyMismatch) => stats.insert_invalid += 1,
+    }
+}
+
 fn insert_in<A: Addr>(
     t: &mut Table<A>,
     key: RawKey<A>,
+    nat: RawNat<A>,
     ctx: &InsertCtx<'_>,
     stats: &mut ConntrackStats,
     on_evicted: &mut impl OnEvicted,
 ) -> Result<u32, InsertError> {
-    let (backend, backend_port) = ctx.nat.backend();
-    let backend = A::from_ip(backend).ok_or(InsertError::FamilyMismatch)?;
-    let (flags, snat, snat_port) = match ctx.nat.snat() {
-        Some((a, p)) => (FULL_NAT, A::from_ip(a).ok_or(InsertError::FamilyMismatch)?, p),
+    let RawNat {
+        backend,
+        backend_port,
+        snat,
+    } = nat;
+    let (flags, snat, snat_port) = match snat {
+        Some((a, p)) => (FULL_NAT, a, p),
         None => (0, A::default(), 0),
     };
     let state = ConnState::initial(Proto::from_u8(key.proto).unwrap_or(Proto::Tcp));

@@ -1024,3 +1024,80 @@ fn full_table_victims_report_their_snat_pairs_to_warming_and_release() {
     assert_eq!(released, want);
     ct.check();
 }
+
+#[test]
+fn insert_missed_v4_does_what_insert_missed_does() {
+    // Two tables, the same inserts: one through the general values, one
+    // through the IPv4 ones. DNAT and full-NAT, TCP and UDP, a table small
+    // enough that most inserts evict, and inserts whose reply tuple
+    // collides (a SNAT pair reused while its entry lives; a DNAT flow whose
+    // reply key is a tracked reply key). Same results, same evictions
+    // reported, same entries, same counts.
+    let (mut general, mut v4) = (table(48, 0), table(48, 0));
+    let v4_of = |ip: IpAddr| match ip {
+        IpAddr::V4(a) => a,
+        IpAddr::V6(_) => unreachable!(),
+    };
+    let mut ids = Vec::new();
+    let mut conflicts = 0;
+    for i in 0..200u16 {
+        let proto = if i % 5 == 0 { Proto::Udp } else { Proto::Tcp };
+        // A few recurring client endpoints and two VIPs: a DNAT flow of
+        // one of them to one VIP may meet its flow to the other on the
+        // same backend (the same reply key). Keys that are still tracked are skipped (both
+        // APIs require a missed lookup).
+        let vip = (ip(192, 0, 2, 1 + (i / 4 % 2) as u8), 80);
+        let c = if i % 4 == 1 {
+            client(i % 13)
+        } else {
+            client(100 + i)
+        };
+        let k = key(c, vip, proto);
+        if general.lookup(&k).is_some() {
+            assert!(v4.lookup(&k).is_some());
+            continue;
+        }
+        // Mostly one backend, so that reply keys meet.
+        let backend = if i % 11 == 0 {
+            (ip(10, 9, 0, 2), 8080)
+        } else {
+            BACKEND
+        };
+        // SNAT ports from a pool of 7: some still held by a live entry.
+        let snat = (i % 2 == 0).then_some((SNAT, 3000 + i % 7));
+        let nat = match snat {
+            Some(snat) => Nat::FullNat { backend, snat },
+            None => Nat::Dnat { backend },
+        };
+        let tags = Tags {
+            frontend: u32::from(i),
+            backend: u32::from(i) * 7,
+        };
+        let now = Tick(u64::from(i) * 10);
+        let (mut ev_general, mut ev_v4) = (Vec::new(), Vec::new());
+        let a = general.insert_missed(k, nat, tags, now, None, |e| ev_general.push(e));
+        let FlowKey::V4(kv4) = k else { unreachable!() };
+        let nat_v4 = NatV4 {
+            backend: (v4_of(backend.0), backend.1),
+            snat: snat.map(|(a, p)| (v4_of(a), p)),
+        };
+        let b = v4.insert_missed_v4(&kv4, nat_v4, tags, now, None, |e| ev_v4.push(e));
+        assert_eq!(a, b, "insert {i}");
+        conflicts += usize::from(a == Err(InsertError::ReplyConflict) && snat.is_none());
+        assert_eq!(ev_general, ev_v4, "insert {i}");
+        if let Ok(id) = a {
+            assert_eq!(general.get(id), v4.get(id), "insert {i}");
+            ids.push(id);
+        }
+    }
+    for id in ids {
+        assert_eq!(general.get(id), v4.get(id));
+    }
+    assert_eq!(general.stats(), v4.stats());
+    let s = v4.stats();
+    assert!(s.inserts > 50 && s.insert_exists > 10, "{s:?}");
+    assert!(conflicts > 0, "no DNAT reply conflict: {s:?}");
+    assert!(s.evicted_embryonic + s.evicted_expired > 30, "{s:?}");
+    general.check();
+    v4.check();
+}

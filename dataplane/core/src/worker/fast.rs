@@ -115,13 +115,19 @@ impl FastV4 {
     /// The conntrack key of the packet, as the general path builds it.
     #[inline(always)]
     pub(super) fn key(&self) -> FlowKey {
-        FlowKey::V4(FlowKeyV4 {
+        FlowKey::V4(self.key_v4())
+    }
+
+    /// [`FastV4::key`]'s IPv4 key.
+    #[inline(always)]
+    pub(super) fn key_v4(&self) -> FlowKeyV4 {
+        FlowKeyV4 {
             src: Ipv4Addr::from(self.src),
             dst: Ipv4Addr::from(self.dst),
             sport: self.sport,
             dport: self.dport,
             proto: self.proto,
-        })
+        }
     }
 }
 

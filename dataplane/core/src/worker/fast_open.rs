@@ -17,7 +17,7 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use crate::conntrack::{ConnState, Direction, KeyHash, Nat, Tags};
+use crate::conntrack::{ConnState, Direction, KeyHash, NatV4, Tags};
 use crate::flow::{AllocGuess, Proto};
 use crate::maglev::flow_hash_v4;
 use crate::prefetch::Prefetch;
@@ -118,23 +118,24 @@ impl Worker {
             Some(p) => (p.backend, p.addr),
             None => pick_v4(svc, k)?,
         };
-        let be = (backend.addr, backend.port);
         let be_slot = backend.stats_slot;
         // `translate` would drop (`NoRoute`) or hold the packet (`Resolve`)
         // after creating the entry: the general path's business.
         let hop_index = snap.next_hop_index_v4(u32::from(be_addr))?;
         let hop = *snap.hop_v4(hop_index)?;
         // An exhausted pool changes nothing: the general path counts it.
-        let (nat, src) = if full_nat {
+        let (snat, src) = if full_nat {
             let (a, port) = self.snat.alloc_v4(k.proto)?;
-            let snat = (IpAddr::V4(a), port);
-            (Nat::FullNat { backend: be, snat }, (a, port))
+            (Some((a, port)), (a, port))
         } else {
-            (Nat::Dnat { backend: be }, (client, k.sport))
+            (None, (client, k.sport))
         };
 
         // --- no way back past this point: a SNAT port is taken ---
-        let key = k.key();
+        let nat = NatV4 {
+            backend: (be_addr, backend.port),
+            snat,
+        };
         let tags = Tags {
             frontend: fe_slot,
             backend: be_slot,
@@ -144,7 +145,7 @@ impl Worker {
             .and_then(|p| p.hashes)
             .filter(|h| h.snat == full_nat.then_some(src))
             .map(|h| (h.key, h.reply));
-        let id = match self.insert_opened(now, key, nat, tags, hashes) {
+        let id = match self.insert_opened(now, (k.key_v4(), nat), tags, hashes) {
             Ok(id) => id,
             Err(reason) => {
                 self.drop(reason);

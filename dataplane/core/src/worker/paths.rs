@@ -3,8 +3,10 @@
 
 use std::net::IpAddr;
 
-use crate::conntrack::{Direction, EntryId, InsertError, KeyHash, Nat, Rewrite, Tags};
-use crate::flow::{owner_of_client, owner_of_snat_port, FlowKey, Proto, WorkerId};
+use crate::conntrack::{
+    Conntrack, Direction, EntryId, Evicted, InsertError, KeyHash, Nat, NatV4, Rewrite, Tags,
+};
+use crate::flow::{owner_of_client, owner_of_snat_port, FlowKey, FlowKeyV4, Proto, SnatPorts, WorkerId};
 use crate::maglev::{flow_hash_v4, flow_hash_v6};
 use crate::nat;
 use crate::reject;
@@ -188,32 +190,31 @@ impl Worker {
             src: nat.snat().unwrap_or((p.src, p.src_port)),
             dst: be,
         };
-        let id = self.insert_opened(now, key, nat, tags, None)?;
+        let id = self.insert_opened(now, (key, nat), tags, None)?;
         Ok((id.map(|id| (id, Direction::Original)), rw))
     }
 
-    /// Tracks a connection being opened with `nat` (and `tags`' counter
-    /// slots) for `key`, which a lookup made for this packet has just
-    /// missed, counting it per frontend and backend, and counting and
-    /// releasing the SNAT port of any entry it evicts. `Ok(None)`: the
+    /// Tracks a connection being opened (`what`: its key and translation,
+    /// with `tags`' counter slots), whose key a lookup made for this packet
+    /// has just missed, counting it per frontend and backend, and counting
+    /// and releasing the SNAT port of any entry it evicts. `Ok(None)`: the
     /// table is full of established connections and a DNAT flow goes on
     /// statelessly (counted); a full-NAT one cannot, so its SNAT port is
     /// returned and the packet dropped (`ConntrackFull`). A connection whose
     /// tuples collide with a tracked one's (its replies would be taken for
     /// the other's) is dropped, DNAT or full-NAT, as `ConntrackConflict`,
-    /// its SNAT port returned. `hashes`: the
-    /// IPv4 key's and its reply key's, if known ([`Conntrack::insert_missed`](crate::conntrack::Conntrack::insert_missed)).
+    /// its SNAT port returned. `hashes`: the IPv4 key's and its reply
+    /// key's, if known ([`Conntrack::insert_missed`]).
     pub(super) fn insert_opened(
         &mut self,
         now: Tick,
-        key: FlowKey,
-        nat: Nat,
+        what: impl Opening,
         tags: Tags,
         hashes: Option<(KeyHash, KeyHash)>,
     ) -> Result<Option<EntryId>, DropReason> {
         let (ct, snat, counters) = (&mut self.conntrack, &mut self.snat, &self.counters);
         // Both callers open on a lookup that missed, just made.
-        let inserted = ct.insert_missed(key, nat, tags, now, hashes, |evicted| {
+        let inserted = what.insert(ct, tags, now, hashes, |evicted| {
             counters.conntrack_evictions.inc();
             release_snat(snat, evicted.snat, evicted.proto);
         });
@@ -228,14 +229,12 @@ impl Worker {
                 }
                 Ok(Some(id))
             }
-            Err(InsertError::Full) if nat.snat().is_none() => {
+            Err(InsertError::Full) if !what.is_full_nat() => {
                 counters.stateless_forwards.inc();
                 Ok(None)
             }
             Err(e) => {
-                if let Some(ep) = nat.snat() {
-                    let _ = snat.free(ep, key.proto());
-                }
+                what.release(snat);
                 Err(match e {
                     InsertError::Full => DropReason::ConntrackFull,
                     // `FamilyMismatch` cannot happen here (Maglev picks a
@@ -403,4 +402,71 @@ fn verdict(route: &Route, len: usize) -> Verdict {
 #[inline]
 fn opens_connection(f: TcpFlags) -> bool {
     f.0 & TcpFlags::SYN.0 != 0 && f.0 & TcpFlags::ACK.0 == 0
+}
+
+/// A connection [`Worker::insert_opened`] opens: its key and translation
+/// as the general path has them, `(FlowKey, Nat)`, or as the IPv4 fast
+/// path does, `(FlowKeyV4, NatV4)`, which conntrack stores without
+/// building the general values ([`Conntrack::insert_missed_v4`]).
+pub(super) trait Opening: Copy {
+    /// True for a full-NAT connection (it holds a SNAT pair).
+    fn is_full_nat(&self) -> bool;
+    /// Gives back the SNAT pair, if it holds one, after a failed insert.
+    fn release(self, snat: &mut SnatPorts);
+    /// [`Conntrack::insert_missed`] of it.
+    fn insert(
+        self,
+        ct: &mut Conntrack,
+        tags: Tags,
+        now: Tick,
+        hashes: Option<(KeyHash, KeyHash)>,
+        on_evicted: impl FnMut(Evicted),
+    ) -> Result<EntryId, InsertError>;
+}
+
+impl Opening for (FlowKey, Nat) {
+    #[inline(always)]
+    fn is_full_nat(&self) -> bool {
+        self.1.snat().is_some()
+    }
+    #[inline(always)]
+    fn release(self, snat: &mut SnatPorts) {
+        release_snat(snat, self.1.snat(), self.0.proto());
+    }
+    #[inline(always)]
+    fn insert(
+        self,
+        ct: &mut Conntrack,
+        tags: Tags,
+        now: Tick,
+        hashes: Option<(KeyHash, KeyHash)>,
+        on_evicted: impl FnMut(Evicted),
+    ) -> Result<EntryId, InsertError> {
+        ct.insert_missed(self.0, self.1, tags, now, hashes, on_evicted)
+    }
+}
+
+impl Opening for (FlowKeyV4, NatV4) {
+    #[inline(always)]
+    fn is_full_nat(&self) -> bool {
+        self.1.snat.is_some()
+    }
+    #[inline(always)]
+    fn release(self, snat: &mut SnatPorts) {
+        if let Some((a, port)) = self.1.snat {
+            // Taken by this worker's allocation just before: never unknown.
+            let _ = snat.free_v4(a, port, self.0.proto);
+        }
+    }
+    #[inline(always)]
+    fn insert(
+        self,
+        ct: &mut Conntrack,
+        tags: Tags,
+        now: Tick,
+        hashes: Option<(KeyHash, KeyHash)>,
+        on_evicted: impl FnMut(Evicted),
+    ) -> Result<EntryId, InsertError> {
+        ct.insert_missed_v4(&self.0, self.1, tags, now, hashes, on_evicted)
+    }
 }
