@@ -16,6 +16,7 @@
 #
 #   bench/run.sh [--rounds N] [--seconds S] [--steps N] [--only NAME[,NAME...]] [--quick]
 #   (defaults: 3 rounds, 2 s trials, 6 search steps; --quick: 1 round, 3 steps)
+#   LBD=<path>: measure that lbd binary instead of target/release/lbd.
 #
 # Needs root (hugepages, /run); uses hugepages when setup could reserve
 # them, else --no-huge. Results: a table on stdout, every run's JSON, logs
@@ -49,7 +50,7 @@ done
 scripts/setup.sh
 echo "bench: building lbd and lb-bench in release"
 cargo build --release --quiet -p lbd -p lb-bench
-LBD=target/release/lbd
+LBD=${LBD:-target/release/lbd}
 GEN=target/release/lb-bench
 TESTPMD=$(command -v dpdk-testpmd)
 
