@@ -40,7 +40,7 @@ while [ $# -gt 0 ]; do
         --steps) SEARCH_STEPS=$2; shift 2 ;;
         --only) ONLY=$2; shift 2 ;;
         --quick) ROUNDS=1; SEARCH_STEPS=3; shift ;;
-        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
         *) echo "bench/run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
