@@ -35,7 +35,8 @@
 //! - SYN flood (`PIPELINE_MEDIANS` only): `new_flow_full_table/*`, a 64k
 //!   table and SYNs of 256k flows, and `new_flow_full_table_1m/*`, the
 //!   default 1M table and SYNs of 2M flows: the table full, every SYN
-//!   evicts an embryonic entry (as in `bench/run.sh`'s SYN floods).
+//!   evicts an embryonic entry (as in `bench/run.sh`'s SYN floods); and
+//!   both again (`*_dnat`) to a DNAT service with the same backends.
 //! - `handle_burst` warms the lines of its staged lookups with the
 //!   `prefetcht0` lbd passes it (`Worker::handle_burst_with` and
 //!   `dpdk::prefetch`); `PIPELINE_WARM=loads` makes it warm them with plain
@@ -69,6 +70,9 @@ const MAC0: [u8; 6] = [2, 0, 0, 0, 0, 0x10];
 const MAC1: [u8; 6] = [2, 0, 0, 0, 0, 0x11];
 const PEER: [u8; 6] = [2, 0, 0, 0, 0, 0xee];
 const VIP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 100);
+/// The frontend of a DNAT service with the same backends, for the DNAT
+/// SYN flood.
+const VIP_DNAT: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 101);
 const BACKENDS: u32 = 16;
 const SNAT_ADDRS: u32 = 32;
 
@@ -95,9 +99,15 @@ fn snapshot() -> Snapshot {
     let web = b.service(web).unwrap();
     let fe = FrontendSpec::new(IpAddr::V4(VIP), 80, Proto::Tcp, FrontendKind::LoadBalancer);
     b.frontend(web, fe).unwrap();
+    let mut dnat = ServiceSpec::new("default/web-dnat");
+    dnat.mode = ForwardMode::Dnat;
+    let dnat = b.service(dnat).unwrap();
+    let fe = FrontendSpec::new(IpAddr::V4(VIP_DNAT), 80, Proto::Tcp, FrontendKind::LoadBalancer);
+    b.frontend(dnat, fe).unwrap();
     for i in 0..BACKENDS {
         b.neighbor(backend_addr(i), PEER);
         b.backend(web, BackendSpec::new(backend_addr(i), 8080)).unwrap();
+        b.backend(dnat, BackendSpec::new(backend_addr(i), 8080)).unwrap();
     }
     b.build().unwrap()
 }
@@ -371,15 +381,15 @@ const SWEEP_BUDGET: usize = 256;
 
 impl NewFlows {
     fn new() -> NewFlows {
-        NewFlows::with_capacity(1 << 20, SYN_POOL)
+        NewFlows::with_capacity(1 << 20, SYN_POOL, VIP)
     }
 
     /// With a table of `capacity` IPv4 connections and SYNs of `pool`
-    /// distinct flows: below `pool`, every SYN past the first `capacity`
-    /// evicts an embryonic entry (the SYN flood `bench/run.sh` runs end to
-    /// end).
-    fn with_capacity(capacity: u32, pool: usize) -> NewFlows {
-        let vip = (IpAddr::V4(VIP), 80);
+    /// distinct flows to `vip` (port 80): below `pool`, every SYN past the
+    /// first `capacity` evicts an embryonic entry (the SYN flood
+    /// `bench/run.sh` runs end to end).
+    fn with_capacity(capacity: u32, pool: usize, vip: Ipv4Addr) -> NewFlows {
+        let vip = (IpAddr::V4(vip), 80);
         let mut syns: Vec<Frame> = (0..pool).map(|i| tcp(client(i), vip, true, false)).collect();
         shuffle(&mut syns, 77);
         NewFlows {
@@ -481,7 +491,8 @@ fn bench_timer(c: &mut Criterion) {
 criterion_group!(benches, bench_timer, bench_established, bench_new_flow);
 
 /// Instruction counting under callgrind, instead of criterion:
-/// `PIPELINE_COUNT=forward|reply|new|new_full|new_full_1m [PIPELINE_MODE=burst] [PIPELINE_N=1000]
+/// `PIPELINE_COUNT=forward|reply|new|new_full|new_full_1m|new_full_dnat|new_full_1m_dnat
+/// [PIPELINE_MODE=burst] [PIPELINE_N=1000]
 /// valgrind --tool=callgrind --toggle-collect='*counted_*' <bench binary>`
 /// runs warm-up bursts, then `PIPELINE_COUNT_BURSTS` bursts inside
 /// `counted_bursts` or `counted_new`; divide its instructions by 32 per
@@ -508,11 +519,13 @@ fn count_instructions(what: &str) {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(if what == "new" { 4096 } else { 1000 });
-    if what == "new" || what == "new_full" || what == "new_full_1m" {
-        let mut nf = if what == "new" {
-            NewFlows::new()
-        } else {
-            full_table(what == "new_full_1m")
+    if what.starts_with("new") {
+        let mut nf = match what {
+            "new" => NewFlows::new(),
+            "new_full" | "new_full_1m" | "new_full_dnat" | "new_full_1m_dnat" => {
+                full_table(what.contains("1m"), what.ends_with("dnat"))
+            }
+            _ => panic!("PIPELINE_COUNT={what}: not a variant"),
         };
         let mut verdicts = [Verdict::ToHost; BURST];
         for _ in 0..nf.syns.len() / BURST {
@@ -625,17 +638,18 @@ fn medians() {
     }
     assert_eq!(nf.worker.counters().total_drops(), 0);
     // A SYN flood: the table full, every SYN evicting; in a 64k table, and
-    // in a 1M one (the default capacity, as end to end).
-    for big in [false, true] {
-        let mut full = full_table(big);
+    // in a 1M one (the default capacity, as end to end); full-NAT, and
+    // DNAT.
+    for (big, dnat) in [(false, false), (true, false), (false, true), (true, true)] {
+        let mut full = full_table(big, dnat);
         for _ in 0..full.syns.len() / BURST {
             full.burst(Mode::Packet, false, &mut verdicts);
         }
-        let name = if big {
-            "new_flow_full_table_1m"
-        } else {
-            "new_flow_full_table"
-        };
+        let name = format!(
+            "new_flow_full_table{}{}",
+            if big { "_1m" } else { "" },
+            if dnat { "_dnat" } else { "" }
+        );
         for mode in [Mode::Packet, Mode::Burst] {
             let before = full.worker.counters().conntrack_evictions.get();
             let t = (0..bursts)
@@ -655,14 +669,17 @@ const BLOCK: usize = 1_000;
 /// The tables of the SYN-flood variants: 64k IPv4 connections (SYNs of
 /// 256k flows, 20 ms a burst), or `big`, 1M (SYNs of 2M flows, 20 us a
 /// burst, 1.6M SYNs a second as end to end: at 20 ms a burst, entries would
-/// expire before the table filled).
-fn full_table(big: bool) -> NewFlows {
+/// expire before the table filled). SYNs to the full-NAT service's VIP, or
+/// with `dnat` to the DNAT one's (whose entries keep both keys in the
+/// hashed index: no SNAT port cell for the reply key).
+fn full_table(big: bool, dnat: bool) -> NewFlows {
+    let vip = if dnat { VIP_DNAT } else { VIP };
     if big {
-        let mut nf = NewFlows::with_capacity(1 << 20, 1 << 21);
+        let mut nf = NewFlows::with_capacity(1 << 20, 1 << 21, vip);
         nf.step_us = 20;
         nf
     } else {
-        NewFlows::with_capacity(1 << 16, SYN_POOL)
+        NewFlows::with_capacity(1 << 16, SYN_POOL, vip)
     }
 }
 
