@@ -330,11 +330,15 @@ for name, d in by.items():
 SPREAD = 1.15
 # MRR, not PDR: a PDR comes out of a bisection whose steps and lossy trials
 # make it vary on a quiet machine too.
+# lbd's rounds repeat the same traffic too: a spread there alone means the
+# machine was busy while lbd ran (its rounds alternate with the
+# baseline's, so the baseline can be steady while lbd's are not).
 for name, d in by.items():
-    base = [float(x["mrr_mpps"]) for x in d.get("testpmd", [])]
-    if len(base) > 1 and min(base) > 0 and max(base) / min(base) > SPREAD:
-        print(f"\nwarning: {name}: the baseline's MRR rounds spread {min(base):.2f}-{max(base):.2f} Mpps "
-              f"(more than {SPREAD - 1:.0%}): the machine was busy; do not read ratios from this run")
+    for dut, who in (("testpmd", "the baseline's"), ("lbd", "lbd's")):
+        xs = [float(x["mrr_mpps"]) for x in d.get(dut, [])]
+        if len(xs) > 1 and min(xs) > 0 and max(xs) / min(xs) > SPREAD:
+            print(f"\nwarning: {name}: {who} MRR rounds spread {min(xs):.2f}-{max(xs):.2f} Mpps "
+                  f"(more than {SPREAD - 1:.0%}): the machine was busy; do not read ratios from this run")
 print(f"\nchurn (one backend of the service toggled 100 times a second): {sys.argv[2]}")
 EOF
 echo "bench: results in $OUT"
