@@ -236,7 +236,7 @@ impl Worker {
             };
             let frame = frame.as_mut();
             if let Some(fk) = &fast[i] {
-                if let Some(v) = self.fast_v4_read(now, snap, frame, meta, fk, hint, picks[i]) {
+                if let Some(v) = self.fast_v4_read(now, snap, frame, meta, fk, hint, picks[i].as_ref()) {
                     verdicts[i] = v;
                     continue;
                 }

@@ -243,7 +243,7 @@ impl Worker {
         meta: &PacketMeta,
         k: &FastV4,
         found: Found,
-        pick: Option<Pick<'_>>,
+        pick: Option<&Pick<'_>>,
     ) -> Option<Verdict> {
         let hit = match found {
             Some(hit) => hit,
@@ -267,7 +267,7 @@ impl Worker {
                 return None;
             }
             let fe = (pk.svc, pk.fe_slot);
-            let opened = self.fast_open_v4(now, snap, frame, meta, k, fe, Some(&pk))?;
+            let opened = self.fast_open_v4(now, snap, frame, meta, k, fe, Some(pk))?;
             return Some(opened.verdict(frame.len()));
         };
         let epoch = snap.epoch();
