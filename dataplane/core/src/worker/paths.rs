@@ -453,10 +453,8 @@ impl Opening for (FlowKeyV4, NatV4) {
     }
     #[inline(always)]
     fn release(self, snat: &mut SnatPorts) {
-        if let Some((a, port)) = self.1.snat {
-            // Taken by this worker's allocation just before: never unknown.
-            let _ = snat.free_v4(a, port, self.0.proto);
-        }
+        let pair = self.1.snat.map(|(a, port)| (IpAddr::V4(a), port));
+        release_snat(snat, pair, self.0.proto);
     }
     #[inline(always)]
     fn insert(
