@@ -48,6 +48,7 @@ use std::sync::Arc;
 use hashbrown::hash_map::Entry;
 use hashbrown::HashMap;
 
+use super::flat::FlatMap;
 use super::net::{check_ports, check_snat, Routes};
 use super::slots::{assign_backend_slots, assign_frontend_slots};
 use super::{
@@ -607,9 +608,9 @@ impl<'p> SnapshotBuilder<'p> {
             local_node,
             services: services.into_boxed_slice(),
             service_names: names,
-            frontends_v4,
+            frontends_v4: FlatMap::new(frontends_v4),
             frontends_v6,
-            owned_v4,
+            owned_v4: FlatMap::new(owned_v4),
             owned_v6,
             snat_v4: snat_v4.into_boxed_slice(),
             snat_v6: snat_v6.into_boxed_slice(),
@@ -617,7 +618,7 @@ impl<'p> SnapshotBuilder<'p> {
             connected_v4: routes.connected_v4.into_boxed_slice(),
             connected_v6: routes.connected_v6.into_boxed_slice(),
             hops_v4: routes.hops_v4.into_boxed_slice(),
-            neighbors_v4: routes.neighbors_v4,
+            neighbors_v4: FlatMap::new(routes.neighbors_v4),
             neighbors_v6: routes.neighbors_v6,
             default_v4: routes.default_v4,
             default_v6: routes.default_v6,

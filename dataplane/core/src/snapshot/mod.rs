@@ -42,6 +42,7 @@
 mod builder;
 mod cidr;
 mod error;
+mod flat;
 mod net;
 mod slots;
 mod spec;
@@ -72,6 +73,7 @@ pub use spec::{BackendSpec, FrontendSpec, ServiceSpec};
 use crate::flow::Proto;
 use crate::local::LocalAddrs;
 use crate::maglev::{client_hash, MaglevRing};
+use flat::FlatMap;
 
 /// An address family: which of a service's two rings a flow uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -510,9 +512,9 @@ pub struct Snapshot {
     local_node: Option<Box<str>>,
     services: Box<[Arc<Service>]>,
     service_names: HashMap<Box<str>, ServiceId>,
-    frontends_v4: HashMap<u64, Frontend>,
+    frontends_v4: FlatMap<u64, Frontend>,
     frontends_v6: HashMap<V6Key, Frontend>,
-    owned_v4: HashMap<u32, OwnerKind>,
+    owned_v4: FlatMap<u32, OwnerKind>,
     owned_v6: HashMap<u128, OwnerKind>,
     snat_v4: Box<[Ipv4Addr]>,
     snat_v6: Box<[Ipv6Addr]>,
@@ -524,7 +526,7 @@ pub struct Snapshot {
     /// (`Snapshot::hop_v4`): every neighbor entry and the default route.
     hops_v4: Box<[NextHop]>,
     /// IPv4 neighbor → index into `hops_v4`.
-    neighbors_v4: HashMap<u32, u32>,
+    neighbors_v4: FlatMap<u32, u32>,
     neighbors_v6: HashMap<u128, NextHop>,
     /// Index into `hops_v4`.
     default_v4: Option<u32>,
@@ -663,13 +665,13 @@ impl Snapshot {
     /// (host order), for the worker's fast path.
     #[inline(always)]
     pub(crate) fn owner_kind_v4(&self, a: u32) -> Option<OwnerKind> {
-        self.owned_v4.get(&a).copied()
+        self.owned_v4.get(a).copied()
     }
 
     /// [`frontend`](Self::frontend) of an IPv4 address as a `u32`.
     #[inline(always)]
     pub(crate) fn frontend_v4(&self, a: u32, port: u16, proto: Proto) -> Option<&Frontend> {
-        self.frontends_v4.get(&v4_key(Ipv4Addr::from(a), port, proto))
+        self.frontends_v4.get(v4_key(Ipv4Addr::from(a), port, proto))
     }
 
     /// [`route`](Self::route) toward an IPv4 address as a `u32`; the fast
@@ -691,7 +693,7 @@ impl Snapshot {
     /// `hop(i) == Some(&h)`. `None` for an unresolved hop or no route.
     #[inline(always)]
     pub(crate) fn next_hop_index_v4(&self, a: u32) -> Option<u32> {
-        if let Some(&i) = self.neighbors_v4.get(&a) {
+        if let Some(&i) = self.neighbors_v4.get(a) {
             return Some(i);
         }
         if self.connected_v4.iter().any(|&(net, mask, _)| a & mask == net) {

@@ -17,6 +17,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::builder::frontend_name;
+use super::flat::FlatMap;
 use super::net::{PortDraft, Routes};
 use super::{BackendSpec, BuildError, ForwardMode, ServiceSpec, Snapshot, SnapshotBuilder};
 
@@ -133,7 +134,7 @@ impl Snapshot {
         let mut next = self.clone();
         next.epoch = super::next_epoch();
         next.hops_v4 = routes.hops_v4.into_boxed_slice();
-        next.neighbors_v4 = routes.neighbors_v4;
+        next.neighbors_v4 = FlatMap::new(routes.neighbors_v4);
         next.neighbors_v6 = routes.neighbors_v6;
         next.default_v4 = routes.default_v4;
         next.default_v6 = routes.default_v6;
