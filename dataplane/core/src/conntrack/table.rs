@@ -672,6 +672,7 @@ impl<A: Addr> Table<A> {
     /// cell if it is routed to one. The caller has checked that neither
     /// key is present, that the reply key's cell is free
     /// ([`Table::reply_conflicts`]) and that the two keys differ.
+    #[inline(always)]
     pub fn insert(&mut self, mut slot: Slot<A>, orig: Loc, reply: Loc) -> Option<u32> {
         let idx = self.free_head;
         if idx == NONE {
