@@ -10,7 +10,8 @@
 //! - **Both directions in O(1).** Each connection is indexed under its
 //!   original tuple (client → VIP) and its reply tuple (backend → client for
 //!   DNAT, backend → SNAT endpoint for full-NAT), in one open-addressing
-//!   index (linear probing, backward-shift deletion, load ≤ 0.5); except
+//!   index (linear probing by cache-line buckets, no tombstones, load ≤
+//!   0.5); except
 //!   that in a table built for a worker's SNAT ports
 //!   ([`Conntrack::with_snat_ports`]) a full-NAT reply tuple is found by its
 //!   SNAT address and port instead, in a cell of its own (`reply_ports.rs`),
@@ -527,14 +528,29 @@ impl Conntrack {
                 }
             };
         }
-        for (k, h) in keys.iter().zip(hashes.iter()) {
+        let mut peeked = [0u32; BURST];
+        for ((k, h), v) in keys.iter().zip(hashes.iter()).zip(peeked.iter_mut()) {
+            *v = match k {
+                FlowKey::V4(_) => self.v4.peek(h.0),
+                FlowKey::V6(_) => self.v6.peek(h.0),
+            };
             match k {
-                FlowKey::V4(_) => self.v4.prefetch_slot(p, self.v4.peek(h.0)),
-                FlowKey::V6(_) => self.v6.prefetch_slot(p, self.v6.peek(h.0)),
+                FlowKey::V4(_) => self.v4.prefetch_slot(p, *v),
+                FlowKey::V6(_) => self.v6.prefetch_slot(p, *v),
             }
         }
-        for ((k, h), o) in keys.iter().zip(hashes.iter()).zip(out.iter_mut()) {
-            *o = self.lookup_hashed(k, *h);
+        // Nothing changed since the peeks: each lookup starts from its own.
+        for (((k, h), o), &v) in keys.iter().zip(hashes.iter()).zip(out.iter_mut()).zip(&peeked) {
+            *o = match k {
+                FlowKey::V4(k) => self
+                    .v4
+                    .find_peeked(&raw_v4(k), h.0, v)
+                    .map(|(i, d)| (EntryId(i), d)),
+                FlowKey::V6(k) => self
+                    .v6
+                    .find_peeked(&raw_v6(k), h.0, v)
+                    .map(|(i, d)| (EntryId(i | V6_BIT), d)),
+            };
         }
     }
 

@@ -4,21 +4,28 @@
 //!
 //! Invariants:
 //! - the slab, the index and the cells are allocated once, in
-//!   [`Table::new`], and never resized; `index.len() ==
-//!   INDEX_SLOTS_PER_ENTRY * capacity` (at least 1), so at full occupancy
-//!   the index is at most half full and every probe sequence ends at an
-//!   empty slot;
+//!   [`Table::new`], and never resized; the index has at least
+//!   `INDEX_SLOTS_PER_ENTRY * capacity` slots, in buckets of [`BUCKET`]
+//!   (one cache line; at least one bucket), so at full occupancy it is at
+//!   most half full and every probe sequence ends at a bucket with room;
 //! - every in-use slab slot has its original key in the index, and its
 //!   reply key in the cell that key is routed to if it is routed to one,
 //!   in the index otherwise; the index and the cells hold nothing else,
 //!   and `routed_originals` counts the in-use slots whose original key is
 //!   routed to a cell;
-//! - linear probing with backward-shift deletion: no tombstones, so probe
-//!   lengths never degrade over a long-running table's churn;
+//! - linear probing by bucket: a key goes into the first bucket from its
+//!   home (chosen by its hash) that has room, each bucket keeps its
+//!   occupied slots first, and a key sits past its home bucket only if
+//!   every bucket from its home to its own is full. So a lookup reads the
+//!   home bucket's line and goes on only past a full one (the next line
+//!   is needed a few times in a hundred at full occupancy, where probing
+//!   slot by slot from a random home crossed into it 16% of the time);
+//! - deletion moves back a key that had gone on past the bucket it frees
+//!   room in (and so on): no tombstones, so probe lengths never degrade
+//!   over a long-running table's churn;
 //! - free slab slots are chained through `tags[0]`, so the free list costs
 //!   no memory of its own.
 
-use core::hint::select_unpredictable;
 use core::mem::size_of;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -322,7 +329,7 @@ impl Default for Loc {
     }
 }
 
-/// An index slot: the key's 32-bit hash (also gives its home position) and
+/// An index slot: the key's 32-bit hash (also gives its home bucket) and
 /// `slab index << 1 | direction`, or `NONE`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct IdxSlot {
@@ -331,6 +338,76 @@ pub(crate) struct IdxSlot {
 }
 
 const EMPTY: IdxSlot = IdxSlot { hash: 0, val: NONE };
+
+/// Index slots per bucket: eight slots of 8 bytes, one cache line.
+pub(crate) const BUCKET: usize = 8;
+
+/// One cache line of the index, the unit it probes by: its occupied
+/// slots first, empty ones after them.
+///
+/// Where in its bucket a key sits is random, so a loop that stopped at
+/// its slot would mispredict its exit, at a cost of ~15 instructions'
+/// time. The searches below therefore have no branch: they look at all
+/// eight slots with conditional moves, or bisect the occupied prefix.
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(64))]
+pub(crate) struct Bucket([IdxSlot; BUCKET]);
+
+const EMPTY_BUCKET: Bucket = Bucket([EMPTY; BUCKET]);
+
+impl Bucket {
+    /// How many slots are occupied: a bisection of the occupied prefix.
+    #[inline(always)]
+    fn len(&self) -> usize {
+        let mut at = 0;
+        for half in [4, 2, 1] {
+            at = if self.0[at + half - 1].val != NONE {
+                at + half
+            } else {
+                at
+            };
+        }
+        at + usize::from(self.0[at].val != NONE)
+    }
+
+    /// True if every slot is occupied: probe runs go on past it.
+    #[inline(always)]
+    fn is_full(&self) -> bool {
+        self.0[BUCKET - 1].val != NONE
+    }
+
+    /// Where the slot holding `val` is, or `BUCKET`.
+    #[inline(always)]
+    fn position_of(&self, val: u32) -> usize {
+        let mut at = BUCKET;
+        for (i, s) in self.0.iter().enumerate().rev() {
+            at = if s.val == val { i } else { at };
+        }
+        at
+    }
+
+    /// The value of the first slot with `hash`, or `NONE`: an occupied
+    /// slot if any occupied slot matches, since those come first (an
+    /// empty slot's hash is 0, its value `NONE`).
+    #[inline(always)]
+    fn first_with(&self, hash: u32) -> u32 {
+        let mut val = NONE;
+        for s in self.0.iter().rev() {
+            val = if s.hash == hash { s.val } else { val };
+        }
+        val
+    }
+
+    /// Removes slot `at` of the `len` occupied ones, moving the last into
+    /// its place.
+    #[inline(always)]
+    fn take(&mut self, at: usize, len: usize) -> IdxSlot {
+        let s = self.0[at];
+        self.0[at] = self.0[len - 1];
+        self.0[len - 1] = EMPTY;
+        s
+    }
+}
 
 #[inline]
 fn dir_bit(dir: Direction) -> u32 {
@@ -349,7 +426,7 @@ pub(crate) const fn bytes_per_conn<A>() -> usize {
 #[derive(Debug)]
 pub(crate) struct Table<A> {
     slots: Box<[Slot<A>]>,
-    index: Box<[IdxSlot]>,
+    index: Box<[Bucket]>,
     free_head: u32,
     len: u32,
     seeds: [u64; 4],
@@ -408,10 +485,12 @@ impl<A: Addr> Table<A> {
                 NONE
             };
         }
-        let n_index = (capacity as usize * INDEX_SLOTS_PER_ENTRY).max(1);
+        let n_index = (capacity as usize * INDEX_SLOTS_PER_ENTRY)
+            .div_ceil(BUCKET)
+            .max(1);
         Table {
             slots,
-            index: vec![EMPTY; n_index].into_boxed_slice(),
+            index: vec![EMPTY_BUCKET; n_index].into_boxed_slice(),
             free_head: if capacity > 0 { 0 } else { NONE },
             len: 0,
             seeds,
@@ -501,18 +580,18 @@ impl<A: Addr> Table<A> {
 
     /// Burst stage 2: the value (`slab index << 1 | direction`) of the
     /// entry a key at `loc` most likely names: its cell's, if it is routed
-    /// to one, else the home index slot's if its hash matches; else
-    /// `NONE`. Branch-free on the loaded value, so the loads of a whole
-    /// burst are in flight together instead of serializing behind
-    /// mispredicted branches.
+    /// to one, else that of the first slot of its home bucket with its
+    /// hash; else `NONE`. Branch-free on the loaded values, so the loads
+    /// of a whole burst are in flight together instead of serializing
+    /// behind mispredicted branches. [`Table::find_peeked`] starts from
+    /// it.
     #[inline]
     pub fn peek(&self, loc: Loc) -> u32 {
         if loc.cell != NO_CELL {
             // NONE stays NONE.
             return (self.ports.peek(loc.cell) << 1) | 1;
         }
-        let s = self.index[self.home(loc.hash)];
-        s.val | ((s.hash != loc.hash) as u32).wrapping_neg()
+        self.index[self.home(loc.hash)].first_with(loc.hash)
     }
 
     /// Burst stage 1: warms the line [`Table::peek`] reads for `loc`.
@@ -539,24 +618,12 @@ impl<A: Addr> Table<A> {
         }
     }
 
-    /// Warms the index lines a walk of the probe run at `hash`'s home
-    /// reads: the home slot's line and the line after it. A backward-shift
-    /// removal reads on from the removed slot to the end of its run, and so
-    /// does a lookup of a key that is not there (the check before an
-    /// insert); at the full table's load of 1/2 such a walk from a random
-    /// home crosses into the next line 16% of the time, from 4% for the
-    /// first slot of a line to 50% for the last (simulated). Warming the
-    /// next line only for the last slots measured slower (bench/RESULTS.md).
+    /// Warms the index line a walk of the probe run at `hash`'s home reads:
+    /// its home bucket. A walk goes on into the next bucket only when the
+    /// home bucket is full.
     #[inline(always)]
     fn prefetch_run(&self, p: &impl Prefetch, hash: u32) {
-        let home = self.home(hash);
-        p.prefetch(&self.index[home]);
-        // 8 slots of 8 bytes on: the next line, whatever the alignment (the
-        // remainder only past the end, where an index of under 8 slots may
-        // wrap more than once).
-        let n = self.index.len();
-        let on = home + 8;
-        p.prefetch(&self.index[if on < n { on } else { on % n }]);
+        p.prefetch(&self.index[self.home(hash)]);
     }
 
     /// Burst stage 2: warms the slot `val` names (an IPv4 slot is one cache
@@ -593,64 +660,115 @@ impl<A: Addr> Table<A> {
         self.find_indexed(k, loc.hash)
     }
 
+    /// [`Table::find`] given what [`Table::peek`] answered for `loc` with
+    /// the table as it is now (not changed since).
+    #[inline(always)]
+    pub fn find_peeked(&self, k: &RawKey<A>, loc: Loc, peeked: u32) -> Option<(u32, Direction)> {
+        if loc.cell != NO_CELL {
+            return self.find(k, loc);
+        }
+        if peeked != NONE {
+            if let Some(hit) = self.holds(peeked, k) {
+                return Some(hit);
+            }
+        } else if !self.index[self.home(loc.hash)].is_full() {
+            // No slot of the home bucket has the hash, and nothing went on
+            // past it.
+            return None;
+        }
+        self.find_indexed(k, loc.hash)
+    }
+
     /// [`Table::find`] in the index only.
     #[inline(always)]
     fn find_indexed(&self, k: &RawKey<A>, hash: u32) -> Option<(u32, Direction)> {
-        let mut i = self.home(hash);
+        let mut b = self.home(hash);
         loop {
-            let s = self.index[i];
-            if s.val == NONE {
-                return None;
-            }
-            if s.hash == hash {
-                let idx = s.val >> 1;
-                let dir = if s.val & 1 == 0 {
-                    Direction::Original
-                } else {
-                    Direction::Reply
-                };
-                if self.slots[idx as usize].key(dir) == *k {
-                    return Some((idx, dir));
+            let bucket = &self.index[b];
+            let val = bucket.first_with(hash);
+            if val != NONE {
+                if let Some(hit) = self.holds(val, k) {
+                    return Some(hit);
+                }
+                // Another key with the same hash came first (rare): all.
+                let same = bucket.0.iter().filter(|s| s.val != NONE && s.hash == hash);
+                if let Some(hit) = same.filter_map(|s| self.holds(s.val, k)).next() {
+                    return Some(hit);
                 }
             }
-            i = self.next(i);
+            if !bucket.is_full() {
+                return None;
+            }
+            b = self.next(b);
         }
+    }
+
+    /// The entry and direction the index value `val` names, if its key in
+    /// that direction is `k`.
+    #[inline(always)]
+    fn holds(&self, val: u32, k: &RawKey<A>) -> Option<(u32, Direction)> {
+        let idx = val >> 1;
+        let dir = if val & 1 == 0 {
+            Direction::Original
+        } else {
+            Direction::Reply
+        };
+        (self.slots[idx as usize].key(dir) == *k).then_some((idx, dir))
     }
 
     fn index_insert(&mut self, hash: u32, val: u32) {
-        let mut i = self.home(hash);
-        // The index is at most half full, so an empty slot exists.
-        while self.index[i].val != NONE {
-            i = self.next(i);
+        let mut b = self.home(hash);
+        // The index is at most half full, so a bucket with room exists.
+        loop {
+            let len = self.index[b].len();
+            if len < BUCKET {
+                self.index[b].0[len] = IdxSlot { hash, val };
+                return;
+            }
+            b = self.next(b);
         }
-        self.index[i] = IdxSlot { hash, val };
     }
 
-    /// Removes the index slot holding exactly `val`, shifting later members
-    /// of the probe run back so no tombstone is left.
+    /// Removes the index slot holding exactly `val`, then moves back keys
+    /// that had overflowed past its bucket, so no tombstone is left.
     fn index_remove(&mut self, hash: u32, val: u32) {
         let n = self.index.len();
         let mut hole = self.home(hash);
-        while self.index[hole].val != val {
-            debug_assert!(self.index[hole].val != NONE, "index entry missing");
+        let at = loop {
+            let i = self.index[hole].position_of(val);
+            if i < BUCKET {
+                break i;
+            }
+            debug_assert_eq!(self.index[hole].len(), BUCKET, "index entry missing");
             hole = self.next(hole);
+        };
+        let len = self.index[hole].len();
+        self.index[hole].take(at, len);
+        if len < BUCKET {
+            // Nothing overflowed past a bucket that had room.
+            return;
         }
+        // The bucket was full: the nearest key after it that overflowed
+        // from it or from before it moves into its free slot, and so on
+        // from the bucket that key left, until a bucket that had room.
         let dist = |from: usize, to: usize| if to >= from { to - from } else { to + n - from };
         let mut j = self.next(hole);
         loop {
-            let s = self.index[j];
-            if s.val == NONE {
-                break;
+            let len = self.index[j].len();
+            let d = dist(hole, j);
+            let back = self.index[j].0[..len]
+                .iter()
+                .position(|s| dist(self.home(s.hash), j) >= d);
+            if let Some(i) = back {
+                let s = self.index[j].take(i, len);
+                self.index[hole].0[BUCKET - 1] = s;
+                hole = j;
             }
-            // `s` may fill the hole if the hole lies between its home and `j`.
-            // Whether it does is a coin toss for the branch predictor, so
-            // both outcomes store: `s` into the hole, or back where it is.
-            let fill = dist(self.home(s.hash), j) >= dist(hole, j);
-            self.index[select_unpredictable(fill, hole, j)] = s;
-            hole = select_unpredictable(fill, j, hole);
+            if len < BUCKET {
+                return;
+            }
             j = self.next(j);
         }
-        self.index[hole] = EMPTY;
     }
 
     /// True if the reply key `k` (at `loc`) of a new entry cannot be
@@ -831,31 +949,17 @@ impl<A: Addr> Table<A> {
     #[cfg(test)]
     pub fn check(&self) {
         let mut seen = 0;
-        for (i, s) in self.index.iter().enumerate() {
-            if s.val == NONE {
-                continue;
+        for (b, bucket) in self.index.iter().enumerate() {
+            let len = bucket.len();
+            assert!(
+                bucket.0[len..].iter().all(|s| s.val == NONE && s.hash == 0),
+                "a bucket's occupied slots are not a prefix"
+            );
+            assert!(bucket.0[..len].iter().all(|s| s.val != NONE));
+            for s in &bucket.0[..len] {
+                self.check_indexed(b, s);
             }
-            seen += 1;
-            let idx = s.val >> 1;
-            let dir = if s.val & 1 == 0 {
-                Direction::Original
-            } else {
-                Direction::Reply
-            };
-            let slot = self.get(idx).expect("index points at a free slot");
-            let key = slot.key(dir);
-            assert_eq!(s.hash, self.hash(&key));
-            if dir == Direction::Reply {
-                assert_eq!(self.ports.cell(&key), NO_CELL, "a routed reply key indexed");
-                assert_eq!(slot.flags & REPLY_IN_CELL, 0);
-            }
-            // Reachable: no empty slot between home and here.
-            let mut j = self.home(s.hash);
-            while j != i {
-                assert_ne!(self.index[j].val, NONE, "probe run broken");
-                j = self.next(j);
-            }
-            assert_eq!(self.find(&key, self.locate(&key)), Some((idx, dir)));
+            seen += len;
         }
         let mut in_cells = 0;
         for (cell, idx) in self.ports.occupied() {
@@ -886,6 +990,31 @@ impl<A: Addr> Table<A> {
             f = self.slots[f as usize].tags[0];
         }
         assert_eq!(free + in_use, self.slots.len());
+    }
+
+    /// Checks the index slot `s`, in bucket `b`; for [`Table::check`].
+    #[cfg(test)]
+    fn check_indexed(&self, b: usize, s: &IdxSlot) {
+        let idx = s.val >> 1;
+        let dir = if s.val & 1 == 0 {
+            Direction::Original
+        } else {
+            Direction::Reply
+        };
+        let slot = self.get(idx).expect("index points at a free slot");
+        let key = slot.key(dir);
+        assert_eq!(s.hash, self.hash(&key));
+        if dir == Direction::Reply {
+            assert_eq!(self.ports.cell(&key), NO_CELL, "a routed reply key indexed");
+            assert_eq!(slot.flags & REPLY_IN_CELL, 0);
+        }
+        // Reachable: every bucket from its home to here is full.
+        let mut j = self.home(s.hash);
+        while j != b {
+            assert_eq!(self.index[j].len(), BUCKET, "probe run broken");
+            j = self.next(j);
+        }
+        assert_eq!(self.find(&key, self.locate(&key)), Some((idx, dir)));
     }
 }
 
@@ -955,10 +1084,95 @@ mod tests {
     }
 
     #[test]
+    fn bucket_searches_agree_with_plain_scans() {
+        // Occupied prefixes of every length, with repeated hashes and the
+        // empty slots' hash 0 among the keys'.
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for len in 0..=BUCKET {
+            for _ in 0..200 {
+                let mut b = EMPTY_BUCKET;
+                for i in 0..len {
+                    b.0[i] = IdxSlot {
+                        hash: (rnd() % 4) as u32,
+                        val: i as u32 * 7 + 1,
+                    };
+                }
+                assert_eq!(b.len(), len);
+                assert_eq!(b.is_full(), len == BUCKET);
+                for i in 0..len {
+                    assert_eq!(b.position_of(b.0[i].val), i);
+                }
+                assert_eq!(b.position_of(1000), BUCKET);
+                for h in 0..5 {
+                    let plain = b.0[..len].iter().find(|s| s.hash == h).map_or(NONE, |s| s.val);
+                    assert_eq!(b.first_with(h), plain, "len {len}, hash {h}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn keys_past_a_full_bucket_move_back_when_it_frees_room() {
+        // Both keys of every connection in the index (no reply cells): a
+        // full table is half full, where some buckets overflow.
+        let cap = 4096;
+        let seeds = [
+            0x9E37_79B9_7F4A_7C15,
+            0xBF58_476D_1CE4_E5B9,
+            0x94D0_49BB_1331_11EB,
+            0xD6E8_FEB8_6659_FD93,
+        ];
+        let mut t = Table::<[u8; 4]>::new(cap, seeds, ReplyPorts::none());
+        let fill = |t: &mut Table<[u8; 4]>, from: u32| {
+            for i in from..from + cap {
+                let slot = conn(i, [10, 1, (i >> 8) as u8, i as u8]);
+                let (ho, hr) = (t.locate(&slot.original_key()), t.locate(&slot.reply_key()));
+                t.insert(slot, ho, hr).unwrap();
+            }
+        };
+        let past_home = |t: &Table<[u8; 4]>| {
+            let mut n = 0;
+            for (b, bucket) in t.index.iter().enumerate() {
+                n += bucket.0[..bucket.len()]
+                    .iter()
+                    .filter(|s| t.home(s.hash) != b)
+                    .count();
+            }
+            n
+        };
+        fill(&mut t, 0);
+        t.check();
+        let overflowed = past_home(&t);
+        // 53 of the 8,192 keys with these seeds (99 of the 2,048 buckets
+        // full): enough that removals must move some back.
+        assert!(overflowed > 10, "only {overflowed} keys past their home bucket");
+        // Remove in a scattered order, checking as the overflow unwinds.
+        // An odd multiplier permutes 0..cap (a power of two).
+        let order: Vec<u32> = (0..cap).map(|i| i.wrapping_mul(2_654_435_761) % cap).collect();
+        for (n, &idx) in order.iter().enumerate() {
+            assert!(t.discard(idx));
+            if n % 64 == 0 {
+                t.check();
+            }
+        }
+        t.check();
+        assert_eq!((t.len(), past_home(&t)), (0, 0));
+        // And again from empty, with other keys.
+        fill(&mut t, cap);
+        t.check();
+    }
+
+    #[test]
     fn warming_targets_the_lines_the_lookups_and_evictions_read() {
         let mut t = Table::<[u8; 4]>::new(64, [5, 6, 7, 8], ReplyPorts::none());
         let home_of =
-            |t: &Table<[u8; 4]>, k: &RawKey<[u8; 4]>| &t.index[t.home(t.hash(k))] as *const IdxSlot as usize;
+            |t: &Table<[u8; 4]>, k: &RawKey<[u8; 4]>| &t.index[t.home(t.hash(k))] as *const Bucket as usize;
         // Not full: no victim to warm.
         let rec = Recorder::default();
         t.warm_victims(&rec, 4, |_| panic!("a victim of a table that is not full"));
@@ -984,8 +1198,7 @@ mod tests {
         ];
         assert_eq!(*rec.0.borrow(), want);
         // Full: for both keys of the next `n` in-use slots from the hand
-        // (wrapping past the end of the slab), the home index slot and the
-        // one 8 on (the next line; wrapping past the end of the index).
+        // (wrapping past the end of the slab), the home bucket.
         t.evict_hand = 62;
         let rec = Recorder::default();
         let mut victims = Vec::new();
@@ -993,28 +1206,19 @@ mod tests {
         let slot_at = |i: usize| &t.slots[i] as *const Slot<[u8; 4]> as usize;
         assert_eq!(victims, [slot_at(62), slot_at(63), slot_at(0), slot_at(1)]);
         let n = t.index.len();
-        let run = |t: &Table<[u8; 4]>, k: &RawKey<[u8; 4]>| {
-            let home = t.home(t.hash(k));
-            [home_of(t, k), &t.index[(home + 8) % n] as *const IdxSlot as usize]
-        };
         let want: Vec<usize> = [62, 63, 0, 1]
             .iter()
             .flat_map(|&i| {
                 let s = t.slots[i];
-                [run(&t, &s.original_key()), run(&t, &s.reply_key())]
+                [home_of(&t, &s.original_key()), home_of(&t, &s.reply_key())]
             })
-            .flatten()
             .collect();
         assert_eq!(*rec.0.borrow(), want);
-        // A run at the end of the index: its next line wraps to the start.
+        // The largest hash's home is the last bucket.
         let rec = Recorder::default();
         t.prefetch_run(&rec, u32::MAX);
-        let want = vec![
-            &t.index[n - 1] as *const IdxSlot as usize,
-            &t.index[7] as *const IdxSlot as usize,
-        ];
-        assert_eq!(*rec.0.borrow(), want);
-        // An index of 4 slots (one entry): the line 8 on wraps twice.
+        assert_eq!(*rec.0.borrow(), [&t.index[n - 1] as *const Bucket as usize]);
+        // An index of one bucket (one entry).
         let mut tiny = Table::<[u8; 4]>::new(1, [5, 6, 7, 8], ReplyPorts::none());
         let slot = Slot {
             client: [1, 1, 1, 1],
@@ -1026,12 +1230,9 @@ mod tests {
         tiny.insert(slot, ho, hr).unwrap();
         let rec = Recorder::default();
         tiny.warm_victims(&rec, 3, |_| {});
-        assert_eq!(rec.0.borrow().len(), 4);
-        tiny.prefetch_run(&rec, u32::MAX);
-        assert_eq!(
-            rec.0.borrow()[5],
-            &tiny.index[(3 + 8) % 4] as *const IdxSlot as usize
-        );
+        assert_eq!(tiny.index.len(), 1);
+        let only = &tiny.index[0] as *const Bucket as usize;
+        assert_eq!(*rec.0.borrow(), [only, only]);
     }
 
     #[test]
@@ -1070,15 +1271,13 @@ mod tests {
         t.evict_hand = 6;
         let rec = Recorder::default();
         t.warm_victims(&rec, 2, |_| {});
-        let n = t.index.len();
         let want: Vec<usize> = [6, 7]
             .iter()
             .flat_map(|&i| {
                 let s = t.slots[i];
                 let home = t.home(t.hash(&s.original_key()));
                 [
-                    &t.index[home] as *const IdxSlot as usize,
-                    &t.index[(home + 8) % n] as *const IdxSlot as usize,
+                    &t.index[home] as *const Bucket as usize,
                     t.ports.cell_addr(t.locate(&s.reply_key()).cell),
                 ]
             })

@@ -60,7 +60,7 @@ impl Conntrack {
         self.v4.find(&k, self.v4.locate(&k)).map(|(i, d)| (EntryId(i), d))
     }
 
-    /// Warms the index lines of the probe run at the home slot of the IPv4
+    /// Warms the index line of the probe run at the home bucket of the IPv4
     /// key `src:sport → dst:dport` (or its reply cell), a key about to be
     /// looked up (likely in vain) and inserted: the burst path's new
     /// connections' reply keys. Returns the key's place, for
