@@ -531,13 +531,17 @@ impl Conntrack {
         let mut peeked = [0u32; BURST];
         for ((k, h), v) in keys.iter().zip(hashes.iter()).zip(peeked.iter_mut()) {
             *v = match k {
-                FlowKey::V4(_) => self.v4.peek(h.0),
-                FlowKey::V6(_) => self.v6.peek(h.0),
+                FlowKey::V4(_) => {
+                    let v = self.v4.peek(h.0);
+                    self.v4.prefetch_slot(p, v);
+                    v
+                }
+                FlowKey::V6(_) => {
+                    let v = self.v6.peek(h.0);
+                    self.v6.prefetch_slot(p, v);
+                    v
+                }
             };
-            match k {
-                FlowKey::V4(_) => self.v4.prefetch_slot(p, *v),
-                FlowKey::V6(_) => self.v6.prefetch_slot(p, *v),
-            }
         }
         // Nothing changed since the peeks: each lookup starts from its own.
         for (((k, h), o), &v) in keys.iter().zip(hashes.iter()).zip(out.iter_mut()).zip(&peeked) {

@@ -340,7 +340,7 @@ pub(crate) struct IdxSlot {
 const EMPTY: IdxSlot = IdxSlot { hash: 0, val: NONE };
 
 /// Index slots per bucket: eight slots of 8 bytes, one cache line.
-pub(crate) const BUCKET: usize = 8;
+const BUCKET: usize = 8;
 
 /// One cache line of the index, the unit it probes by: its occupied
 /// slots first, empty ones after them.
@@ -353,7 +353,7 @@ pub(crate) const BUCKET: usize = 8;
 /// with conditional moves, or bisect the occupied prefix.
 #[derive(Debug, Clone, Copy)]
 #[repr(C, align(64))]
-pub(crate) struct Bucket([IdxSlot; BUCKET]);
+struct Bucket([IdxSlot; BUCKET]);
 
 const EMPTY_BUCKET: Bucket = Bucket([EMPTY; BUCKET]);
 
@@ -409,6 +409,17 @@ impl Bucket {
         self.0[len - 1] = EMPTY;
         s
     }
+}
+
+/// The slab index and direction an index value names.
+#[inline(always)]
+fn decode(val: u32) -> (u32, Direction) {
+    let dir = if val & 1 == 0 {
+        Direction::Original
+    } else {
+        Direction::Reply
+    };
+    (val >> 1, dir)
 }
 
 #[inline]
@@ -709,12 +720,7 @@ impl<A: Addr> Table<A> {
     /// that direction is `k`.
     #[inline(always)]
     fn holds(&self, val: u32, k: &RawKey<A>) -> Option<(u32, Direction)> {
-        let idx = val >> 1;
-        let dir = if val & 1 == 0 {
-            Direction::Original
-        } else {
-            Direction::Reply
-        };
+        let (idx, dir) = decode(val);
         (self.slots[idx as usize].key(dir) == *k).then_some((idx, dir))
     }
 
@@ -997,12 +1003,7 @@ impl<A: Addr> Table<A> {
     /// Checks the index slot `s`, in bucket `b`; for [`Table::check`].
     #[cfg(test)]
     fn check_indexed(&self, b: usize, s: &IdxSlot) {
-        let idx = s.val >> 1;
-        let dir = if s.val & 1 == 0 {
-            Direction::Original
-        } else {
-            Direction::Reply
-        };
+        let (idx, dir) = decode(s.val);
         let slot = self.get(idx).expect("index points at a free slot");
         let key = slot.key(dir);
         assert_eq!(s.hash, self.hash(&key));
