@@ -77,6 +77,7 @@ mod v4;
 use std::net::{IpAddr, Ipv4Addr};
 
 pub use state::{tcp_flags, ConnState, EvictClass, Timeouts};
+pub(crate) use v4::KeyV4;
 pub use v4::RewriteV4;
 
 use crate::flow::{FlowKey, FlowKeyV4, FlowKeyV6, Proto, SnatPorts};

@@ -14,7 +14,7 @@
 use std::net::Ipv4Addr;
 
 use super::table::{RawKey, FULL_NAT};
-use super::{advance, raw_rewrite, Conntrack, Direction, EntryId, KeyHash, Tags};
+use super::{advance, raw_rewrite, Conntrack, Direction, EntryId, KeyHash, Tags, BURST};
 use crate::flow::Proto;
 use crate::nat::NatDelta;
 use crate::prefetch::Prefetch;
@@ -28,6 +28,30 @@ fn raw_key(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, proto: u8) -> Raw
         sport,
         dport,
         proto,
+    }
+}
+
+/// An IPv4 key as the burst path's fast frames hold it, for
+/// [`Conntrack::lookup_burst_v4`]: the table's own form, so a burst's
+/// lookups neither build a [`FlowKey`](crate::flow::FlowKey) nor convert
+/// one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KeyV4(RawKey<[u8; 4]>);
+
+impl KeyV4 {
+    /// Fills unused slots of a burst's keys; never looked up.
+    pub(crate) const UNUSED: KeyV4 = KeyV4(RawKey {
+        src: [0; 4],
+        dst: [0; 4],
+        sport: 0,
+        dport: 0,
+        proto: 0,
+    });
+
+    /// The key `src:sport → dst:dport` with IP protocol `proto`.
+    #[inline(always)]
+    pub(crate) fn new(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, proto: u8) -> KeyV4 {
+        KeyV4(raw_key(src, dst, sport, dport, proto))
     }
 }
 
@@ -58,6 +82,49 @@ impl Conntrack {
     ) -> Option<(EntryId, Direction)> {
         let k = raw_key(src, dst, sport, dport, proto);
         self.v4.find(&k, self.v4.locate(&k)).map(|(i, d)| (EntryId(i), d))
+    }
+
+    /// [`Conntrack::lookup_burst_hashed`] of IPv4 keys only, in the
+    /// table's form: the same three stages (every home line warmed, then
+    /// every peeked entry, then the lookups), without the per-key match on
+    /// the address family and the conversion of each key.
+    #[inline]
+    pub(crate) fn lookup_burst_v4(
+        &self,
+        p: &impl Prefetch,
+        keys: &[KeyV4],
+        out: &mut [Option<(EntryId, Direction)>],
+        hashes: &mut [KeyHash],
+    ) {
+        let n = keys.len().min(out.len()).min(hashes.len()).min(BURST);
+        let (keys, out, hashes) = (&keys[..n], &mut out[..n], &mut hashes[..n]);
+        for (k, h) in keys.iter().zip(hashes.iter_mut()) {
+            h.0 = self.v4.locate(&k.0);
+            self.v4.prefetch_home(p, h.0);
+        }
+        let mut peeked = [0u32; BURST];
+        for (h, v) in hashes.iter().zip(peeked.iter_mut()) {
+            *v = self.v4.peek(h.0);
+            self.v4.prefetch_slot(p, *v);
+        }
+        // Nothing changed since the peeks: each lookup starts from its own.
+        for (((k, h), o), &v) in keys.iter().zip(hashes.iter()).zip(out.iter_mut()).zip(&peeked) {
+            *o = self.v4.find_peeked(&k.0, h.0, v).map(|(i, d)| (EntryId(i), d));
+        }
+    }
+
+    /// [`Conntrack::maybe_inserted_since_mark`] of an IPv4 key with `hash`
+    /// from [`Conntrack::lookup_burst_v4`].
+    #[inline(always)]
+    pub(crate) fn maybe_inserted_since_mark_v4(&self, hash: KeyHash) -> bool {
+        self.v4.maybe_indexed_since_mark(hash.0.hash)
+    }
+
+    /// [`Conntrack::lookup_hashed`] of an IPv4 key with its hash from
+    /// [`Conntrack::lookup_burst_v4`].
+    #[inline(always)]
+    pub(crate) fn lookup_hashed_v4(&self, key: &KeyV4, hash: KeyHash) -> Option<(EntryId, Direction)> {
+        self.v4.find(&key.0, hash.0).map(|(i, d)| (EntryId(i), d))
     }
 
     /// Warms the index line of the probe run at the home bucket of the IPv4

@@ -49,7 +49,7 @@ use std::net::Ipv4Addr;
 
 use crate::checksum;
 use crate::conntrack::Direction;
-use crate::flow::{owner_of_client, owner_of_snat_port, FlowKey, FlowKeyV4, Proto};
+use crate::flow::{owner_of_client, owner_of_snat_port, FlowKeyV4, Proto};
 use crate::nat::{self, NatDelta};
 use crate::snapshot::{NextHop, OwnerKind, Service, Snapshot};
 use crate::wire::{ip_proto, TcpFlags};
@@ -110,12 +110,6 @@ impl FastV4 {
     #[inline(always)]
     pub(super) fn may_open(&self) -> bool {
         self.proto == Proto::Udp || self.is_syn()
-    }
-
-    /// The conntrack key of the packet, as the general path builds it.
-    #[inline(always)]
-    pub(super) fn key(&self) -> FlowKey {
-        FlowKey::V4(self.key_v4())
     }
 
     /// [`FastV4::key`]'s IPv4 key.
@@ -230,7 +224,7 @@ impl Worker {
     }
 
     /// [`Worker::fast_v4`] after [`read_v4`] gave `k` for `frame`; `found`
-    /// is the conntrack lookup of `k.key()` done ahead by the burst path,
+    /// is the conntrack lookup of `k.key_v4()` done ahead by the burst path,
     /// if it is still valid, and `pick` the Maglev pick its warming made
     /// for `k` (see [`Worker::fast_open_v4`]).
     #[allow(clippy::too_many_arguments)]
