@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up for building, testing and demoing lbd on Debian 12.
 #
-# Installs everything from Debian's packages and crates.io, then (as root)
+# Installs everything from Debian's packages and crates.io, checks that the
+# machine's Rust toolchain (rustup's) is recent enough, then (as root)
 # reserves and mounts 2 MiB hugepages. Safe to run any number of times: each
 # step checks before it acts. Set LBD_SETUP_QUIET=1 to silence apt output.
 set -euo pipefail
@@ -40,14 +41,24 @@ else
     log "Debian packages already installed"
 fi
 
-# Rust toolchain: use the machine's rustup toolchain; install one only if none is there.
+# Rust toolchain: the machine's rustup toolchain, at least the workspace's
+# rust-version. Debian 12's own rustc (1.63) is far older than that, so
+# installing it would only fail later, in the build: say so now instead.
 if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
     export PATH="$HOME/.cargo/bin:$PATH"
 fi
-if ! command -v cargo >/dev/null 2>&1; then
-    log "cargo not found: installing Debian's rust toolchain"
-    $SUDO apt-get install -y -q cargo rustc
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+need=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' "$here/Cargo.toml")
+if ! command -v cargo >/dev/null 2>&1 || ! command -v rustc >/dev/null 2>&1; then
+    log "error: no Rust toolchain (cargo, rustc); lbd needs rustc $need or newer: install it with rustup (https://rustup.rs), then run this again"
+    exit 1
 fi
+have=$(rustc --version | awk '{print $2}')
+if [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n1)" != "$need" ]; then
+    log "error: rustc $have is older than the $need lbd needs: update it (rustup update stable), then run this again"
+    exit 1
+fi
+log "rustc $have (lbd needs $need or newer)"
 if command -v rustup >/dev/null 2>&1; then
     rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy || true
 fi
