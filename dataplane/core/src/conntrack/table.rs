@@ -372,8 +372,8 @@ const EMPTY_BUCKET: Bucket = Bucket {
 };
 
 /// Bit `i` set iff `lanes[i] == x`, from vector compares (`wide`'s safe
-/// SIMD types: `lb-dataplane` forbids `unsafe`, and the intrinsics would
-/// need it). Compiles to two `pcmpeqd`, two packs and a `pmovmskb` on
+/// SIMD types: the crate's lints forbid calling the `core::arch`
+/// intrinsics). Compiles to two `pcmpeqd`, two packs and a `pmovmskb` on
 /// x86-64, where the scalar loop with conditional moves was ~30
 /// instructions a search.
 #[inline(always)]
