@@ -374,8 +374,8 @@ const EMPTY_BUCKET: Bucket = Bucket {
 /// Bit `i` set iff `lanes[i] == x`, from vector compares (`wide`'s safe
 /// SIMD types: the crate's lints forbid calling the `core::arch`
 /// intrinsics). Compiles to two `pcmpeqd`, two packs and a `pmovmskb` on
-/// x86-64, where the scalar loop with conditional moves was ~30
-/// instructions a search.
+/// x86-64: ~10 instructions, where the bisection (`len`) and the
+/// conditional-move loop (`position_of`) took 10-30.
 #[inline(always)]
 fn eq_mask(lanes: &[u32; BUCKET], x: u32) -> u32 {
     wide::u32x8::new(*lanes)

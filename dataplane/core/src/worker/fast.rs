@@ -112,7 +112,7 @@ impl FastV4 {
         self.proto == Proto::Udp || self.is_syn()
     }
 
-    /// [`FastV4::key`]'s IPv4 key.
+    /// The conntrack key of the packet, as the general path builds it.
     #[inline(always)]
     pub(super) fn key_v4(&self) -> FlowKeyV4 {
         FlowKeyV4 {
