@@ -50,12 +50,13 @@
 //! guess wastes a prefetch and changes no answer. The Maglev picks it makes
 //! are handed to stage 3's open, which would make the same ones.
 //!
-//! Below [`BURST_LOOKUP_MIN_LEN`] live connections the table's hot part
-//! stays in cache, the staged lookup only adds work (parsed headers kept
-//! for a burst, keys hashed ahead: ~130 instructions a packet, callgrind
-//! on an established forward packet, 518 staged against 385 packet by
-//! packet, bench/RESULTS.md), and the burst is handled packet by packet
-//! instead.
+//! Below [`BURST_LOOKUP_MIN_LEN`] live connections (the default of
+//! [`WorkerConfig::burst_lookup_min_len`](super::WorkerConfig::burst_lookup_min_len))
+//! the table's hot part stays in cache, the staged lookup only adds work
+//! (parsed headers kept for a burst, keys hashed ahead: ~130 instructions
+//! a packet, callgrind on an established forward packet, 518 staged
+//! against 385 packet by packet, bench/RESULTS.md), and the burst is
+//! handled packet by packet instead.
 
 use crate::conntrack::{Direction, EntryId, KeyHash, KeyV4, BURST};
 use crate::flow::{FlowKey, FlowKeyV4, Proto};
@@ -70,8 +71,10 @@ use super::{PacketMeta, Verdict, Worker};
 
 /// Live connections from which the staged lookup pays (measured with
 /// `benches/pipeline.rs` in a 1M-entry table: 3-5% slower at 1k live
-/// connections, 1.7-2.3x faster at 20k, 100k and 1M). Tests use 0, so the
-/// staged path is what they check.
+/// connections, 1.7-2.3x faster at 20k, 100k and 1M): the default of
+/// [`WorkerConfig::burst_lookup_min_len`](super::WorkerConfig::burst_lookup_min_len).
+/// The crate's unit tests use 0, so the staged path is what they check
+/// (tests outside it, and the `burst` fuzz target, set the field to 0).
 pub const BURST_LOOKUP_MIN_LEN: usize = if cfg!(test) { 0 } else { 1 << 12 };
 
 // A burst's frames fit the bit masks of `burst_chunk`.
@@ -135,9 +138,7 @@ impl Worker {
         verdicts: &mut [Verdict],
     ) {
         let n = frames.len().min(metas.len()).min(verdicts.len());
-        // Always false in tests, where the threshold is 0.
-        #[allow(clippy::absurd_extreme_comparisons)]
-        if self.conntrack.len() < BURST_LOOKUP_MIN_LEN {
+        if self.conntrack.len() < self.burst_lookup_min_len {
             let each = frames[..n].iter_mut().zip(metas).zip(verdicts.iter_mut());
             for ((frame, meta), v) in each {
                 self.handle_one(now, snap, frame.as_mut(), meta, v);

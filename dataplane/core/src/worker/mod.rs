@@ -135,12 +135,19 @@ pub struct WorkerConfig {
     pub frontend_slots: usize,
     /// Size of the per-backend counter array (stats slots).
     pub backend_slots: usize,
+    /// Live connections from which [`Worker::handle_burst`] looks up a
+    /// whole burst ahead instead of packet by packet (same answers either
+    /// way; only the speed differs). Default [`BURST_LOOKUP_MIN_LEN`]; 0
+    /// always takes the staged lookup, which is how tests and the `burst`
+    /// fuzz target exercise it on small tables.
+    pub burst_lookup_min_len: usize,
 }
 
 impl WorkerConfig {
     /// Defaults for worker `id` of `n_workers`: 1M IPv4 and 64k IPv6
     /// connections, default timeouts, SNAT ports 1024-65535, 64k frontend
-    /// and 256k backend slots.
+    /// and 256k backend slots, the staged burst lookup from
+    /// [`BURST_LOOKUP_MIN_LEN`] connections.
     pub fn new(id: WorkerId, n_workers: u16) -> WorkerConfig {
         WorkerConfig {
             id,
@@ -150,6 +157,7 @@ impl WorkerConfig {
             snat_ports: SnatPorts::DEFAULT_PORT_RANGE,
             frontend_slots: 1 << 16,
             backend_slots: 1 << 18,
+            burst_lookup_min_len: BURST_LOOKUP_MIN_LEN,
         }
     }
 }
@@ -187,6 +195,8 @@ pub struct Worker {
     conntrack: Conntrack,
     snat: SnatPorts,
     counters: Arc<WorkerCounters>,
+    /// [`WorkerConfig::burst_lookup_min_len`].
+    burst_lookup_min_len: usize,
 }
 
 impl Worker {
@@ -202,6 +212,7 @@ impl Worker {
             conntrack: Conntrack::with_snat_ports(cfg.conntrack, &snat)?,
             snat,
             counters: Arc::new(WorkerCounters::new(cfg.frontend_slots, cfg.backend_slots)),
+            burst_lookup_min_len: cfg.burst_lookup_min_len,
         })
     }
 
