@@ -4,10 +4,18 @@
 //! get verdicts, with every neighbor resolved and with none. Fails on an
 //! empty corpus, so it cannot pass vacuously.
 //!
+//! Replays the `burst` corpus the same way with its harness
+//! (`dataplane/fuzz/src/burst.rs`: `handle_burst` against `handle_packet`),
+//! comparing the workers' whole state at the end of each input too, and
+//! fails unless the corpus, together, opens connections, evicts, answers
+//! forwarded frames and runs the staged lookups.
+//!
 //! The seed corpus is generated, not hand-written: run
 //! `cargo test -p lb-dataplane --test corpus_replay -- --ignored write_seed_corpus`
 //! to rewrite it from the etherparse-built frames below.
 
+#[path = "../../fuzz/src/burst.rs"]
+mod burst;
 #[path = "golden/fixture.rs"]
 mod fixture;
 #[path = "../../fuzz/src/harness.rs"]
@@ -66,6 +74,64 @@ fn replay_handle_packet_corpus() {
                 Err(_) => panic!("{} ({fixture:?}) panics (see above)", path.display()),
             }
         }
+    }
+}
+
+#[test]
+fn replay_burst_corpus() {
+    let corpus = fuzz_dir().join("corpus/burst");
+    let seeds = files_in(&corpus);
+    assert!(
+        seeds.len() >= 16,
+        "{} holds {} inputs; regenerate it (`write_burst_seed_corpus`)",
+        corpus.display(),
+        seeds.len()
+    );
+    let mut inputs = seeds;
+    inputs.extend(files_in(&fuzz_dir().join("artifacts/burst")));
+    let mut total = burst::Reached::default();
+    for fixture in [Fixture::TwoPort, Fixture::NoNeighbors] {
+        let snap = fixture.snapshot();
+        for path in &inputs {
+            let data = std::fs::read(path).unwrap();
+            let r = std::panic::catch_unwind(|| burst::run(snap, &data, true))
+                .unwrap_or_else(|_| panic!("{} ({fixture:?}) fails (see above)", path.display()));
+            total.bursts += r.bursts;
+            total.frames += r.frames;
+            total.new_connections += r.new_connections;
+            total.evictions += r.evictions;
+            total.answers += r.answers;
+            total.prefetches += r.prefetches;
+        }
+    }
+    eprintln!("burst corpus: {total:?}");
+    assert!(
+        total.new_connections > 0 && total.evictions > 0 && total.answers > 0 && total.prefetches > 0,
+        "the burst corpus no longer reaches what it is for: {total:?}"
+    );
+}
+
+/// Writes the `burst` seed corpus: inputs of pseudo-random bytes (a fixed
+/// xorshift), which the harness reads as a program of bursts, so even
+/// these reach evictions and answers; the fuzzer grows the corpus from
+/// there.
+#[test]
+#[ignore]
+fn write_burst_seed_corpus() {
+    let dir = fuzz_dir().join("corpus/burst");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for i in 0..16 {
+        let len = 64 << (i % 5);
+        let data: Vec<u8> = (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect();
+        std::fs::write(dir.join(format!("seed-{i:02}")), data).unwrap();
     }
 }
 

@@ -1,0 +1,336 @@
+//! One `burst` fuzz input: the same traffic through two identical workers,
+//! one frame at a time (`handle_packet`) and in bursts (`handle_burst`,
+//! its lookups staged ahead of the packets). Shared, by `#[path]`, by the
+//! `burst` fuzz target and by lb-dataplane's `tests/corpus_replay.rs`.
+//!
+//! The input is a program read byte by byte (reading past its end gives
+//! zeros, so every input is valid): first the workers' setup (1 or 2
+//! workers, IPv4 and IPv6 table capacities from 1, eviction window, SNAT
+//! ports from 1, checksum offload or none), then bursts of 1-48 frames,
+//! each frame one of:
+//! - a TCP segment (flags, TTL chosen) from one of a few clients, on one of
+//!   eight client ports, to a frontend of the fixture or to a port none
+//!   serves;
+//! - a UDP datagram to a UDP frontend;
+//! - a backend's answer to a frame forwarded earlier: the output with its
+//!   addresses, ports and MACs swapped (checksums stay valid), TCP flags
+//!   chosen;
+//! - raw bytes from the input;
+//! - a generated frame with one byte flipped.
+//!
+//! After each burst, time moves on by a chosen amount, and sometimes both
+//! workers expire with the same budget. The frames are few and the tables
+//! tiny, so the same flow recurs within a burst, replies meet flows opened
+//! earlier in their own burst, inserts evict, SNAT ports run out: the
+//! cases where a lookup made ahead of the packets could go stale.
+//!
+//! Checked after every burst (a difference panics, which the fuzzer
+//! reports): the same verdicts, the same output frames, the same counters,
+//! conntrack occupancy and statistics and free SNAT ports; the same
+//! `TickStats` from each expiry; in the replay test, at the end, the same
+//! whole worker state (every table, by `Debug`).
+
+use std::cell::Cell;
+
+use lb_dataplane::checksum::ChecksumOffload;
+use lb_dataplane::conntrack;
+use lb_dataplane::flow::{Proto, WorkerId};
+use lb_dataplane::worker::{PacketMeta, Verdict, Worker, WorkerConfig};
+use lb_dataplane::{Prefetch, Snapshot, Tick};
+
+use crate::fixture::{ip, CLIENT_MAC, MAC0, SNAT4, SNAT6};
+use crate::pkt::Pkt;
+
+/// Clients: on port 0's prefixes (with and without a neighbor entry), and
+/// off them (through the gateway), in both families.
+const CLIENTS4: [&str; 4] = ["10.0.0.2", "10.0.0.3", "172.16.0.1", "192.168.1.1"];
+const CLIENTS6: [&str; 3] = ["fd00::2", "fd00::3", "fd99::2"];
+/// TCP destinations: the fixture's TCP frontends and a port none serves.
+const TCP4: [(&str, u16); 6] = [
+    ("10.0.0.100", 80),
+    ("10.0.0.101", 80),
+    ("10.0.0.104", 80),
+    ("10.0.0.105", 80),
+    ("10.0.0.106", 80),
+    ("10.0.0.100", 81),
+];
+const TCP6: [(&str, u16); 4] = [
+    ("fd00::100", 80),
+    ("fd00::101", 80),
+    ("fd00::105", 80),
+    ("fd00::100", 81),
+];
+const UDP: [(&str, u16); 4] = [
+    ("10.0.0.102", 53),
+    ("10.0.0.103", 514),
+    ("fd00::102", 53),
+    ("fd00::103", 514),
+];
+/// TCP flag sets, as `Pkt` spells them.
+const FLAGS: [&str; 8] = ["S", "A", "SA", "FA", "R", "PA", "RA", ""];
+/// TCP flag bytes for answers (same sets).
+const FLAG_BYTES: [u8; 8] = [0x02, 0x10, 0x12, 0x11, 0x04, 0x18, 0x14, 0x00];
+
+/// Every offload flag set: the other code path of parse and NAT.
+const FULL_OFFLOAD: ChecksumOffload = ChecksumOffload {
+    rx_ipv4_verified: true,
+    rx_l4_partial: true,
+    tx_ipv4: true,
+    tx_l4: true,
+};
+
+/// The input, read a byte at a time; zeros past its end.
+struct Input<'a> {
+    data: &'a [u8],
+    at: usize,
+}
+
+impl Input<'_> {
+    fn byte(&mut self) -> u8 {
+        let b = self.data.get(self.at).copied().unwrap_or(0);
+        self.at += 1;
+        b
+    }
+
+    /// A number below `n` (> 0).
+    fn below(&mut self, n: usize) -> usize {
+        usize::from(self.byte()) % n
+    }
+
+    fn done(&self) -> bool {
+        self.at >= self.data.len()
+    }
+}
+
+/// What one input exercised, for the replay test to check that the corpus
+/// reaches the cases the harness is for.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Reached {
+    pub bursts: u64,
+    pub frames: u64,
+    pub new_connections: u64,
+    pub evictions: u64,
+    /// Frames forwarded to the backends' side, then answered.
+    pub answers: u64,
+    /// Lines the staged lookups warmed (through the counting `Prefetch` of
+    /// every other burst): that path ran.
+    pub prefetches: u64,
+}
+
+/// A warming that counts its calls and loads nothing: the answers must not
+/// depend on how lines are warmed.
+#[derive(Debug, Default)]
+struct Counting(Cell<u64>);
+
+impl Prefetch for Counting {
+    fn prefetch<T: Copy>(&self, _: &T) {
+        self.0.set(self.0.get() + 1);
+    }
+}
+
+fn worker(n_workers: u16, v4: u32, v6: u32, window: u32, ports: u16) -> Worker {
+    let mut cfg = WorkerConfig::new(WorkerId(0), n_workers);
+    cfg.conntrack = conntrack::Config {
+        evict_window: window,
+        ..conntrack::Config::new(v4, v6)
+    };
+    cfg.snat_addresses = vec![ip(SNAT4), ip(SNAT6)];
+    cfg.snat_ports = 20000..=20000 + ports - 1;
+    cfg.frontend_slots = 64;
+    cfg.backend_slots = 64;
+    // The staged lookup at every size: what is compared.
+    cfg.burst_lookup_min_len = 0;
+    Worker::new(cfg).expect("fuzz worker config is valid")
+}
+
+/// A generated client frame: TCP to a frontend (or a port none serves),
+/// or UDP to a UDP frontend.
+fn client_frame(inp: &mut Input<'_>) -> Vec<u8> {
+    let v6 = inp.byte() & 3 == 0;
+    let client = if v6 {
+        CLIENTS6[inp.below(CLIENTS6.len())]
+    } else {
+        CLIENTS4[inp.below(CLIENTS4.len())]
+    };
+    let sport = 40000 + inp.below(8) as u16;
+    if inp.byte() & 7 == 0 {
+        let (vip, port) = UDP[inp.below(2) + if v6 { 2 } else { 0 }];
+        return Pkt::udp((client, sport), (vip, port), b"q")
+            .macs(CLIENT_MAC, MAC0)
+            .frame();
+    }
+    let (vip, port) = if v6 {
+        TCP6[inp.below(TCP6.len())]
+    } else {
+        TCP4[inp.below(TCP4.len())]
+    };
+    let ttl = [64, 1, 2, 255][inp.below(4)];
+    Pkt::tcp((client, sport), (vip, port), FLAGS[inp.below(FLAGS.len())])
+        .payload(b"data")
+        .ttl(ttl)
+        .macs(CLIENT_MAC, MAC0)
+        .frame()
+}
+
+/// Swaps two equal-length byte ranges of `f`.
+fn swap(f: &mut [u8], a: usize, b: usize, len: usize) {
+    for i in 0..len {
+        f.swap(a + i, b + i);
+    }
+}
+
+/// The backend's answer to `out`, a frame the balancer sent towards the
+/// backends: MACs, addresses and ports swapped (which keeps every
+/// checksum), and for TCP the flags set to `flags` with the checksum
+/// updated (RFC 1624). `None` if `out` is not plain Ethernet + IPv4
+/// (without options) or IPv6 (without extension headers) + TCP or UDP.
+fn answer(out: &[u8], flags: u8) -> Option<Vec<u8>> {
+    let mut f = out.to_vec();
+    let (l4, proto) = match f.get(12..14)? {
+        [0x08, 0x00] if f.get(14)? == &0x45 => {
+            swap(&mut f, 26, 30, 4);
+            (34, *f.get(23)?)
+        }
+        [0x86, 0xdd] if f.len() >= 54 => {
+            swap(&mut f, 22, 38, 16);
+            (54, f[20])
+        }
+        _ => return None,
+    };
+    if !matches!(proto, 6 | 17) || f.len() < l4 + if proto == 6 { 20 } else { 8 } {
+        return None;
+    }
+    swap(&mut f, 0, 6, 6);
+    swap(&mut f, l4, l4 + 2, 2);
+    if proto == 6 {
+        let word = |f: &[u8]| u16::from_be_bytes([f[l4 + 12], f[l4 + 13]]);
+        let old = word(&f);
+        f[l4 + 13] = flags;
+        let new = word(&f);
+        let csum = u16::from_be_bytes([f[l4 + 16], f[l4 + 17]]);
+        // RFC 1624, eq. 3: HC' = ~(~HC + ~m + m').
+        let mut sum = u32::from(!csum) + u32::from(!old) + u32::from(new);
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        f[l4 + 16..l4 + 18].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    }
+    Some(f)
+}
+
+/// What is compared after every burst: the counters, the conntrack's
+/// occupancy and statistics, and the free SNAT ports of each pool.
+fn digest(w: &Worker) -> String {
+    let free: Vec<usize> = [ip(SNAT4), ip(SNAT6)]
+        .into_iter()
+        .flat_map(|a| [Proto::Tcp, Proto::Udp, Proto::Icmp].map(|p| w.snat_ports().available(a, p)))
+        .collect();
+    format!(
+        "{:?} {} {:?} {free:?}",
+        w.counters(),
+        w.conntrack().len(),
+        w.conntrack().stats()
+    )
+}
+
+/// Runs one input; see the module doc. With `whole_state`, the workers'
+/// whole state is compared at the end too, by `Debug`: every table, ~1 MB
+/// of text and ~20 ms a worker, too slow for the fuzzer.
+pub fn run(snap: &Snapshot, data: &[u8], whole_state: bool) -> Reached {
+    let mut inp = Input { data, at: 0 };
+    let n_workers = 1 + u16::from(inp.byte() & 1);
+    let v4 = 1 + inp.below(48) as u32;
+    let v6 = 1 + inp.below(16) as u32;
+    let window = 1 + inp.below(8) as u32;
+    let ports = 1 + inp.below(64) as u16;
+    let offload = if inp.byte() & 3 == 0 {
+        FULL_OFFLOAD
+    } else {
+        ChecksumOffload::NONE
+    };
+    let mut one = worker(n_workers, v4, v6, window, ports);
+    let mut burst = worker(n_workers, v4, v6, window, ports);
+    let counting = Counting::default();
+    let mut sent: Vec<Vec<u8>> = Vec::new();
+    let mut reached = Reached::default();
+    let mut now = 1u64;
+    // Bounded: a long input is cut, not slow.
+    for round in 0..64 {
+        if inp.done() {
+            break;
+        }
+        let len = 1 + inp.below(48);
+        let mut frames = Vec::with_capacity(len);
+        let mut metas = Vec::with_capacity(len);
+        for _ in 0..len {
+            let (frame, port) = match inp.below(8) {
+                0..=2 => (client_frame(&mut inp), 0),
+                3 | 4 if !sent.is_empty() => {
+                    let out = &sent[inp.below(sent.len())];
+                    match answer(out, FLAG_BYTES[inp.below(FLAG_BYTES.len())]) {
+                        Some(f) => {
+                            reached.answers += 1;
+                            (f, 1)
+                        }
+                        None => (client_frame(&mut inp), 0),
+                    }
+                }
+                5 => {
+                    let n = inp.below(96);
+                    let f: Vec<u8> = (0..n).map(|_| inp.byte()).collect();
+                    (f, u16::from(inp.byte() & 1))
+                }
+                6 => {
+                    let mut f = client_frame(&mut inp);
+                    let at = inp.below(f.len());
+                    f[at] ^= inp.byte() | 1;
+                    (f, 0)
+                }
+                _ => (client_frame(&mut inp), 0),
+            };
+            frames.push(frame);
+            metas.push(PacketMeta { port, offload });
+        }
+        let mut expect_frames = frames.clone();
+        let expect: Vec<Verdict> = expect_frames
+            .iter_mut()
+            .zip(&metas)
+            .map(|(f, m)| one.handle_packet(Tick(now), snap, f, m))
+            .collect();
+        let mut got = vec![Verdict::ToHost; len];
+        if round % 2 == 0 {
+            burst.handle_burst(Tick(now), snap, &mut frames, &metas, &mut got);
+        } else {
+            burst.handle_burst_with(&counting, Tick(now), snap, &mut frames, &metas, &mut got);
+        }
+        assert_eq!(got, expect, "round {round}: verdicts");
+        assert_eq!(frames, expect_frames, "round {round}: frames");
+        assert_eq!(digest(&burst), digest(&one), "round {round}: worker state");
+        for (f, v) in expect_frames.iter().zip(&expect) {
+            if let Verdict::Transmit { port: 1, len } | Verdict::Resolve { port: 1, len, .. } = *v {
+                sent.push(f[..len].to_vec());
+            }
+        }
+        if sent.len() > 32 {
+            sent.drain(..sent.len() - 32);
+        }
+        reached.bursts += 1;
+        reached.frames += len as u64;
+        // Milliseconds to hours: entries time out in between.
+        now += u64::from(inp.byte()) << inp.below(24);
+        if inp.byte() & 3 == 0 {
+            let budget = inp.below(32);
+            let a = one.handle_tick(Tick(now), budget);
+            let b = burst.handle_tick(Tick(now), budget);
+            assert_eq!(a, b, "round {round}: expiry");
+        }
+    }
+    if whole_state {
+        assert_eq!(format!("{burst:?}"), format!("{one:?}"), "whole worker state");
+    }
+    let c = one.counters();
+    reached.new_connections = c.new_connections.get();
+    reached.evictions = c.conntrack_evictions.get();
+    reached.prefetches = counting.0.get();
+    reached
+}
