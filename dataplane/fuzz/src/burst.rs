@@ -185,21 +185,17 @@ fn swap(f: &mut [u8], a: usize, b: usize, len: usize) {
 /// updated (RFC 1624). `None` if `out` is not plain Ethernet + IPv4
 /// (without options) or IPv6 (without extension headers) + TCP or UDP.
 fn answer(out: &[u8], flags: u8) -> Option<Vec<u8>> {
-    let mut f = out.to_vec();
-    let (l4, proto) = match f.get(12..14)? {
-        [0x08, 0x00] if f.get(14)? == &0x45 => {
-            swap(&mut f, 26, 30, 4);
-            (34, *f.get(23)?)
-        }
-        [0x86, 0xdd] if f.len() >= 54 => {
-            swap(&mut f, 22, 38, 16);
-            (54, f[20])
-        }
+    // (where the addresses start, their length, where L4 starts, protocol)
+    let (addrs, len, l4, proto) = match out.get(12..15)? {
+        [0x08, 0x00, 0x45] => (26, 4, 34, *out.get(23)?),
+        [0x86, 0xdd, _] => (22, 16, 54, *out.get(20)?),
         _ => return None,
     };
-    if !matches!(proto, 6 | 17) || f.len() < l4 + if proto == 6 { 20 } else { 8 } {
+    if !matches!(proto, 6 | 17) || out.len() < l4 + if proto == 6 { 20 } else { 8 } {
         return None;
     }
+    let mut f = out.to_vec();
+    swap(&mut f, addrs, addrs + len, len);
     swap(&mut f, 0, 6, 6);
     swap(&mut f, l4, l4 + 2, 2);
     if proto == 6 {
