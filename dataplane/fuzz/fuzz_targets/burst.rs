@@ -1,6 +1,8 @@
 //! `Worker::handle_burst` against `Worker::handle_packet` on the same
-//! generated and raw traffic, with the golden tests' two-port snapshot;
-//! see `src/burst.rs` for the input's format and what is checked.
+//! generated and raw traffic, with the golden tests' two-port snapshot,
+//! every neighbor resolved or (bit 7 of the first byte set, which the
+//! harness's setup does not read) none; see `src/burst.rs` for the input's
+//! format and what is checked.
 #![no_main]
 
 #[path = "../src/burst.rs"]
@@ -10,8 +12,13 @@ mod fixture;
 #[path = "../../core/tests/golden/pkt.rs"]
 mod pkt;
 
+use fixture::Fixture;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    burst::run(fixture::Fixture::TwoPort.snapshot(), data, false);
+    let fixture = match data.first() {
+        Some(b) if b & 0x80 != 0 => Fixture::NoNeighbors,
+        _ => Fixture::TwoPort,
+    };
+    burst::run(fixture.snapshot(), data, false);
 });

@@ -234,6 +234,8 @@ fn digest(w: &Worker) -> String {
 /// of text and ~20 ms a worker, too slow for the fuzzer.
 pub fn run(snap: &Snapshot, data: &[u8], whole_state: bool) -> Reached {
     let mut inp = Input { data, at: 0 };
+    // Bit 0: one worker or two. (The fuzz target reads bit 7 for its
+    // fixture.)
     let n_workers = 1 + u16::from(inp.byte() & 1);
     let v4 = 1 + inp.below(48) as u32;
     let v6 = 1 + inp.below(16) as u32;
