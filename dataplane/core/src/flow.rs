@@ -340,8 +340,11 @@ pub(crate) fn v4_home(a: u32) -> usize {
     (a.wrapping_mul(0x9E37_79B9) >> 24) as usize
 }
 
-/// A fixed-capacity FIFO of free ports with an in-use bitmap.
-#[derive(Debug, Clone)]
+/// A fixed-capacity FIFO of free ports with an in-use bitmap. Its
+/// `Debug` shows what the two mean, not their memory: the free ports in
+/// the order they will be handed out and the ports in use (the bitmap is
+/// 1,024 words, nearly all 0).
+#[derive(Clone)]
 struct PortPool {
     /// Ring buffer of free ports; its length never changes after construction.
     ring: Box<[u16]>,
@@ -349,6 +352,27 @@ struct PortPool {
     len: usize,
     /// One bit per port number (8 KiB): set while the port is handed out.
     in_use: Box<[u64]>,
+}
+
+impl core::fmt::Debug for PortPool {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let free: Vec<u16> = (0..self.len)
+            .map(|i| self.ring[(self.head + i) % self.ring.len()])
+            .collect();
+        let mut in_use = Vec::new();
+        for (w, word) in self.in_use.iter().enumerate() {
+            let mut bits = *word;
+            while bits != 0 {
+                in_use.push((w * 64) as u16 + bits.trailing_zeros() as u16);
+                bits &= bits - 1;
+            }
+        }
+        f.debug_struct("PortPool")
+            .field("capacity", &self.ring.len())
+            .field("free", &free)
+            .field("in_use", &in_use)
+            .finish()
+    }
 }
 
 impl PortPool {
@@ -709,6 +733,27 @@ mod tests {
 
     fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
         IpAddr::V4(Ipv4Addr::new(a, b, c, d))
+    }
+
+    #[test]
+    fn port_pool_debug_shows_free_ports_in_order_and_ports_in_use() {
+        let mut pool = PortPool::new(&[100, 200, 300]);
+        assert_eq!(
+            format!("{pool:?}"),
+            "PortPool { capacity: 3, free: [100, 200, 300], in_use: [] }"
+        );
+        assert_eq!((pool.pop(), pool.pop()), (Some(100), Some(200)));
+        pool.push(100).unwrap();
+        // The ring has wrapped: 300 is handed out next, then 100.
+        assert_eq!(
+            format!("{pool:?}"),
+            "PortPool { capacity: 3, free: [300, 100], in_use: [200] }"
+        );
+        assert_eq!(pool.pop(), Some(300));
+        assert_eq!(
+            format!("{pool:?}"),
+            "PortPool { capacity: 3, free: [100], in_use: [200, 300] }"
+        );
     }
 
     #[test]

@@ -94,7 +94,7 @@ fn replay_burst_corpus() {
         let snap = fixture.snapshot();
         for path in &inputs {
             let data = std::fs::read(path).unwrap();
-            let r = std::panic::catch_unwind(|| burst::run(snap, &data, true))
+            let r = std::panic::catch_unwind(|| burst::run(snap, &data))
                 .unwrap_or_else(|_| panic!("{} ({fixture:?}) fails (see above)", path.display()));
             total.bursts += r.bursts;
             total.frames += r.frames;

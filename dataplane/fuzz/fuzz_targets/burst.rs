@@ -20,5 +20,5 @@ fuzz_target!(|data: &[u8]| {
         Some(b) if b & 0x80 != 0 => Fixture::NoNeighbors,
         _ => Fixture::TwoPort,
     };
-    burst::run(fixture.snapshot(), data, false);
+    burst::run(fixture.snapshot(), data);
 });
