@@ -686,3 +686,7 @@ impl ControlPlane {
 #[cfg(test)]
 #[path = "plane_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "plane_history_tests.rs"]
+mod history_tests;
