@@ -710,6 +710,55 @@ type = "cluster-ip"
         assert_eq!(f.services[0].affinity_timeout_seconds, Some(600));
     }
 
+    /// Edits of the valid file: at a character position, delete some
+    /// characters, or insert a piece of TOML syntax, a digit run, or a
+    /// multi-byte character (a span inside one must not be sliced).
+    fn mutated() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let piece = prop_oneof![
+            Just("\""),
+            Just("["),
+            Just("]]"),
+            Just("="),
+            Just("\n"),
+            Just(","),
+            Just("é"),
+            Just("\u{1F600}"),
+            Just("-1"),
+            Just("99999999999"),
+            Just(":"),
+            Just("\\"),
+            Just("#"),
+            Just("{}"),
+            Just("[[service]]\nname = \"a/b\"\n"),
+        ];
+        let edit = (any::<prop::sample::Index>(), 0usize..4, prop::option::of(piece));
+        prop::collection::vec(edit, 1..4).prop_map(|edits| {
+            let mut t: Vec<char> = GOOD.chars().collect();
+            for (at, del, ins) in edits {
+                let at = at.index(t.len() + 1);
+                let end = (at + del).min(t.len());
+                let with: Vec<char> = ins.unwrap_or("").chars().collect();
+                t.splice(at..end, with);
+            }
+            t.into_iter().collect()
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// Whatever the edit: no panic, and an error is one line that
+        /// starts with the file's name.
+        #[test]
+        fn edited_files_parse_or_fail_in_one_line(text in mutated()) {
+            if let Err(e) = parse(&text) {
+                let e = e.to_string();
+                proptest::prop_assert!(!e.contains('\n') && e.starts_with("svc.toml: "), "{e}");
+            }
+        }
+    }
+
     #[test]
     fn load_names_a_missing_file() {
         let e = ServicesFile::load(Path::new("/nonexistent/svc.toml"), Source::Api).unwrap_err();

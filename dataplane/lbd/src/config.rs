@@ -416,4 +416,68 @@ address = "10.1.0.11:8080"
             .unwrap()
             .contains("fd12::1".parse().unwrap()));
     }
+
+    /// A file with every part of the schema, for the edits below.
+    const FULL: &str = r#"node = "gw-1"
+
+[[interface]]
+address = ["10.0.0.1/24", "fd00::1/64"]
+gateway = ["10.0.0.254", "fd00::fe"]
+
+[[interface]]
+address = "192.168.7.1/24"
+
+[snat]
+addresses = ["10.1.0.1", "fd01::1"]
+
+[[service]]
+name = "default/web"
+mode = "fullnat"
+session_affinity_timeout = "3h"
+
+[[service.frontend]]
+address = "10.0.0.100:80"
+protocol = "tcp"
+
+[[service.backend]]
+address = "10.1.0.11:8080"
+weight = 2
+"#;
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// Edits of a valid file (characters deleted, TOML syntax, digits
+        /// or multi-byte characters inserted): no panic, and an error is
+        /// one line naming the file, as `lbd` prints it before exiting.
+        #[test]
+        fn edited_configs_parse_or_fail_in_one_line(
+            edits in proptest::collection::vec((
+                proptest::prelude::any::<proptest::sample::Index>(),
+                0usize..4,
+                proptest::option::of(proptest::sample::select(vec![
+                    "\"", "[", "]]", "=", "\n", ",", "é", "\u{1F600}", "-1", "99999999999",
+                    ":", "/", "#", "{}", "::", "[[interface]]\n",
+                ])),
+            ), 1..4)
+        ) {
+            let mut t: Vec<char> = FULL.chars().collect();
+            for (at, del, ins) in edits {
+                let at = at.index(t.len() + 1);
+                let end = (at + del).min(t.len());
+                t.splice(at..end, ins.unwrap_or("").chars());
+            }
+            let text: String = t.into_iter().collect();
+            if let Err(e) = parse(&text) {
+                proptest::prop_assert!(!e.contains('\n') && e.starts_with("config t.toml: "), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_full_example_parses() {
+        let c = parse(FULL).unwrap();
+        assert_eq!(c.interfaces.len(), 2);
+        assert_eq!(c.services.backends.len(), 1);
+    }
 }
