@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, HashSet};
 use lb_dataplane::snapshot::{Family, Service as SnapService};
 use proptest::prelude::*;
 
+use super::tests::ip;
 use super::*;
 use crate::model::{BackendKey, Cidr, FrontendKey, FrontendType, Mode, Protocol, TrafficPolicy};
 
@@ -41,31 +42,15 @@ const BACKENDS: [&str; 6] = [
 /// The last is on no port's prefix: a set naming it is refused.
 const NEIGHBORS: [&str; 4] = ["10.0.0.254", "10.0.0.7", "2001:db8::7", "198.51.100.9"];
 
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
-}
-
+/// `plane_tests`' node with an IPv6 SNAT address too (so that full-NAT
+/// services may have IPv6 frontends) and its IPv6 prefix on a port of its
+/// own.
 fn node() -> NodeConfig {
-    NodeConfig {
-        node_name: Some("node-a".into()),
-        interfaces: vec![
-            InterfaceConfig {
-                port: 0,
-                mac: [2, 0, 0, 0, 0, 1],
-                cidr: "10.0.0.1/24".parse().unwrap(),
-                gateway: Some(ip("10.0.0.254")),
-            },
-            InterfaceConfig {
-                port: 1,
-                mac: [2, 0, 0, 0, 0, 2],
-                cidr: "2001:db8::1/64".parse().unwrap(),
-                gateway: None,
-            },
-        ],
-        snat_addresses: vec![ip("10.0.0.100"), ip("2001:db8::100")],
-        // Small rings: every slot of every ring is compared.
-        max_ring_size: 251,
-    }
+    let mut n = super::tests::node();
+    n.interfaces[1].port = 1;
+    n.interfaces[1].mac = [2, 0, 0, 0, 0, 2];
+    n.snat_addresses.push(ip("2001:db8::100"));
+    n
 }
 
 /// One operation of a history.

@@ -13,11 +13,11 @@ use lb_dataplane::DropReason;
 use super::*;
 use crate::model::{BackendKey, FrontendKey, FrontendType, Mode, Protocol, TrafficPolicy};
 
-fn ip(s: &str) -> IpAddr {
+pub(super) fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-fn node() -> NodeConfig {
+pub(super) fn node() -> NodeConfig {
     NodeConfig {
         node_name: Some("node-a".into()),
         interfaces: vec![
