@@ -16,7 +16,12 @@
 //!   addresses, ports and MACs swapped (checksums stay valid), TCP flags
 //!   chosen;
 //! - raw bytes from the input;
-//! - a generated frame with one byte flipped.
+//! - a generated frame with one byte flipped;
+//! - with bit 5 of the first byte set: an ICMP or ICMPv6 error (packet
+//!   too big / fragmentation needed, port unreachable, time exceeded)
+//!   quoting a frame the balancer sent, to a backend or to a client, from
+//!   its destination; or an echo request to a VIP or SNAT address. Those
+//!   are the frames the burst does not stage, handled between staged ones.
 //!
 //! After each burst, time moves on by a chosen amount, and sometimes both
 //! workers expire with the same budget. The frames are few and the tables
@@ -39,6 +44,10 @@ use lb_dataplane::conntrack;
 use lb_dataplane::flow::{Proto, WorkerId};
 use lb_dataplane::worker::{PacketMeta, Verdict, Worker, WorkerConfig};
 use lb_dataplane::{Prefetch, Snapshot, Tick};
+
+use std::net::IpAddr;
+
+use etherparse::{icmpv4, icmpv6, Icmpv4Type, Icmpv6Type};
 
 use crate::fixture::{ip, CLIENT_MAC, MAC0, SNAT4, SNAT6};
 use crate::pkt::Pkt;
@@ -114,6 +123,8 @@ pub struct Reached {
     pub evictions: u64,
     /// Frames forwarded to the backends' side, then answered.
     pub answers: u64,
+    /// ICMP errors quoting a sent frame that were translated (not dropped).
+    pub icmp_translated: u64,
     /// Lines the staged lookups warmed (through the counting `Prefetch` of
     /// every other burst): that path ran.
     pub prefetches: u64,
@@ -216,6 +227,58 @@ fn answer(out: &[u8], flags: u8) -> Option<Vec<u8>> {
     Some(f)
 }
 
+/// The addresses of an IPv4 or IPv6 frame (plain Ethernet), and where its
+/// IP header starts.
+fn addrs_of(f: &[u8]) -> Option<(IpAddr, IpAddr)> {
+    match f.get(12..14)? {
+        [0x08, 0x00] => {
+            let a: [u8; 4] = f.get(26..30)?.try_into().ok()?;
+            let b: [u8; 4] = f.get(30..34)?.try_into().ok()?;
+            Some((a.into(), b.into()))
+        }
+        [0x86, 0xdd] => {
+            let a: [u8; 16] = f.get(22..38)?.try_into().ok()?;
+            let b: [u8; 16] = f.get(38..54)?.try_into().ok()?;
+            Some((a.into(), b.into()))
+        }
+        _ => None,
+    }
+}
+
+/// An ICMP or ICMPv6 error about `out`, a frame the balancer sent, from
+/// its destination back to the balancer's port: of the kind `kind`
+/// chooses, quoting `out`'s IP packet (cut to 8 bytes past the L4 header
+/// start, or to `quote` bytes, as a router may). `None` if `out` is not
+/// IP.
+fn icmp_error(out: &[u8], kind: u8, quote: usize) -> Option<Vec<u8>> {
+    let (src, dst) = addrs_of(out)?;
+    let ip_len = out.len() - 14;
+    let quoted = out[14..14 + ip_len.min(quote.max(48))].to_vec();
+    let (to, from) = (src.to_string(), dst.to_string());
+    let mut macs = [[0u8; 6]; 2];
+    macs[0].copy_from_slice(&out[..6]);
+    macs[1].copy_from_slice(&out[6..12]);
+    let pkt = if src.is_ipv4() {
+        let ty = match kind % 3 {
+            0 => Icmpv4Type::DestinationUnreachable(icmpv4::DestUnreachableHeader::FragmentationNeeded {
+                next_hop_mtu: 1280,
+            }),
+            1 => Icmpv4Type::DestinationUnreachable(icmpv4::DestUnreachableHeader::Port),
+            _ => Icmpv4Type::TimeExceeded(icmpv4::TimeExceededCode::TtlExceededInTransit),
+        };
+        Pkt::icmp4(&from, &to, ty, quoted)
+    } else {
+        let ty = match kind % 3 {
+            0 => Icmpv6Type::PacketTooBig { mtu: 1280 },
+            1 => Icmpv6Type::DestinationUnreachable(icmpv6::DestUnreachableCode::Port),
+            _ => Icmpv6Type::TimeExceeded(icmpv6::TimeExceededCode::HopLimitExceeded),
+        };
+        Pkt::icmp6(&from, &to, ty, quoted)
+    };
+    // From the host `out` went to, back to the port it left by.
+    Some(pkt.macs(macs[0], macs[1]).frame())
+}
+
 /// What is compared after every burst: the counters, the conntrack's
 /// occupancy and statistics, and the free SNAT ports of each pool.
 fn digest(w: &Worker) -> String {
@@ -236,7 +299,11 @@ pub fn run(snap: &Snapshot, data: &[u8]) -> Reached {
     let mut inp = Input { data, at: 0 };
     // Bit 0: one worker or two. (The fuzz target reads bit 7 for its
     // fixture.)
-    let n_workers = 1 + u16::from(inp.byte() & 1);
+    let first = inp.byte();
+    let n_workers = 1 + u16::from(first & 1);
+    // Bit 5: ICMP errors and echo requests among the frames (a bit the
+    // first corpus's named input has clear, so it keeps its meaning).
+    let icmp = first & 0x20 != 0;
     let v4 = 1 + inp.below(48) as u32;
     let v6 = 1 + inp.below(16) as u32;
     let window = 1 + inp.below(8) as u32;
@@ -249,7 +316,11 @@ pub fn run(snap: &Snapshot, data: &[u8]) -> Reached {
     let mut one = worker(n_workers, v4, v6, window, ports);
     let mut burst = worker(n_workers, v4, v6, window, ports);
     let counting = Counting::default();
+    // Frames sent towards backends, and towards clients.
     let mut sent: Vec<Vec<u8>> = Vec::new();
+    let mut to_clients: Vec<Vec<u8>> = Vec::new();
+    // Which frames of the burst are ICMP errors the harness made.
+    let mut is_error = Vec::new();
     let mut reached = Reached::default();
     let mut now = 1u64;
     // Bounded: a long input is cut, not slow.
@@ -260,7 +331,9 @@ pub fn run(snap: &Snapshot, data: &[u8]) -> Reached {
         let len = 1 + inp.below(48);
         let mut frames = Vec::with_capacity(len);
         let mut metas = Vec::with_capacity(len);
+        is_error.clear();
         for _ in 0..len {
+            let mut error = false;
             let (frame, port) = match inp.below(8) {
                 0..=2 => (client_frame(&mut inp), 0),
                 3 | 4 if !sent.is_empty() => {
@@ -284,8 +357,44 @@ pub fn run(snap: &Snapshot, data: &[u8]) -> Reached {
                     f[at] ^= inp.byte() | 1;
                     (f, 0)
                 }
+                7 if icmp => {
+                    let what = inp.byte();
+                    let kind = inp.byte();
+                    let quote = inp.below(128);
+                    let (list, port) = if what & 1 == 0 {
+                        (&sent, 1)
+                    } else {
+                        (&to_clients, 0)
+                    };
+                    let made = match list.len() {
+                        0 => None,
+                        n => icmp_error(&list[inp.below(n)], kind, quote),
+                    };
+                    match made {
+                        Some(f) if what & 6 != 0 => {
+                            error = true;
+                            (f, port)
+                        }
+                        _ => {
+                            // An echo request to an owned address.
+                            let v6 = kind & 1 != 0;
+                            let (client, to) = match (v6, kind & 2 != 0) {
+                                (false, false) => (CLIENTS4[0], "10.0.0.100"),
+                                (false, true) => (CLIENTS4[1], SNAT4),
+                                (true, false) => (CLIENTS6[0], "fd00::100"),
+                                (true, true) => (CLIENTS6[1], SNAT6),
+                            };
+                            let id = u16::from(quote as u8);
+                            let f = Pkt::echo(client, to, false, id, 1, b"ping")
+                                .macs(CLIENT_MAC, MAC0)
+                                .frame();
+                            (f, 0)
+                        }
+                    }
+                }
                 _ => (client_frame(&mut inp), 0),
             };
+            is_error.push(error);
             frames.push(frame);
             metas.push(PacketMeta { port, offload });
         }
@@ -304,13 +413,25 @@ pub fn run(snap: &Snapshot, data: &[u8]) -> Reached {
         assert_eq!(got, expect, "round {round}: verdicts");
         assert_eq!(frames, expect_frames, "round {round}: frames");
         assert_eq!(digest(&burst), digest(&one), "round {round}: worker state");
-        for (f, v) in expect_frames.iter().zip(&expect) {
-            if let Verdict::Transmit { port: 1, len } | Verdict::Resolve { port: 1, len, .. } = *v {
-                sent.push(f[..len].to_vec());
+        for ((f, v), error) in expect_frames.iter().zip(&expect).zip(&is_error) {
+            let (port, len) = match *v {
+                Verdict::Transmit { port, len } | Verdict::Resolve { port, len, .. } => (port, len),
+                _ => continue,
+            };
+            if *error {
+                reached.icmp_translated += 1;
+                // A translated error is not a frame of the flow.
+                continue;
+            }
+            match port {
+                0 => to_clients.push(f[..len].to_vec()),
+                _ => sent.push(f[..len].to_vec()),
             }
         }
-        if sent.len() > 32 {
-            sent.drain(..sent.len() - 32);
+        for list in [&mut sent, &mut to_clients] {
+            if list.len() > 32 {
+                list.drain(..list.len() - 32);
+            }
         }
         reached.bursts += 1;
         reached.frames += len as u64;
