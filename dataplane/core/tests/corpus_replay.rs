@@ -8,8 +8,8 @@
 //! (`dataplane/fuzz/src/burst.rs`: `handle_burst` against `handle_packet`),
 //! comparing the workers' whole state at the end of each input too, and
 //! fails unless the corpus, together, opens connections, evicts, answers
-//! forwarded frames, translates ICMP errors quoting them and runs the
-//! staged lookups.
+//! forwarded frames, translates ICMP errors quoting them, sends tagged,
+//! optioned and fragmented client frames and runs the staged lookups.
 //!
 //! The seed corpus is generated, not hand-written: run
 //! `cargo test -p lb-dataplane --test corpus_replay -- --ignored write_seed_corpus`
@@ -104,6 +104,7 @@ fn replay_burst_corpus() {
             total.answers += r.answers;
             total.prefetches += r.prefetches;
             total.icmp_translated += r.icmp_translated;
+            total.variant_frames += r.variant_frames;
         }
     }
     eprintln!("burst corpus: {total:?}");
@@ -112,7 +113,8 @@ fn replay_burst_corpus() {
             && total.evictions > 0
             && total.answers > 0
             && total.prefetches > 0
-            && total.icmp_translated > 0,
+            && total.icmp_translated > 0
+            && total.variant_frames > 0,
         "the burst corpus no longer reaches what it is for: {total:?}"
     );
 }

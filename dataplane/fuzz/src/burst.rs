@@ -17,6 +17,10 @@
 //!   chosen;
 //! - raw bytes from the input;
 //! - a generated frame with one byte flipped;
+//! - with bit 3 of the first byte set, client frames may carry an 802.1Q
+//!   tag or IP options (IPv4 router alert, an IPv6 destination options
+//!   header), or be a first or later fragment: frames the IPv4 fast path
+//!   declines, so the general path's staged lookups see IPv4 too;
 //! - with bit 5 of the first byte set: an ICMP or ICMPv6 error (packet
 //!   too big / fragmentation needed, port unreachable, time exceeded)
 //!   quoting a frame the balancer sent, to a backend or to a client, from
@@ -50,7 +54,7 @@ use std::net::IpAddr;
 use etherparse::{icmpv4, icmpv6, Icmpv4Type, Icmpv6Type};
 
 use crate::fixture::{ip, CLIENT_MAC, MAC0, SNAT4, SNAT6};
-use crate::pkt::Pkt;
+use crate::pkt::{Frag, Pkt};
 
 /// Clients: on port 0's prefixes (with and without a neighbor entry), and
 /// off them (through the gateway), in both families.
@@ -94,6 +98,10 @@ const FULL_OFFLOAD: ChecksumOffload = ChecksumOffload {
 struct Input<'a> {
     data: &'a [u8],
     at: usize,
+    /// Client frames may be tagged, carry IP options or be fragments.
+    variants: bool,
+    /// How many were.
+    variant_frames: u64,
 }
 
 impl Input<'_> {
@@ -125,6 +133,8 @@ pub struct Reached {
     pub answers: u64,
     /// ICMP errors quoting a sent frame that were translated (not dropped).
     pub icmp_translated: u64,
+    /// Client frames tagged, with IP options or fragmented.
+    pub variant_frames: u64,
     /// Lines the staged lookups warmed (through the counting `Prefetch` of
     /// every other burst): that path ran.
     pub prefetches: u64,
@@ -166,23 +176,41 @@ fn client_frame(inp: &mut Input<'_>) -> Vec<u8> {
         CLIENTS4[inp.below(CLIENTS4.len())]
     };
     let sport = 40000 + inp.below(8) as u16;
-    if inp.byte() & 7 == 0 {
+    let (pkt, l4_len) = if inp.byte() & 7 == 0 {
         let (vip, port) = UDP[inp.below(2) + if v6 { 2 } else { 0 }];
-        return Pkt::udp((client, sport), (vip, port), b"q")
-            .macs(CLIENT_MAC, MAC0)
-            .frame();
-    }
-    let (vip, port) = if v6 {
-        TCP6[inp.below(TCP6.len())]
+        (Pkt::udp((client, sport), (vip, port), b"q"), 9)
     } else {
-        TCP4[inp.below(TCP4.len())]
+        let (vip, port) = if v6 {
+            TCP6[inp.below(TCP6.len())]
+        } else {
+            TCP4[inp.below(TCP4.len())]
+        };
+        let ttl = [64, 1, 2, 255][inp.below(4)];
+        let pkt = Pkt::tcp((client, sport), (vip, port), FLAGS[inp.below(FLAGS.len())])
+            .payload(b"data")
+            .ttl(ttl);
+        (pkt, 24)
     };
-    let ttl = [64, 1, 2, 255][inp.below(4)];
-    Pkt::tcp((client, sport), (vip, port), FLAGS[inp.below(FLAGS.len())])
-        .payload(b"data")
-        .ttl(ttl)
-        .macs(CLIENT_MAC, MAC0)
-        .frame()
+    let pkt = pkt.macs(CLIENT_MAC, MAC0);
+    if !inp.variants {
+        return pkt.frame();
+    }
+    let v = inp.byte();
+    inp.variant_frames += u64::from(v % 5 != 4);
+    let ident = u16::from(v);
+    match v % 5 {
+        0 => pkt.vlan(1 + u16::from(v >> 3)),
+        1 if v6 => pkt.v6_dest_opts(&[1, 4, 0, 0, 0, 0]),
+        // Router alert.
+        1 => pkt.v4_options(&[0x94, 0x04, 0, 0]),
+        // The first fragment holds the L4 header's first 8 or 16 bytes.
+        2 => pkt.ident(ident).frag(Frag::First {
+            len: if l4_len > 16 { 16 } else { 8 },
+        }),
+        3 => pkt.ident(ident).frag(Frag::Last { offset: 8 }),
+        _ => pkt,
+    }
+    .frame()
 }
 
 /// Swaps two equal-length byte ranges of `f`.
@@ -296,7 +324,12 @@ fn digest(w: &Worker) -> String {
 
 /// Runs one input; see the module doc.
 pub fn run(snap: &Snapshot, data: &[u8]) -> Reached {
-    let mut inp = Input { data, at: 0 };
+    let mut inp = Input {
+        data,
+        at: 0,
+        variants: false,
+        variant_frames: 0,
+    };
     // Bit 0: one worker or two. (The fuzz target reads bit 7 for its
     // fixture.)
     let first = inp.byte();
@@ -304,6 +337,9 @@ pub fn run(snap: &Snapshot, data: &[u8]) -> Reached {
     // Bit 5: ICMP errors and echo requests among the frames (a bit the
     // first corpus's named input has clear, so it keeps its meaning).
     let icmp = first & 0x20 != 0;
+    // Bit 3: client frames with an 802.1Q tag, IP options or as fragments
+    // (also clear in the named input).
+    inp.variants = first & 0x08 != 0;
     let v4 = 1 + inp.below(48) as u32;
     let v6 = 1 + inp.below(16) as u32;
     let window = 1 + inp.below(8) as u32;
@@ -449,5 +485,6 @@ pub fn run(snap: &Snapshot, data: &[u8]) -> Reached {
     reached.new_connections = c.new_connections.get();
     reached.evictions = c.conntrack_evictions.get();
     reached.prefetches = counting.0.get();
+    reached.variant_frames = inp.variant_frames;
     reached
 }
