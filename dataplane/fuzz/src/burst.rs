@@ -255,8 +255,8 @@ fn answer(out: &[u8], flags: u8) -> Option<Vec<u8>> {
     Some(f)
 }
 
-/// The addresses of an IPv4 or IPv6 frame (plain Ethernet), and where its
-/// IP header starts.
+/// The source and destination addresses of an IPv4 or IPv6 frame (plain
+/// Ethernet).
 fn addrs_of(f: &[u8]) -> Option<(IpAddr, IpAddr)> {
     match f.get(12..14)? {
         [0x08, 0x00] => {
@@ -275,9 +275,9 @@ fn addrs_of(f: &[u8]) -> Option<(IpAddr, IpAddr)> {
 
 /// An ICMP or ICMPv6 error about `out`, a frame the balancer sent, from
 /// its destination back to the balancer's port: of the kind `kind`
-/// chooses, quoting `out`'s IP packet (cut to 8 bytes past the L4 header
-/// start, or to `quote` bytes, as a router may). `None` if `out` is not
-/// IP.
+/// chooses, quoting the first `max(quote, 48)` bytes of `out`'s IP packet
+/// (all of it if shorter; 48 covers an IPv6 header and the 8 bytes of L4
+/// header that RFC 792 asks for). `None` if `out` is not IP.
 fn icmp_error(out: &[u8], kind: u8, quote: usize) -> Option<Vec<u8>> {
     let (src, dst) = addrs_of(out)?;
     let ip_len = out.len() - 14;
@@ -402,12 +402,15 @@ pub fn run(snap: &Snapshot, data: &[u8]) -> Reached {
                     } else {
                         (&to_clients, 0)
                     };
-                    let made = match list.len() {
+                    let quoted = match list.len() {
                         0 => None,
-                        n => icmp_error(&list[inp.below(n)], kind, quote),
+                        n => Some(&list[inp.below(n)]),
                     };
+                    let made = quoted
+                        .filter(|_| what & 6 != 0)
+                        .and_then(|out| icmp_error(out, kind, quote));
                     match made {
-                        Some(f) if what & 6 != 0 => {
+                        Some(f) => {
                             error = true;
                             (f, port)
                         }

@@ -76,7 +76,7 @@ const SPACE_OF: [u8; 256] = {
 pub(crate) struct BadAddresses;
 
 /// One family's cells; see the module docs. Its `Debug` lists the taken
-/// cells only (`cell: slab index + 1`): the cells are 192k `u32` an
+/// cells only (`cell: slab index`): the cells are 192k `u32` an
 /// address with one worker, nearly all 0, and printing them all made a
 /// worker's `Debug` a megabyte.
 pub(crate) struct ReplyPorts<A> {
