@@ -3,7 +3,7 @@
 //! `fast_open.rs`) the first packets of new ones.
 //!
 //! The general path parses into a [`Parsed`](crate::wire::Parsed) with
-//! `IpAddr`s, builds a [`FlowKey`], and goes through
+//! `IpAddr`s, builds a [`FlowKey`](crate::flow::FlowKey), and goes through
 //! the owner, frontend, conntrack, route and NAT steps on those: ~1,000
 //! instructions a packet. Here an untagged IPv4 frame without options is
 //! read at fixed offsets into `u32`s and octets, and each step uses its
