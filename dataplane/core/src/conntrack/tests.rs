@@ -8,7 +8,7 @@ use proptest::prelude::*;
 
 use super::tcp_flags::{ACK, FIN, RST, SYN};
 use super::*;
-use crate::flow::{owner_of_client, owner_of_snat_port, SnatPorts, WorkerId};
+use crate::flow::{owner_of_client, owner_of_snat_port, Proto, SnatPorts, WorkerId};
 use crate::prefetch::Loads;
 
 const S: u64 = 1000;
