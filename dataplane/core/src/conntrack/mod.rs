@@ -68,6 +68,8 @@
 //! id across calls to `insert`, `expire` or `remove`.
 
 mod insert;
+#[cfg(test)]
+mod model_tests;
 mod reply_ports;
 mod state;
 mod table;
