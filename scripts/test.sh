@@ -12,8 +12,9 @@ echo "test: cargo fmt --check"
 cargo fmt --all -- --check
 echo "test: cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
-echo "test: cargo doc (broken links are errors)"
+echo "test: cargo doc (broken links are errors), public and private items"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --document-private-items --quiet
 echo "test: cargo test"
 # cargo test's exit status is taken from the pipe without letting set -e end
 # the script, so the summary line is printed on failure too.

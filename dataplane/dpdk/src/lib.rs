@@ -13,7 +13,7 @@
 //! - [`ring`]: single-producer single-consumer rings for handing mbufs
 //!   between lcores, split into a producer and a consumer half.
 //! - [`Eal::launch`]: run a closure on a worker lcore and join it.
-//! - [`prefetch`]: the cache prefetch hint the workers' staged conntrack
+//! - [`prefetch()`]: the cache prefetch hint the workers' staged conntrack
 //!   lookups issue (through `lb_dataplane::Prefetch`, implemented in `lbd`).
 //! - [`HugePageAdvice`]: the global allocator `lbd` runs with, which asks
 //!   for transparent huge pages under its large tables.
