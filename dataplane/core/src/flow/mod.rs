@@ -11,9 +11,8 @@
 //!   full-NAT SNAT port (`port & mask == worker`, DPVS's `sa_pool` idea), so
 //!   a reply that lands on the wrong queue can be handed to its owner without
 //!   any lookup.
-//! - [`SnatPorts`]: one worker's share of SNAT ports. Invariant: it only ever
-//!   hands out ports with `port & mask == worker`, never a port that is in
-//!   use, and it never allocates after construction.
+//! - [`SnatPorts`]: one worker's share of SNAT ports, in `snat_ports.rs`
+//!   with its invariants.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
