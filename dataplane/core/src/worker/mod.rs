@@ -335,7 +335,7 @@ impl Worker {
             }
         }
         if p.icmp_error {
-            return self.icmp_error(now, snap, frame, p, meta);
+            return self.icmp_error(snap, frame, p, meta);
         }
         self.l4(now, snap, frame, p, meta, found)
     }

@@ -319,7 +319,6 @@ impl Worker {
     /// for the backend).
     pub(super) fn icmp_error(
         &mut self,
-        now: Tick,
         snap: &Snapshot,
         frame: &mut [u8],
         p: &Parsed,
@@ -373,7 +372,11 @@ impl Worker {
             return self.drop(reason);
         }
         set_l2(frame, &route);
-        self.conntrack.on_packet(id, dir, 0, now);
+        // The connection's state and idle timer stay as they are: an error
+        // is not the peer's answer (as Linux's conntrack takes it: related,
+        // not a reply). Taken as one, an unreachable port's errors made
+        // unreplied UDP entries "replied" (300 s, never evicted) and
+        // kept closing TCP entries alive.
         verdict(&route, frame.len())
     }
 }

@@ -657,6 +657,48 @@ fn icmp_frag_needed_reaches_the_client_translated() {
     let _ = ROUTER_MAC;
 }
 
+/// An ICMP error is translated but is not the peer's answer: a port
+/// unreachable for a UDP flow leaves it unreplied (30 s, evictable), and
+/// no error restarts a connection's idle timer.
+#[test]
+fn icmp_error_leaves_the_connection_state_and_timer() {
+    let snap = snapshot();
+    let mut w = worker(1, 0);
+    let mut q = udp4(("10.0.0.2", 5353), ("10.0.0.101", 53), b"query");
+    let p = wire::parse(&q).unwrap();
+    let orig = crate::flow::FlowKey::new((p.src, p.src_port), (p.dst, p.dst_port), Proto::Udp).unwrap();
+    assert!(matches!(
+        run(&mut w, &snap, 0, &mut q, 0),
+        Verdict::Transmit { port: 1, .. }
+    ));
+    let sent = wire::parse(&q).unwrap();
+    let IpAddr::V4(backend) = sent.dst else {
+        panic!("{sent:?}")
+    };
+    let (id, _) = w.conntrack().lookup(&orig).unwrap();
+    // The backend's port is closed: its unreachable, every 10 s, quoting
+    // the datagram it got, goes back to the client translated.
+    for t in [10_000, 20_000, 29_000] {
+        let mut err = Vec::new();
+        etherparse::PacketBuilder::ethernet2(BACKEND_MAC, MAC1)
+            .ipv4(backend.octets(), [10, 0, 0, 2], 64)
+            .icmpv4(etherparse::Icmpv4Type::DestinationUnreachable(
+                etherparse::icmpv4::DestUnreachableHeader::Port,
+            ))
+            .write(&mut err, &q[14..sent.end as usize])
+            .unwrap();
+        assert!(matches!(
+            run(&mut w, &snap, t, &mut err, 1),
+            Verdict::Transmit { port: 0, .. }
+        ));
+        assert_checksums(&err);
+        assert_eq!(w.conntrack().state(id), Some(ConnState::UdpUnreplied));
+    }
+    // Still 30 s from the datagram, not from the last error.
+    assert_eq!(w.handle_tick(Tick(30_500), 10_000).expired, 1);
+    assert_eq!(w.conntrack().len(), 0);
+}
+
 #[test]
 fn snat_exhaustion_is_a_counted_drop() {
     let snap = snapshot();
