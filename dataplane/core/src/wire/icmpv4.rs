@@ -170,13 +170,23 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Icmpv4Packet<T> {
     }
 
     /// Set type and code and update the checksum incrementally.
+    ///
+    /// RFC 1624's update never yields `0xFFFF`, which is what an all-zero
+    /// message must carry (an echo reply with identifier, sequence and
+    /// data all zero); ICMPv4 has no pseudo-header to make a word non-zero.
+    /// So a result of zero, which only a message summing to `0xFFFF` gets
+    /// (about one in 65,536), is recomputed over the whole message.
     #[inline]
     pub fn set_type_code_update_checksum(&mut self, t: u8, c: u8) {
         let old = u16::from_be_bytes([self.msg_type(), self.code()]);
         let sum = checksum::update16(self.checksum(), old, u16::from_be_bytes([t, c]));
         self.set_msg_type(t);
         self.set_code(c);
-        self.set_checksum(sum);
+        if sum == 0 {
+            self.fill_checksum();
+        } else {
+            self.set_checksum(sum);
+        }
     }
 
     /// Recompute the checksum over the whole message.
@@ -285,6 +295,31 @@ mod tests {
         );
         assert!(!p.is_error());
         p.set_type_code_update_checksum(msg_type::ECHO_REPLY, 0);
+        assert!(p.verify_checksum());
+        let h = etherparse::Icmpv4Slice::from_slice(&b).unwrap();
+        assert_eq!(h.checksum(), h.header().icmp_type.calc_checksum(h.payload()));
+    }
+
+    /// The reply to an all-zero echo request (identifier, sequence and
+    /// data zero: checksum 0xF7FF) is all zero but its checksum, which must
+    /// be 0xFFFF; the incremental update alone gave 0x0000. A message that
+    /// truly sums to 0xFFFF keeps 0x0000.
+    #[test]
+    fn echo_reply_of_an_all_zero_request() {
+        for data in [&[][..], &[0u8; 56][..]] {
+            let mut b = [&[8u8, 0, 0, 0, 0, 0, 0, 0][..], data].concat();
+            let mut p = Icmpv4Packet::new_checked(&mut b[..]).unwrap();
+            p.fill_checksum();
+            assert_eq!(p.checksum(), 0xF7FF);
+            p.set_type_code_update_checksum(msg_type::ECHO_REPLY, 0);
+            assert_eq!(p.checksum(), 0xFFFF);
+            assert!(p.verify_checksum());
+        }
+        let mut b = [8u8, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF];
+        let mut p = Icmpv4Packet::new_checked(&mut b[..]).unwrap();
+        p.fill_checksum();
+        p.set_type_code_update_checksum(msg_type::ECHO_REPLY, 0);
+        assert_eq!(p.checksum(), 0x0000);
         assert!(p.verify_checksum());
         let h = etherparse::Icmpv4Slice::from_slice(&b).unwrap();
         assert_eq!(h.checksum(), h.header().icmp_type.calc_checksum(h.payload()));
