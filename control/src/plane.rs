@@ -161,6 +161,11 @@ pub enum PlaneError {
         /// The I/O error.
         reason: String,
     },
+    /// The node's own configuration (interfaces, SNAT addresses, node
+    /// name: lbd's config file and ports) does not compile, whatever the
+    /// desired state. Checked at `open`, before the state file is blamed.
+    #[error("node configuration: {0}")]
+    NodeConfig(ValidationError),
     /// The state file could not be loaded at `open`.
     #[error("state file {path}: {reason}")]
     StateFile {
@@ -178,7 +183,7 @@ impl PlaneError {
             PlaneError::Validation(e) => e.kind,
             PlaneError::Conflict { .. } | PlaneError::StaleRevision { .. } => ErrorKind::Precondition,
             PlaneError::Persist { .. } => ErrorKind::Unavailable,
-            PlaneError::StateFile { .. } => ErrorKind::Internal,
+            PlaneError::StateFile { .. } | PlaneError::NodeConfig(_) => ErrorKind::Internal,
         }
     }
 }
@@ -222,9 +227,13 @@ impl ControlPlane {
     /// A missing file (first start) is an empty state at revision 0; an
     /// unreadable, corrupt or invalid one, or one that does not compile for
     /// this node, is [`PlaneError::StateFile`] naming the file: it is never
-    /// replaced by an empty state. Without `state_file` nothing is
-    /// persisted.
+    /// replaced by an empty state. A node configuration that does not
+    /// compile even with an empty state is [`PlaneError::NodeConfig`],
+    /// whatever the file holds. Without `state_file` nothing is persisted.
     pub fn open(node: NodeConfig, state_file: Option<&Path>) -> Result<ControlPlane, PlaneError> {
+        let (_, _) = Compiler::new(node.clone())
+            .compile(&DesiredState::default(), 0, &Snapshot::empty(), None)
+            .map_err(PlaneError::NodeConfig)?;
         let (file, (revision, state)) = match state_file {
             None => (None, (0, DesiredState::default())),
             Some(p) => match StateFile::open(p) {

@@ -492,6 +492,28 @@ fn state_file_round_trip_corruption_and_failed_write() {
     }
 }
 
+/// A node configuration that cannot work (an SNAT address nobody can own)
+/// is its own error, not the state file's, with or without a file.
+#[test]
+fn a_bad_node_configuration_is_not_blamed_on_the_state_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    drop(ControlPlane::open(node(), Some(&path)).unwrap());
+    let bad = NodeConfig {
+        snat_addresses: vec![ip("224.0.0.1")],
+        ..node()
+    };
+    for file in [None, Some(path.as_path())] {
+        let e = ControlPlane::open(bad.clone(), file).unwrap_err();
+        let msg = e.to_string();
+        assert!(matches!(e, PlaneError::NodeConfig(_)), "{msg}");
+        assert!(
+            msg.starts_with("node configuration: ") && msg.contains("224.0.0.1") && !msg.contains("state"),
+            "{msg}"
+        );
+    }
+}
+
 #[test]
 fn a_state_that_does_not_compile_here_is_refused_at_open() {
     let dir = tempfile::tempdir().unwrap();

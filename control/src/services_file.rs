@@ -36,6 +36,7 @@ use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
+use lb_dataplane::flow::SnatPorts;
 use toml::{Table, Value};
 
 use crate::model::{
@@ -140,12 +141,13 @@ fn one_line(s: &str) -> String {
 /// number of seconds, into seconds.
 pub fn parse_duration(s: &str) -> Result<u32, String> {
     let err = || format!("{s:?} is not a duration (write e.g. 30s, 10m, 3h, 1h30m)");
-    let t = s.trim();
+    // No trimming and no signs: `u32::from_str` alone would take "+5".
+    let t = s;
     if t.is_empty() {
         return Err(err());
     }
-    if let Ok(n) = t.parse::<u32>() {
-        return Ok(n);
+    if t.bytes().all(|b| b.is_ascii_digit()) {
+        return t.parse::<u32>().map_err(|_| err());
     }
     let mut total: u64 = 0;
     let mut digits = String::new();
@@ -245,13 +247,29 @@ impl Parser<'_> {
                 return Err(self.err(loc, k, "unknown key (expected addresses)"));
             }
             for (i, s) in self.strings(loc, "addresses", v)?.iter().enumerate() {
-                let a: IpAddr = s.parse().map_err(|_| {
-                    self.err(
+                let field = format!("addresses[{i}]");
+                let a: IpAddr = s
+                    .parse()
+                    .map_err(|_| self.err(loc, &field, format!("{s:?} is not an IP address")))?;
+                // What the snapshot builder and the workers' port pools
+                // would refuse later, refused here where the field can be
+                // named.
+                if !lb_dataplane::snapshot::is_unicast(a) {
+                    return Err(self.err(loc, &field, format!("{a} is unspecified, multicast or broadcast")));
+                }
+                if self.out.snat.contains(&a) {
+                    return Err(self.err(loc, &field, format!("{a} is listed twice")));
+                }
+                if self.out.snat.len() == SnatPorts::MAX_ADDRESSES {
+                    return Err(self.err(
                         loc,
-                        &format!("addresses[{i}]"),
-                        format!("{s:?} is not an IP address"),
-                    )
-                })?;
+                        &field,
+                        format!(
+                            "more than {} addresses (IPv4 and IPv6 together)",
+                            SnatPorts::MAX_ADDRESSES
+                        ),
+                    ));
+                }
                 self.out.snat.push(a);
             }
         }
@@ -650,6 +668,27 @@ type = "cluster-ip"
             ("bogus = 1\n".into(), "svc.toml: bogus: unknown key"),
             ("[snat]\naddrs = []\n".into(), "svc.toml: snat: addrs: unknown key"),
             ("[snat]\naddresses = [\"x\"]\n".into(), "svc.toml: snat: addresses[0]: \"x\" is not an IP address"),
+            (
+                "[snat]\naddresses = [\"10.9.0.1\", \"224.0.0.1\"]\n".into(),
+                "svc.toml: snat: addresses[1]: 224.0.0.1 is unspecified, multicast or broadcast",
+            ),
+            (
+                "[snat]\naddresses = [\"::\"]\n".into(),
+                "svc.toml: snat: addresses[0]: :: is unspecified, multicast or broadcast",
+            ),
+            (
+                "[snat]\naddresses = [\"10.9.0.1\", \"fd00::1\", \"10.9.0.1\"]\n".into(),
+                "svc.toml: snat: addresses[2]: 10.9.0.1 is listed twice",
+            ),
+            (
+                // 64 in all, not per family: the workers' port pools number
+                // both families' addresses in one list.
+                format!(
+                    "[snat]\naddresses = [{}, \"fd00::1\"]\n",
+                    (0..64).map(|i| format!("\"10.9.0.{i}\"")).collect::<Vec<_>>().join(", ")
+                ),
+                "svc.toml: snat: addresses[64]: more than 64 addresses (IPv4 and IPv6 together)",
+            ),
             ("[[service]]\nmode = \"dnat\"\n".into(), "svc.toml: service[0]: name: is required"),
             ("[[service]]\nname = \"web\"\n".into(), "svc.toml: service[0] \"web\": name: \"web\" is not of the form namespace/name"),
             (format!("{svc}colour = 1\n"), "svc.toml: service[0] \"default/web\": colour: unknown key"),
@@ -700,7 +739,20 @@ type = "cluster-ip"
         ] {
             assert_eq!(parse_duration(s), Ok(n), "{s}");
         }
-        for s in ["", "h", "3x", "1h30", "-1s", "99999999999s", "1.5h"] {
+        for s in [
+            "",
+            "h",
+            "3x",
+            "1h30",
+            "-1s",
+            "99999999999s",
+            "1.5h",
+            "+5",
+            "+5s",
+            " 30s ",
+            "30 s",
+            "1h 30m",
+        ] {
             assert!(parse_duration(s).is_err(), "{s}");
         }
         assert_eq!(format_duration(5400), "1h30m");

@@ -133,6 +133,8 @@ impl Cidr {
         let prefix: u8 = p
             .parse()
             .ok()
+            // Digits only: `u8::from_str` would also take "+8".
+            .filter(|_| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
             .filter(|&n| n <= max)
             .ok_or_else(|| format!("prefix length {p:?} is not a number from 0 to {max}"))?;
         Ok(Cidr { addr, prefix })
@@ -208,6 +210,13 @@ impl Config {
             let mut addresses = Vec::new();
             for a in r.address.into_vec() {
                 let c = Cidr::parse(&a).map_err(|m| invalid(i, "address", m))?;
+                if !lb_dataplane::snapshot::is_unicast(c.addr) {
+                    return Err(invalid(
+                        i,
+                        "address",
+                        format!("{} is unspecified, multicast or broadcast", c.addr),
+                    ));
+                }
                 if addresses.iter().any(|o: &Cidr| o.addr == c.addr) {
                     return Err(invalid(i, "address", format!("{} is listed twice", c.addr)));
                 }
@@ -330,6 +339,16 @@ mod tests {
                 "address = [\"10.0.0.1/24\", \"fd00::1/64\"]\ngateway = \"fd01::fe\"",
                 "not inside fd00::1/64",
             ),
+            (
+                "address = \"224.0.0.1/24\"",
+                "224.0.0.1 is unspecified, multicast or broadcast",
+            ),
+            ("address = \"0.0.0.0/0\"", "unspecified, multicast or broadcast"),
+            (
+                "address = [\"10.0.0.1/24\", \"ff02::1/64\"]",
+                "ff02::1 is unspecified",
+            ),
+            ("address = \"10.0.0.1/+8\"", "prefix length \"+8\""),
         ] {
             let e = parse(&format!("[[interface]]\n{bad}\n")).unwrap_err();
             assert!(e.contains("interface 0") && e.contains(what), "{bad}: {e}");

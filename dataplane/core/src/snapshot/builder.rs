@@ -769,8 +769,12 @@ fn check_service_name(name: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// Whether `ip` can be owned or be a unicast destination.
-pub(super) fn is_unicast(ip: IpAddr) -> bool {
+/// Whether `ip` can be owned or be a unicast destination: not
+/// unspecified, multicast or (IPv4) the limited broadcast address. The
+/// builder refuses other interface, SNAT, frontend and backend addresses;
+/// lbd's config parsing checks its own addresses with it, so it can name
+/// the file and field.
+pub fn is_unicast(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(a) => !(a.is_unspecified() || a.is_multicast() || a.is_broadcast()),
         IpAddr::V6(a) => !(a.is_unspecified() || a.is_multicast()),

@@ -180,12 +180,12 @@ pub enum BuildError {
         /// The address.
         addr: IpAddr,
     },
-    /// More SNAT addresses of one family than a worker's port pool holds.
-    #[error("snat addresses: {count} {family} addresses exceed {max}")]
+    /// More SNAT addresses (both families together, duplicates counted
+    /// once) than a worker's port pool holds.
+    #[error("snat addresses: {count} addresses exceed {max} (IPv4 and IPv6 together)")]
     TooManySnatAddresses {
-        /// "IPv4" or "IPv6".
-        family: &'static str,
-        /// How many were given.
+        /// How many distinct addresses were given, up to the first one
+        /// over the limit.
         count: usize,
         /// The limit ([`SnatPorts::MAX_ADDRESSES`](crate::flow::SnatPorts::MAX_ADDRESSES)).
         max: usize,

@@ -112,15 +112,15 @@ pub(super) fn check_snat(snat: &[IpAddr]) -> Result<(Vec<Ipv4Addr>, Vec<Ipv6Addr
             IpAddr::V6(a) if !v6.contains(&a) => v6.push(a),
             _ => {}
         }
-        // Checked as we go so a huge list fails before the O(n²) dedup bites.
-        for (family, count) in [("IPv4", v4.len()), ("IPv6", v6.len())] {
-            if count > SnatPorts::MAX_ADDRESSES {
-                return Err(BuildError::TooManySnatAddresses {
-                    family,
-                    count,
-                    max: SnatPorts::MAX_ADDRESSES,
-                });
-            }
+        // Checked as we go so a huge list fails before the O(n²) dedup
+        // bites. The limit is on both families together: a worker's
+        // `SnatPorts` numbers its addresses in one list.
+        let count = v4.len() + v6.len();
+        if count > SnatPorts::MAX_ADDRESSES {
+            return Err(BuildError::TooManySnatAddresses {
+                count,
+                max: SnatPorts::MAX_ADDRESSES,
+            });
         }
     }
     Ok((v4, v6))

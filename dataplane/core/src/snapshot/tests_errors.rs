@@ -161,9 +161,36 @@ fn source_range_family_and_snat_errors() {
         }
         Ok(())
     });
-    assert!(
-        matches!(e, BuildError::TooManySnatAddresses { family: "IPv4", .. }),
-        "{e}"
+    assert!(matches!(e, BuildError::TooManySnatAddresses { .. }), "{e}");
+    // The limit is on both families together, as a worker's `SnatPorts`
+    // takes them, and duplicates count once.
+    let max = crate::flow::SnatPorts::MAX_ADDRESSES as u32;
+    // `base()` has one SNAT address of each family: `max - 2` more distinct
+    // addresses, `v6` of them IPv6, the IPv4 ones given twice with `dups`.
+    fn mixed(b: &mut SnapshotBuilder<'_>, max: u32, v6: u32, dups: bool) {
+        for i in 0..max - 2 - v6 {
+            for _ in 0..if dups { 2 } else { 1 } {
+                b.snat_address(IpAddr::V4((0x0a09_0000 + i).into()));
+            }
+        }
+        for i in 0..v6 {
+            b.snat_address(IpAddr::V6((0xfd00_u128 << 112 | u128::from(i)).into()));
+        }
+    }
+    let mut b = base();
+    mixed(&mut b, max, 10, true);
+    b.build().expect("64 distinct addresses, some given twice");
+    let e = err(|b| {
+        mixed(b, max, 10, false);
+        b.snat_address(ip("fd00::ffff"));
+        Ok(())
+    });
+    assert_eq!(
+        e,
+        BuildError::TooManySnatAddresses {
+            count: max as usize + 1,
+            max: max as usize
+        }
     );
 }
 
