@@ -214,6 +214,18 @@ pub fn frontend_key_from_proto(p: &pb::FrontendKey, object: &str) -> Result<Fron
     })
 }
 
+/// An address from a request as an error's object names it: as given
+/// when it is printable ASCII without spaces (every address, and most
+/// typos), quoted and escaped otherwise, so that the message stays one
+/// line whatever the client sent.
+fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_graphic()) {
+        text.into()
+    } else {
+        format!("{text:?}").into()
+    }
+}
+
 /// The proto form of a frontend key.
 pub fn frontend_key_to_proto(k: &FrontendKey) -> pb::FrontendKey {
     pb::FrontendKey {
@@ -225,7 +237,7 @@ pub fn frontend_key_to_proto(k: &FrontendKey) -> pb::FrontendKey {
 
 /// A frontend; its source from the message. Validated.
 pub fn frontend_from_proto(p: &pb::Frontend) -> Result<Frontend, ValidationError> {
-    let obj = format!("frontend {}:{}", p.address, p.port);
+    let obj = format!("frontend {}:{}", shown(&p.address), p.port);
     let f = Frontend {
         service: p.service.clone(),
         key: FrontendKey {
@@ -272,7 +284,7 @@ pub fn backend_key_to_proto(k: &BackendKey) -> pb::BackendKey {
 
 /// A backend; its source from the message, weight 1 when unset. Validated.
 pub fn backend_from_proto(p: &pb::Backend) -> Result<Backend, ValidationError> {
-    let obj = format!("backend {}:{} of {:?}", p.address, p.port, p.service);
+    let obj = format!("backend {}:{} of {:?}", shown(&p.address), p.port, p.service);
     let weight = p.weight.unwrap_or(1);
     if weight > MAX_WEIGHT {
         return Err(bad(&obj, "weight", format!("{weight} is above {MAX_WEIGHT}")));
@@ -335,11 +347,16 @@ pub fn change_from_proto(p: &pb::Change, source: Source) -> Result<Change, Valid
         }),
         Some(PbChange::DeleteService(n)) => Change::DeleteService(n.clone()),
         Some(PbChange::DeleteFrontend(k)) => {
-            let obj = format!("delete_frontend {}:{}", k.address, k.port);
+            let obj = format!("delete_frontend {}:{}", shown(&k.address), k.port);
             Change::DeleteFrontend(frontend_key_from_proto(k, &obj)?)
         }
         Some(PbChange::DeleteBackend(k)) => {
-            let obj = format!("delete_backend {}:{} of {:?}", k.address, k.port, k.service);
+            let obj = format!(
+                "delete_backend {}:{} of {:?}",
+                shown(&k.address),
+                k.port,
+                k.service
+            );
             Change::DeleteBackend(backend_key_from_proto(k, &obj)?)
         }
     };
@@ -671,6 +688,22 @@ mod tests {
                 "node",
                 "characters",
             ),
+            (
+                PbChange::UpsertBackend(pb::Backend {
+                    node: " gw-1\n".into(),
+                    ..be()
+                }),
+                "node",
+                "white space or control characters",
+            ),
+            (
+                PbChange::UpsertBackend(pb::Backend {
+                    zone: "a\tb".into(),
+                    ..be()
+                }),
+                "zone",
+                "control characters",
+            ),
             (PbChange::DeleteService("Bad".into()), "name", "namespace/name"),
             (
                 PbChange::DeleteFrontend(pb::FrontendKey {
@@ -690,6 +723,25 @@ mod tests {
                 "address",
                 "\"nope\"",
             ),
+            // Whatever the client sends, the message stays one line: the
+            // object's name quotes an address that is not plain text.
+            (
+                PbChange::UpsertFrontend(pb::Frontend {
+                    address: "10.0.0.1\nINJECTED".into(),
+                    ..fe()
+                }),
+                "address",
+                "frontend \"10.0.0.1\\nINJECTED\":80",
+            ),
+            (
+                PbChange::DeleteBackend(pb::BackendKey {
+                    service: "default/web".into(),
+                    address: "10.0.0.1 \r\n".into(),
+                    port: 80,
+                }),
+                "address",
+                "delete_backend \"10.0.0.1 \\r\\n\":80",
+            ),
         ];
         for (c, field, text) in cases {
             let e = err(vec![ok.clone(), upsert(c.clone())]);
@@ -697,6 +749,7 @@ mod tests {
             assert_eq!(e.field, field, "{c:?}: {e}");
             assert!(e.object.starts_with("changes[1]"), "{e}");
             assert!(e.to_string().contains(text), "{e} lacks {text}");
+            assert!(!e.to_string().contains(['\n', '\r']), "one line: {e:?}");
         }
         let e = err(vec![pb::Change { change: None }]);
         assert_eq!(

@@ -173,6 +173,8 @@ impl std::str::FromStr for Cidr {
         let prefix = p
             .parse::<u8>()
             .ok()
+            // Digits only: `u8::from_str` would also take "+8".
+            .filter(|_| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
             .filter(|&n| n <= max)
             .ok_or_else(|| format!("prefix length {p:?} is not a number from 0 to {max}"))?;
         Ok(Cidr { addr, prefix })
@@ -485,6 +487,20 @@ impl Backend {
                     format!("must be 1-{MAX_LABEL_LEN} characters"),
                 ));
             }
+            // lbd's node name (`--node-name`, `node` in its config) cannot
+            // have these, so a backend with them could never be local.
+            if v.as_ref()
+                .is_some_and(|s| s.trim() != s || s.chars().any(char::is_control))
+            {
+                return Err(ValidationError::invalid(
+                    &obj,
+                    field,
+                    format!(
+                        "{:?} has leading or trailing white space or control characters",
+                        v.as_deref().unwrap_or_default()
+                    ),
+                ));
+            }
         }
         Ok(())
     }
@@ -611,6 +627,9 @@ mod tests {
         assert_eq!(c.to_string(), "10.0.0.0/8");
         assert!("10.0.0.0".parse::<Cidr>().is_err());
         assert!("fd00::/129".parse::<Cidr>().is_err());
+        for bad in ["10.0.0.0/+8", "10.0.0.0/", "10.0.0.0/ 8"] {
+            assert!(bad.parse::<Cidr>().is_err(), "{bad}");
+        }
         assert_eq!(serde_json::to_string(&c).unwrap(), "\"10.0.0.0/8\"");
     }
 

@@ -244,6 +244,10 @@ fn errors_exit_non_zero_with_one_line() {
     // Bad arguments: usage error, exit 2.
     let out = lbctl(&server, &["delete", "frontend", "10.0.0.100:80"]);
     assert_eq!(out.status.code(), Some(2));
+    // `--watch 0` would print "every 0s" and busy-poll: refused.
+    let out = lbctl(&server, &["stats", "--watch", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--watch"));
 
     // No server: exit 3, naming the socket and suggesting lbd is down.
     let gone = s.dir.path().join("nothing.sock");

@@ -84,7 +84,13 @@ enum Command {
     /// Traffic counters per worker, frontend and backend, and drops.
     Stats {
         /// Repeat every SECS seconds (default 2) with rates, until interrupted.
-        #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "2")]
+        #[arg(
+            long,
+            value_name = "SECS",
+            num_args = 0..=1,
+            default_missing_value = "2",
+            value_parser = clap::value_parser!(u64).range(1..=86_400)
+        )]
         watch: Option<u64>,
     },
     /// lbd's version, instance, revisions, ports and workers.
@@ -340,7 +346,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 println!("--- every {secs}s ---");
                 print!("{}", output::stats_text(&s, rates.as_ref()));
                 previous = Some((now, s));
-                tokio::time::sleep(Duration::from_secs(secs.max(1))).await;
+                tokio::time::sleep(Duration::from_secs(secs)).await;
             }
         }
         Command::Info { output } => {

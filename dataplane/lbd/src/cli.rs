@@ -188,6 +188,14 @@ pub fn parse_lcores(spec: &str) -> Result<Lcores, LcoresError> {
             if b < a {
                 return Err(LcoresError::Backwards(item.to_string()));
             }
+            // Checked before the range is built: `0-4000000000` must not
+            // allocate gigabytes to be refused.
+            if b >= dpdk_sys::RTE_MAX_LCORE {
+                return Err(LcoresError::TooLarge(
+                    a.max(dpdk_sys::RTE_MAX_LCORE),
+                    dpdk_sys::RTE_MAX_LCORE - 1,
+                ));
+            }
             ((a..=b).collect(), None)
         } else {
             (vec![num(item, item)?], None)
@@ -303,6 +311,17 @@ mod tests {
             parse_lcores("9999"),
             Err(LcoresError::TooLarge(9999, _))
         ));
+        // A huge range is refused by its bounds, before it is built (it
+        // used to allocate 16 GiB first), naming its first lcore too large.
+        let max = dpdk_sys::RTE_MAX_LCORE;
+        assert_eq!(
+            parse_lcores("0-4294967295"),
+            Err(LcoresError::TooLarge(max, max - 1))
+        );
+        assert_eq!(
+            parse_lcores("1,4000000000-4000000001"),
+            Err(LcoresError::TooLarge(4_000_000_000, max - 1))
+        );
     }
 
     #[test]

@@ -30,7 +30,7 @@ use dpdk::{Eal, Mempool, Port, PortConfig, RssStatus};
 use lb_control::grpc::{PortInfo, PortStatus, ServerInfo};
 use lb_control::listen::{ListenAddr, ListenConfig, TlsPaths};
 use lb_control::model::Source;
-use lb_control::plane::{ControlPlane, InterfaceConfig, NodeConfig};
+use lb_control::plane::{ControlPlane, InterfaceConfig, NodeConfig, PlaneError};
 use lb_dataplane::conntrack;
 use lb_dataplane::flow::WorkerId;
 use lb_dataplane::snapshot::Cidr;
@@ -61,9 +61,22 @@ fn main() -> ExitCode {
             if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
                 e.exit();
             }
-            // One line: clap's first line, without its usage block.
+            // One line: clap's first paragraph, without its usage block.
+            // The paragraph can run over several lines (a missing flag is
+            // named on the line after "the following required arguments
+            // were not provided:"), so its lines are joined.
             let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
+            let first = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect::<Vec<_>>()
+                .join(" ");
+            let first = if first.is_empty() {
+                "invalid arguments"
+            } else {
+                &first
+            };
             eprintln!("lbd: {} (see lbd --help)", first.trim_start_matches("error: "));
             return ExitCode::from(2);
         }
@@ -245,7 +258,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             "no node name (--node-name or node in the config): services with traffic_policy = \"local\" take no new connections"
         ),
     }
-    let mut plane = ControlPlane::open(node, cli.state_file.as_deref())?;
+    let config_name = cli
+        .config
+        .as_ref()
+        .map_or_else(|| "(none)".to_string(), |p| p.display().to_string());
+    let mut plane = ControlPlane::open(node, cli.state_file.as_deref()).map_err(|e| match e {
+        // The interfaces and SNAT addresses come from the config file (on
+        // the ports lbd found).
+        PlaneError::NodeConfig(_) => anyhow::anyhow!("config {config_name}: {e}"),
+        e => e.into(),
+    })?;
     let sf = &config.services;
     let out = plane
         .resync(
@@ -254,14 +276,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             sf.frontends.clone(),
             sf.backends.clone(),
         )
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "config {}: {e}",
-                cli.config
-                    .as_ref()
-                    .map_or(String::new(), |p| p.display().to_string())
-            )
-        })?;
+        .map_err(|e| anyhow::anyhow!("config {config_name}: {e}"))?;
     tracing::info!(
         revision = out.revision,
         added = out.added,
@@ -593,7 +608,7 @@ fn print_summary(ports: &[Port], workers: &[Worker], ctl: &ControlStats) {
     }
     let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     println!(
-        "  control: arp_requests {} gratuitous_arps {} neighbor_solicitations {} unsolicited_nas {} held {} released {} neighbor_drops {} send_failures {} neighbors {}",
+        "  control: arp_requests {} gratuitous_arps {} neighbor_solicitations {} unsolicited_nas {} held {} released {} neighbor_drops {} send_failures {} neighbors {} neighbor_entries {}",
         g(&ctl.arp_requests),
         g(&ctl.gratuitous_arps),
         g(&ctl.neighbor_solicitations),
@@ -602,6 +617,7 @@ fn print_summary(ports: &[Port], workers: &[Worker], ctl: &ControlStats) {
         g(&ctl.released),
         g(&ctl.neighbor_drops),
         g(&ctl.send_failures),
-        g(&ctl.neighbors)
+        g(&ctl.neighbors),
+        g(&ctl.neighbor_entries)
     );
 }

@@ -39,6 +39,50 @@ fn bad_lcores() {
     assert!(lbd_line(&out).contains("--lcores"), "{out}");
 }
 
+/// A flag that needs another names the missing one on the same line.
+#[test]
+fn tls_key_without_certificate() {
+    let (code, out) = run_lbd(&["--grpc-tls-cert", "/tmp/c.pem"], T);
+    assert_eq!(code, Some(2), "{out}");
+    assert_eq!(out.lines().count(), 1, "one line: {out}");
+    assert!(out.contains("--grpc-tls-key"), "{out}");
+}
+
+/// A huge range is refused at once, not after allocating gigabytes.
+#[test]
+fn huge_lcore_range() {
+    let (code, out) = run_lbd(
+        &["--lcores", "0-4294967295", "--vdev", "net_null0", "--no-huge"],
+        T,
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert!(lbd_line(&out).contains("--lcores: lcore"), "{out}");
+    assert_clean(&out);
+}
+
+/// SNAT addresses nobody can own, or listed twice, are the config file's
+/// error, naming the field, before EAL starts.
+#[test]
+fn bad_snat_addresses() {
+    for (text, want) in [
+        (
+            "[snat]\naddresses = [\"224.0.0.1\"]\n",
+            "snat: addresses[0]: 224.0.0.1 is unspecified, multicast or broadcast",
+        ),
+        (
+            "[snat]\naddresses = [\"10.9.0.1\", \"10.9.0.1\"]\n",
+            "snat: addresses[1]: 10.9.0.1 is listed twice",
+        ),
+    ] {
+        let f = TempFile::new("snat.toml", text);
+        let (code, out) = run_lbd(&["--no-huge", "--vdev", "net_null0", "--config", f.path()], T);
+        assert_eq!(code, Some(1), "{out}");
+        assert_eq!(out.lines().count(), 1, "{out}");
+        let l = lbd_line(&out);
+        assert!(l.contains("snat.toml") && l.contains(want), "{l}");
+    }
+}
+
 #[test]
 fn missing_config() {
     let (code, out) = run_lbd(
