@@ -220,6 +220,17 @@ impl Config {
                 if addresses.iter().any(|o: &Cidr| o.addr == c.addr) {
                     return Err(invalid(i, "address", format!("{} is listed twice", c.addr)));
                 }
+                // One address on two ports: both would answer ARP for it.
+                if let Some(j) = interfaces
+                    .iter()
+                    .position(|o: &Interface| o.addresses.iter().any(|x| x.addr == c.addr))
+                {
+                    return Err(invalid(
+                        i,
+                        "address",
+                        format!("{} is also interface {j}'s", c.addr),
+                    ));
+                }
                 addresses.push(c);
             }
             if addresses.is_empty() {
@@ -247,6 +258,14 @@ impl Config {
                         i,
                         "gateway",
                         format!("{gw} is not of the address family of {}", list.join(", ")),
+                    ));
+                }
+                if same_family.iter().any(|c| c.addr == gw) {
+                    // lbd would ask ARP for its own address and never hear.
+                    return Err(invalid(
+                        i,
+                        "gateway",
+                        format!("{gw} is the interface's own address"),
                     ));
                 }
                 if !same_family.iter().any(|c| c.contains(gw)) {
@@ -349,10 +368,20 @@ mod tests {
                 "ff02::1 is unspecified",
             ),
             ("address = \"10.0.0.1/+8\"", "prefix length \"+8\""),
+            (
+                "address = [\"10.0.0.1/24\", \"fd00::1/64\"]\ngateway = \"fd00::1\"",
+                "gateway: fd00::1 is the interface's own address",
+            ),
         ] {
             let e = parse(&format!("[[interface]]\n{bad}\n")).unwrap_err();
             assert!(e.contains("interface 0") && e.contains(what), "{bad}: {e}");
         }
+        let e = parse("[[interface]]\naddress = \"10.0.0.1/24\"\n[[interface]]\naddress = [\"fd00::1/64\", \"10.0.0.1/16\"]\n")
+            .unwrap_err();
+        assert!(
+            e.contains("interface 1: address: 10.0.0.1 is also interface 0's"),
+            "{e}"
+        );
         assert_eq!(parse("").unwrap(), Config::default());
     }
 
