@@ -239,8 +239,10 @@ impl Timeouts {
 /// miss packets (asymmetric return paths, a restart mid-connection):
 /// - a client ACK (without SYN) in `TcpSynSent` or `TcpSynRecv` establishes
 ///   the connection, as in IPVS, even if the SYN-ACK was not seen;
-/// - a client SYN in `TcpTimeWait` or `TcpClose` reopens the entry (port
-///   reuse by the client), as nf_conntrack does;
+/// - a client SYN in `TcpLastAck`, `TcpTimeWait` or `TcpClose` reopens the
+///   entry (port reuse by the client, the last ACK perhaps lost), as
+///   nf_conntrack does; otherwise the new connection would live on in the
+///   closing states' 30 s and 120 s timeouts;
 /// - a RST from either side closes, in any state.
 #[inline]
 pub(crate) fn step(state: ConnState, dir: Direction, flags: u8, fin_by_reply: bool) -> (ConnState, bool) {
@@ -272,7 +274,7 @@ pub(crate) fn step(state: ConnState, dir: Direction, flags: u8, fin_by_reply: bo
         TcpFinWait | TcpCloseWait if !from_closer && fin => TcpLastAck,
         TcpFinWait if !from_closer && ack => TcpCloseWait,
         TcpLastAck if from_closer && ack => TcpTimeWait,
-        TcpTimeWait | TcpClose if orig && syn && !ack => return (TcpSynSent, false),
+        TcpLastAck | TcpTimeWait | TcpClose if orig && syn && !ack => return (TcpSynSent, false),
         s => s,
     };
     (next, fin_by_reply)
@@ -387,6 +389,11 @@ mod tests {
             }
         }
         assert_eq!(step(TcpClose, O, SYN, true), (TcpSynSent, false));
+        // Also with the last ACK of the old connection lost, from either
+        // closer.
+        assert_eq!(step(TcpLastAck, O, SYN, true), (TcpSynSent, false));
+        assert_eq!(step(TcpLastAck, O, SYN, false), (TcpSynSent, false));
+        assert_eq!(step(TcpLastAck, R, SYN, false).0, TcpLastAck);
         // A SYN from the backend, or a SYN-ACK, does not reopen.
         assert_eq!(step(TcpClose, R, SYN, false).0, TcpClose);
         assert_eq!(step(TcpTimeWait, O, SYN | ACK, false).0, TcpTimeWait);
