@@ -145,7 +145,7 @@ impl Worker {
                 Some(rw) => (Some((id, dir)), rw),
                 None => return self.drop(DropReason::NoConntrackReply),
             },
-            None => match self.open(now, p, proto, key, svc, fe_slot) {
+            None => match self.open(now, snap, p, proto, key, svc, fe_slot) {
                 Ok(opened) => opened,
                 Err(reason) => return self.drop(reason),
             },
@@ -155,9 +155,11 @@ impl Worker {
 
     /// A new connection to `svc`: source ranges, Maglev, SNAT, conntrack.
     /// Returns the entry (None when forwarded statelessly) and the rewrite.
+    #[allow(clippy::too_many_arguments)]
     fn open(
         &mut self,
         now: Tick,
+        snap: &Snapshot,
         p: &Parsed,
         proto: Proto,
         key: FlowKey,
@@ -176,6 +178,13 @@ impl Worker {
         let backend = svc.pick(hash, Family::of(p.dst)).ok_or(DropReason::NoBackend)?;
         let be = (backend.addr, backend.port);
         let be_slot = backend.stats_slot;
+        // A backend nothing routes to: `translate` would drop the packet,
+        // so it is dropped before it takes an entry and a SNAT port (held
+        // 60 s, they would starve the worker's other services' new
+        // connections under a stream of SYNs to this one).
+        if snap.route(be.0).is_none() {
+            return Err(DropReason::NoRoute);
+        }
         let nat = if full_nat {
             let snat = self.snat.alloc(be, proto).ok_or(DropReason::SnatExhausted)?;
             Nat::FullNat { backend: be, snat }

@@ -834,6 +834,45 @@ fn no_route_is_a_counted_drop_before_any_rewrite() {
     assert_eq!(w.counters().drops_of(DropReason::NoNeighbor), 0);
 }
 
+/// A new connection to a backend nothing routes to (no IPv6 gateway, not
+/// on a connected prefix) is dropped before it takes an entry or a SNAT
+/// port, full-NAT or DNAT.
+#[test]
+fn no_route_to_the_backend_opens_nothing() {
+    let snap = snapshot_with(|b| {
+        for (name, vip, mode) in [
+            ("default/lost", "fd00::200", ForwardMode::FullNat),
+            ("default/lostd", "fd00::201", ForwardMode::Dnat),
+        ] {
+            let mut spec = ServiceSpec::new(name);
+            spec.mode = mode;
+            let s = b.service(spec).unwrap();
+            b.frontend(
+                s,
+                FrontendSpec::new(v4(vip), 80, Proto::Tcp, FrontendKind::LoadBalancer),
+            )
+            .unwrap();
+            b.backend(s, BackendSpec::new(v4("fd99::1"), 8080)).unwrap();
+        }
+    });
+    let mut w = worker(1, 0);
+    let snat = v4("fd01::100");
+    let free = w.snat_ports().available(snat, Proto::Tcp);
+    for vip in ["fd00::200", "fd00::201"] {
+        let mut syn = tcp6(("fd00::2", 40000), (vip, 80), "S", b"");
+        let before = syn.clone();
+        assert_eq!(
+            run(&mut w, &snap, 0, &mut syn, 0),
+            Verdict::Drop(DropReason::NoRoute)
+        );
+        assert_eq!(syn, before, "dropped frames are not rewritten");
+    }
+    assert_eq!(w.counters().drops_of(DropReason::NoRoute), 2);
+    assert_eq!(w.conntrack().len(), 0);
+    assert_eq!(w.snat_ports().available(snat, Proto::Tcp), free);
+    assert_eq!(w.counters().new_connections.get(), 0);
+}
+
 #[test]
 fn icmp_error_to_an_unresolved_client_is_resolve() {
     let snap = backends_resolved();
