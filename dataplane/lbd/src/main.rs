@@ -284,6 +284,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         removed = out.removed,
         "config services applied"
     );
+    if cli.config.is_none() && out.removed > 0 {
+        // Most likely a restart that forgot --config: say what it cost.
+        tracing::warn!(
+            removed = out.removed,
+            "no --config: the state file's config-source services, frontends and backends were removed (restart with --config to restore them)"
+        );
+    }
 
     preflight::report_thp();
     let mut pipeline = Vec::new();
