@@ -202,6 +202,12 @@ type R<T> = Result<T, ServicesFileError>;
 
 impl Parser<'_> {
     fn err(&self, location: &str, field: &str, message: impl Into<String>) -> ServicesFileError {
+        // An error about the item itself (no field): the item is the field,
+        // so the message does not read `frontend[0]: : must be a table`.
+        let (location, field) = match (field, location.strip_suffix(": ")) {
+            ("", Some(item)) => ("", item),
+            _ => (location, field),
+        };
         ServicesFileError::Invalid {
             path: self.path.to_path_buf(),
             location: location.to_string(),
@@ -667,6 +673,11 @@ type = "cluster-ip"
         let cases: Vec<(String, &str)> = vec![
             ("bogus = 1\n".into(), "svc.toml: bogus: unknown key"),
             ("[snat]\naddrs = []\n".into(), "svc.toml: snat: addrs: unknown key"),
+            ("service = [1]\n".into(), "svc.toml: service[0]: must be a table"),
+            (
+                format!("{svc}frontend = [\"x\"]\n"),
+                "svc.toml: service[0] \"default/web\": frontend[0]: must be a table",
+            ),
             ("[snat]\naddresses = [\"x\"]\n".into(), "svc.toml: snat: addresses[0]: \"x\" is not an IP address"),
             (
                 "[snat]\naddresses = [\"10.9.0.1\", \"224.0.0.1\"]\n".into(),
@@ -717,6 +728,7 @@ type = "cluster-ip"
             let e = error(&text);
             assert!(e.contains(want), "{text}\n  got:  {e}\n  want: {want}");
             assert!(e.starts_with("svc.toml: "), "{e}");
+            assert!(!e.contains(": : "), "no empty field: {e}");
         }
     }
 
