@@ -55,6 +55,10 @@ pub const NEIGHBOR_PERIOD: Duration = Duration::from_millis(5);
 /// How often the ports' counters are read.
 pub const PORT_PERIOD: Duration = Duration::from_secs(1);
 
+/// The most frames a step takes from each worker's ring of frames waiting
+/// for a next hop (a ring's worth: `HELD_RING` in main.rs).
+const HELD_DRAIN_PER_STEP: usize = 256;
+
 /// The control thread's own counters (the workers' are in their
 /// `WorkerCounters`).
 #[derive(Debug, Default)]
@@ -226,10 +230,21 @@ impl Neighbors {
                 self.release(m, mac);
             }
         }
-        // Frames waiting for a next hop.
+        // Frames waiting for a next hop: at most a ring's worth from each
+        // worker per step. Unbounded, a worker filling its ring as fast as
+        // this thread empties it (a flood towards an unresolved next hop)
+        // kept the step from ever reaching the ARP requests below, so the
+        // next hop never resolved; the rest waits in the ring (or is
+        // dropped by the worker when it is full, counted).
         let mut burst = Burst::new();
         for i in 0..self.held_in.len() {
-            while self.held_in[i].dequeue_burst(&mut burst) > 0 {
+            let mut taken = 0;
+            while taken < HELD_DRAIN_PER_STEP {
+                let n = self.held_in[i].dequeue_burst(&mut burst);
+                if n == 0 {
+                    break;
+                }
+                taken += n;
                 for m in burst.drain() {
                     self.hold(&snap, m);
                 }
@@ -292,8 +307,11 @@ impl Neighbors {
         if let Some(dst) = m.data_mut().get_mut(..6) {
             dst.copy_from_slice(&mac);
         }
-        ControlStats::inc(&self.stats.released);
-        self.send(m);
+        // Counted as released only once worker 0 has it; otherwise it is a
+        // send failure (and freed), not both.
+        if self.send(m) {
+            ControlStats::inc(&self.stats.released);
+        }
     }
 
     /// Asks for `r.target` from the port's own address of its family (a

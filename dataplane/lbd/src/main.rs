@@ -451,13 +451,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let shared = shared.clone();
             let slot = Arc::clone(slot);
             let index = io.index;
-            handles.push(eal.launch(*lcore, move || {
+            let launched = eal.launch(*lcore, move || {
                 let w = worker::run(w, io, l, shared);
                 if let Ok(mut s) = slot.lock() {
                     *s = Some(w);
                 }
                 0
-            })?);
+            });
+            match launched {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    // The workers already running loop until `stop`, and
+                    // dropping their handles waits for them: stop them
+                    // first, or the error would hang lbd.
+                    stop.store(true, Ordering::Relaxed);
+                    return Err(e.into());
+                }
+            }
             tracing::info!(worker = index, lcore = lcore.0, "worker started");
         }
         tracing::info!("lbd running; SIGINT or SIGTERM stops it");
