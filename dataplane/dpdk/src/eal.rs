@@ -41,6 +41,15 @@ pub enum LaunchError {
     /// `rte_eal_remote_launch` failed for another reason.
     #[error("launching on lcore {0} failed: {1}")]
     Failed(u32, String),
+    /// Called from a thread other than the main lcore (the thread that
+    /// initialised EAL), which DPDK requires of launch and wait.
+    #[error("lcores are launched from the main lcore {main} only (called from lcore {caller})")]
+    NotMainLcore {
+        /// The main lcore.
+        main: u32,
+        /// The caller's lcore id (`u32::MAX`: not an EAL thread).
+        caller: u32,
+    },
 }
 
 /// An lcore id as DPDK numbers them.
@@ -143,6 +152,18 @@ impl Eal {
     {
         if !self.0.workers.contains(&lcore) {
             return Err(LaunchError::NotWorker(lcore.0));
+        }
+        // `rte_eal_remote_launch` and `rte_eal_wait_lcore` are for the main
+        // lcore only: two threads launching onto one lcore would race on
+        // its function and argument. `Eal` is `Sync`, so check; the handle
+        // is `!Send`, so its waits stay on this thread.
+        // SAFETY: reads the calling thread's EAL lcore id (a thread-local).
+        let caller = unsafe { dpdk_sys::lbd_rte_lcore_id() };
+        if caller != self.0.main.0 {
+            return Err(LaunchError::NotMainLcore {
+                main: self.0.main.0,
+                caller,
+            });
         }
         let boxed: Box<Box<dyn FnOnce() -> i32 + Send>> = Box::new(Box::new(f));
         let arg = Box::into_raw(boxed) as *mut c_void;

@@ -56,6 +56,7 @@ unsafe impl Sync for PoolPtr {}
 pub struct Mempool {
     ptr: PoolPtr,
     name: String,
+    count: u32,
     _eal: Eal,
 }
 
@@ -81,6 +82,7 @@ impl Mempool {
             Some(ptr) => Ok(Mempool {
                 ptr: PoolPtr(ptr),
                 name: name.to_string(),
+                count,
                 _eal: eal.clone(),
             }),
             None => Err(MempoolError::CreateFailed {
@@ -115,10 +117,26 @@ impl Mempool {
 
 impl Drop for Mempool {
     fn drop(&mut self) {
+        // An `Mbuf` does not borrow its pool, so one can still be out (held
+        // by safe code, in a ring, or queued on a port that does not own
+        // this pool). Freeing the pool then would leave it dangling, and a
+        // later pool could hand its memory out again. So the pool is freed
+        // only when every mbuf is back (the count includes the per-lcore
+        // caches, exact once nothing runs); otherwise it is leaked, with
+        // its EAL handle, so that EAL cleanup cannot unmap it either.
+        let free = self.available();
+        if free < self.count {
+            tracing::error!(
+                pool = %self.name,
+                out = self.count - free,
+                "mempool dropped with mbufs still in use: leaked, not freed"
+            );
+            std::mem::forget(self._eal.clone());
+            return;
+        }
         // SAFETY: every holder of this pool (ports' rx queues) holds an Arc
-        // to it, so we are the last user; mbufs still out (owned Mbufs) must
-        // not outlive the pool, which lbd guarantees by dropping workers and
-        // ports first. DPDK does not reclaim or touch outstanding mbufs here.
+        // to it, so we are the last user, and every mbuf is back in it
+        // (checked above): nothing refers to its memory any more.
         unsafe { dpdk_sys::rte_mempool_free(self.ptr.0.as_ptr()) }
     }
 }

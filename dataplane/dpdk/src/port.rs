@@ -22,6 +22,9 @@ pub enum PortError {
     /// No port with that id.
     #[error("no DPDK port {0}")]
     NoSuchPort(u16),
+    /// The port is already configured: a [`Port`] for it is alive.
+    #[error("DPDK port {0} is already configured (in use)")]
+    InUse(u16),
     /// More queues asked for than the device has.
     #[error("port {port} ({name}) allows at most {max_rx} rx and {max_tx} tx queues, {asked} asked for (one per worker lcore): use fewer worker lcores")]
     TooManyQueues {
@@ -203,6 +206,35 @@ pub struct PortStats {
     pub rx_nombuf: u64,
 }
 
+/// The ports a live [`Port`] has configured: one `Port` (and its clones)
+/// per device, so that two values cannot hand out the same queue twice or
+/// close a device the other still polls.
+static CLAIMED: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+
+/// Port `id` taken for one `Port`; given back on drop, which for a
+/// configured port is after its `PortInner::drop` has closed the device
+/// (fields drop after the body).
+#[derive(Debug)]
+struct Claim(u16);
+
+impl Claim {
+    fn take(id: u16) -> Result<Claim, PortError> {
+        let mut c = CLAIMED.lock().unwrap_or_else(|e| e.into_inner());
+        if c.contains(&id) {
+            return Err(PortError::InUse(id));
+        }
+        c.push(id);
+        Ok(Claim(id))
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let mut c = CLAIMED.lock().unwrap_or_else(|e| e.into_inner());
+        c.retain(|&x| x != self.0);
+    }
+}
+
 struct PortInner {
     info: PortInfo,
     rss: RssStatus,
@@ -212,6 +244,7 @@ struct PortInner {
     tx_taken: Mutex<Vec<bool>>,
     _pool: Arc<Mempool>,
     _eal: Eal,
+    _claim: Claim,
 }
 
 impl fmt::Debug for PortInner {
@@ -290,6 +323,7 @@ impl Port {
         if unsafe { dpdk_sys::rte_eth_dev_is_valid_port(id) } == 0 {
             return Err(PortError::NoSuchPort(id));
         }
+        let claim = Claim::take(id)?;
         let (raw, info) = dev_info(id)?;
         if conf.rx_queues > info.max_rx_queues || conf.tx_queues > info.max_tx_queues {
             return Err(PortError::TooManyQueues {
@@ -373,6 +407,7 @@ impl Port {
             tx_taken: Mutex::new(vec![false; conf.tx_queues as usize]),
             _pool: pool,
             _eal: eal.clone(),
+            _claim: claim,
         })))
     }
 

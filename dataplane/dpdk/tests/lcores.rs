@@ -79,4 +79,49 @@ fn launch_join_and_ring_handover() {
     assert_eq!(c2.count(), 1);
     drop((prod, p2, c2));
     assert_eq!(pool.available(), start_avail);
+
+    // Only the main lcore launches: from another thread (not an EAL
+    // thread), or from the worker itself, it is refused.
+    let e2 = eal.clone();
+    let from_thread = std::thread::spawn(move || e2.launch(worker, || 0).map(drop))
+        .join()
+        .unwrap();
+    assert!(
+        matches!(from_thread, Err(dpdk::LaunchError::NotMainLcore { main: 0, .. })),
+        "{from_thread:?}"
+    );
+    let e3 = eal.clone();
+    let refused = Arc::new(AtomicBool::new(false));
+    let r = refused.clone();
+    let h = eal
+        .launch(worker, move || {
+            let res = e3.launch(worker, || 0).map(drop);
+            r.store(
+                matches!(res, Err(dpdk::LaunchError::NotMainLcore { caller: 1, .. })),
+                Ordering::Relaxed,
+            );
+            0
+        })
+        .unwrap();
+    assert_eq!(h.join(), 0);
+    assert!(refused.load(Ordering::Relaxed), "a worker cannot launch");
+
+    // A pool dropped while one of its mbufs is out is leaked, not freed:
+    // the mbuf stays valid and no later pool hands its memory out again.
+    let leaky = common::pool(&eal, "leaky_pool", 63);
+    let mut kept = leaky.alloc().unwrap();
+    kept.append(4).unwrap().copy_from_slice(&[1, 2, 3, 4]);
+    drop(leaky);
+    let fresh = common::pool(&eal, "fresh_pool", 63);
+    let others: Vec<_> = (0..63).map(|_| fresh.alloc().unwrap()).collect();
+    for mut m in others {
+        assert_ne!(
+            m.append(4).unwrap().as_ptr(),
+            kept.data().as_ptr(),
+            "memory handed out twice"
+        );
+        m.data_mut().copy_from_slice(&[9; 4]);
+    }
+    assert_eq!(kept.data(), &[1, 2, 3, 4]);
+    drop(kept);
 }

@@ -36,6 +36,11 @@ fn null_and_ring_ports() {
 
     // net_null: tx swallows everything, rx produces empty-payload packets.
     let null = Port::configure(&eal, null_id, &PortConfig::default(), pool.clone()).expect("configure null");
+    // One `Port` per device: a second would hand out the same queues.
+    assert!(matches!(
+        Port::configure(&eal, null_id, &PortConfig::default(), pool.clone()),
+        Err(PortError::InUse(id)) if id == null_id
+    ));
     assert_eq!(null.info().driver, "net_null");
     null.start().expect("start null");
     let mut tx = null.tx_queue(0).unwrap();
