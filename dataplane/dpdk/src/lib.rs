@@ -31,7 +31,7 @@ pub mod ring;
 
 pub use alloc::HugePageAdvice;
 pub use eal::{Eal, EalError, LaunchError, LcoreHandle, LcoreId};
-pub use mbuf::{Burst, Mbuf, Mempool, MempoolError, BURST_MAX};
+pub use mbuf::{Burst, Drain, Mbuf, Mempool, MempoolError, BURST_MAX};
 pub use port::{
     ChecksumOffload, LinkStatus, MacAddr, Port, PortConfig, PortError, PortInfo, PortStats, RssStatus,
     RxQueue, TxQueue,

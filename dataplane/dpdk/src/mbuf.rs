@@ -141,13 +141,42 @@ impl Drop for Mempool {
     }
 }
 
-/// The data of mbuf `m` as a byte slice.
+/// The data of mbuf `m` as a shared byte slice.
 ///
 /// # Safety
-/// `m` must be a valid single-segment mbuf, and the caller must hold it
-/// exclusively (for `&mut`) or shared (for `&`) for the whole lifetime `'a`.
+/// `m` must be a valid single-segment mbuf that the caller holds, at least
+/// shared, for the whole lifetime `'a`.
+#[inline]
+unsafe fn mbuf_bytes_shared<'a>(m: *mut rte_mbuf) -> &'a [u8] {
+    // SAFETY: the caller's contract, with `mbuf_bytes`' reads of the
+    // header; the pointer is only read through, so shared slices of one
+    // mbuf may coexist (a `&mut` made and downgraded would not allow that).
+    let (data, len) = unsafe { mbuf_data_ptr(m) };
+    // SAFETY: data points at len initialised bytes of the buffer (DPDK's
+    // invariant), valid while the caller holds the mbuf.
+    unsafe { std::slice::from_raw_parts(data, len) }
+}
+
+/// The data of mbuf `m` as a writable byte slice.
+///
+/// # Safety
+/// `m` must be a valid single-segment mbuf that the caller holds
+/// exclusively for the whole lifetime `'a`.
 #[inline]
 unsafe fn mbuf_bytes<'a>(m: *mut rte_mbuf) -> &'a mut [u8] {
+    // SAFETY: the caller's contract.
+    let (data, len) = unsafe { mbuf_data_ptr(m) };
+    // SAFETY: data points at len initialised bytes of the buffer (DPDK's
+    // invariant), which the caller holds exclusively.
+    unsafe { std::slice::from_raw_parts_mut(data, len) }
+}
+
+/// Where mbuf `m`'s data starts, and its length.
+///
+/// # Safety
+/// `m` must be a valid single-segment mbuf.
+#[inline(always)]
+unsafe fn mbuf_data_ptr(m: *mut rte_mbuf) -> (*mut u8, usize) {
     // `rte_pktmbuf_mtod` and `rte_pktmbuf_data_len`, read here rather than
     // through the C shim: a call each, per packet, was ~1% of lbd's time
     // under a SYN flood.
@@ -164,10 +193,44 @@ unsafe fn mbuf_bytes<'a>(m: *mut rte_mbuf) -> &'a mut [u8] {
     };
     // SAFETY: buf_addr + data_off stays inside the mbuf's buffer (DPDK's
     // invariant for a valid mbuf: data_off <= buf_len).
-    let data = unsafe { addr.add(off) };
-    // SAFETY: data points at len initialised bytes of the buffer (DPDK's
-    // invariant), which stay valid while the caller holds the mbuf.
-    unsafe { std::slice::from_raw_parts_mut(data, len) }
+    (unsafe { addr.add(off) }, len)
+}
+
+/// The mbufs of a [`Burst`] being handed out by [`Burst::drain`].
+#[derive(Debug)]
+pub struct Drain<'a> {
+    /// Owned mbufs; those from `next` on are not handed out yet.
+    ptrs: &'a [*mut rte_mbuf],
+    next: usize,
+}
+
+impl Iterator for Drain<'_> {
+    type Item = Mbuf;
+
+    #[inline]
+    fn next(&mut self) -> Option<Mbuf> {
+        let p = *self.ptrs.get(self.next)?;
+        self.next += 1;
+        // SAFETY: p is one of the burst's owned mbufs (its length is
+        // already zero, so the burst no longer frees it), and `next` moves
+        // past it, so it is handed out exactly once.
+        Some(unsafe { Mbuf::from_raw(p) })
+    }
+
+    #[inline]
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.ptrs.len() - self.next;
+        (n, Some(n))
+    }
+}
+
+impl Drop for Drain<'_> {
+    fn drop(&mut self) {
+        // What was not handed out is freed (each Mbuf's drop), not leaked.
+        for m in self.by_ref() {
+            drop(m);
+        }
+    }
 }
 
 /// One owned, single-segment packet buffer. Dropping it frees it.
@@ -185,7 +248,7 @@ impl Mbuf {
     #[inline]
     pub fn data(&self) -> &[u8] {
         // SAFETY: we own the mbuf; the shared borrow of self bounds the slice.
-        unsafe { mbuf_bytes(self.0.as_ptr()) }
+        unsafe { mbuf_bytes_shared(self.0.as_ptr()) }
     }
 
     /// The packet bytes, writable.
@@ -457,14 +520,15 @@ impl Burst {
         })
     }
 
-    /// Removes and returns all mbufs in order.
-    pub fn drain(&mut self) -> impl Iterator<Item = Mbuf> + '_ {
+    /// Removes and returns all mbufs in order. Those the caller does not
+    /// take (a loop that breaks or returns early) are freed when the
+    /// iterator is dropped.
+    pub fn drain(&mut self) -> Drain<'_> {
         let n = std::mem::replace(&mut self.len, 0);
-        self.ptrs[..n].iter().map(|&p| {
-            // SAFETY: p was one of the first len pointers, all owned; len is
-            // already zero, so each is handed out exactly once.
-            unsafe { Mbuf::from_raw(p) }
-        })
+        Drain {
+            ptrs: &self.ptrs[..n],
+            next: 0,
+        }
     }
 
     /// Frees every mbuf held (bulk free).

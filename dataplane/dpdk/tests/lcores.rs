@@ -80,6 +80,16 @@ fn launch_join_and_ring_handover() {
     drop((prod, p2, c2));
     assert_eq!(pool.available(), start_avail);
 
+    // A drain left early frees what it did not hand out.
+    let mut b = Burst::new();
+    for _ in 0..4 {
+        b.push(pool.alloc().unwrap()).unwrap();
+    }
+    let first = b.drain().next();
+    assert!(first.is_some() && b.is_empty());
+    drop(first);
+    assert_eq!(pool.available(), start_avail);
+
     // Only the main lcore launches: from another thread (not an EAL
     // thread), or from the worker itself, it is refused.
     let e2 = eal.clone();
