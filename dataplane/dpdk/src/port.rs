@@ -25,6 +25,14 @@ pub enum PortError {
     /// The port is already configured: a [`Port`] for it is alive.
     #[error("DPDK port {0} is already configured (in use)")]
     InUse(u16),
+    /// [`Port::stop`] while queue handles live (lcores may poll them).
+    #[error("port {port}: cannot stop while {live} of its queue handles are alive")]
+    QueuesInUse {
+        /// Port id.
+        port: u16,
+        /// Live rx and tx queue handles.
+        live: usize,
+    },
     /// More queues asked for than the device has.
     #[error("port {port} ({name}) allows at most {max_rx} rx and {max_tx} tx queues, {asked} asked for (one per worker lcore): use fewer worker lcores")]
     TooManyQueues {
@@ -240,6 +248,12 @@ struct PortInner {
     rss: RssStatus,
     checksum: ChecksumOffload,
     started: AtomicBool,
+    /// Live [`RxQueue`]s and [`TxQueue`]s. Its lock also serialises
+    /// [`Port::start`] and [`Port::stop`] with taking a queue: `stop` is
+    /// refused while any queue handle lives, so no lcore can be inside a
+    /// burst call while the device stops, and a handle taken after a stop
+    /// sees `started` false.
+    live_queues: Mutex<usize>,
     rx_taken: Mutex<Vec<bool>>,
     tx_taken: Mutex<Vec<bool>>,
     _pool: Arc<Mempool>,
@@ -403,6 +417,7 @@ impl Port {
             rss,
             checksum,
             started: AtomicBool::new(false),
+            live_queues: Mutex::new(0),
             rx_taken: Mutex::new(vec![false; conf.rx_queues as usize]),
             tx_taken: Mutex::new(vec![false; conf.tx_queues as usize]),
             _pool: pool,
@@ -432,9 +447,16 @@ impl Port {
         self.0.checksum
     }
 
-    /// Starts the device.
+    /// Starts the device (nothing if it is started). Queue handles may be
+    /// alive: their bursts do nothing until the device has started.
     pub fn start(&self) -> Result<(), PortError> {
-        // SAFETY: the device is configured with all its queues set up.
+        let _serial = self.0.live_queues.lock().unwrap_or_else(|e| e.into_inner());
+        if self.0.started.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        // SAFETY: the device is configured with all its queues set up; no
+        // other start or stop runs (the lock), and no burst call reaches
+        // the driver while `started` is false.
         check(self.id(), "rte_eth_dev_start", unsafe {
             dpdk_sys::rte_eth_dev_start(self.id())
         })?;
@@ -442,10 +464,20 @@ impl Port {
         Ok(())
     }
 
-    /// Stops the device. Call only once the lcores polling it have stopped.
+    /// Stops the device. Refused ([`PortError::QueuesInUse`]) while any of
+    /// its queue handles lives: drop them (join the lcores that poll them)
+    /// first.
     pub fn stop(&self) -> Result<(), PortError> {
+        let live = self.0.live_queues.lock().unwrap_or_else(|e| e.into_inner());
+        if *live > 0 {
+            return Err(PortError::QueuesInUse {
+                port: self.id(),
+                live: *live,
+            });
+        }
         if self.0.started.swap(false, Ordering::AcqRel) {
-            // SAFETY: the caller has stopped the lcores polling this port.
+            // SAFETY: no queue handle lives and none can be taken while we
+            // hold the lock, so no lcore polls the device while it stops.
             check(self.id(), "rte_eth_dev_stop", unsafe {
                 dpdk_sys::rte_eth_dev_stop(self.id())
             })?;
@@ -493,6 +525,7 @@ impl Port {
     }
 
     fn take(&self, kind: &'static str, queue: u16) -> Result<(), PortError> {
+        let mut live = self.0.live_queues.lock().unwrap_or_else(|e| e.into_inner());
         let taken = if kind == "rx" {
             &self.0.rx_taken
         } else {
@@ -502,6 +535,7 @@ impl Port {
         match t.get_mut(queue as usize) {
             Some(slot) if !*slot => {
                 *slot = true;
+                *live += 1;
                 Ok(())
             }
             _ => Err(PortError::QueueTaken {
@@ -556,7 +590,8 @@ impl RxQueue {
     #[inline]
     pub fn rx_burst(&mut self, burst: &mut Burst) -> usize {
         let (ptr, room) = burst.spare_ptr();
-        if room == 0 || !self.port.started.load(Ordering::Relaxed) {
+        // Acquire: a start's device setup happens before the first call.
+        if room == 0 || !self.port.started.load(Ordering::Acquire) {
             return 0;
         }
         // SAFETY: &mut self makes this the only poller of (port, queue);
@@ -564,6 +599,18 @@ impl RxQueue {
         let n = unsafe { dpdk_sys::lbd_rte_eth_rx_burst(self.id, self.queue, ptr, room as u16) } as usize;
         burst.grew(n);
         n
+    }
+}
+
+impl Drop for RxQueue {
+    fn drop(&mut self) {
+        *self.port.live_queues.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+    }
+}
+
+impl Drop for TxQueue {
+    fn drop(&mut self) {
+        *self.port.live_queues.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
     }
 }
 
@@ -590,7 +637,8 @@ impl TxQueue {
     /// in the burst (the caller frees it, counting a drop, or retries).
     #[inline]
     pub fn tx_burst(&mut self, burst: &mut Burst) -> usize {
-        if burst.is_empty() || !self.port.started.load(Ordering::Relaxed) {
+        // Acquire: a start's device setup happens before the first call.
+        if burst.is_empty() || !self.port.started.load(Ordering::Acquire) {
             return 0;
         }
         // SAFETY: &mut self makes this the only user of (port, queue); the

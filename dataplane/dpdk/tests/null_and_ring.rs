@@ -120,6 +120,9 @@ fn null_and_ring_ports() {
     assert_eq!((rs.ipackets, rs.opackets), (20, 20));
 
     // Teardown: every mbuf is back in the pool once the queues are gone.
+    // Stopping a device whose queue handles live (an lcore may be inside a
+    // burst call) is refused.
+    assert!(matches!(ring.stop(), Err(PortError::QueuesInUse { live: 2, .. })));
     drop((tx, rx, rtx, rrx));
     null.stop().unwrap();
     ring.stop().unwrap();
