@@ -168,7 +168,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let rings = HANDOVER_RING * (workers * workers.saturating_sub(1)) as u32
         + HELD_RING * workers as u32
         + CONTROL_RING;
-    let nmbufs = (per_port * nports as u32 + rings + 4096)
+    // Plus the frames the neighbor table may hold for unresolved next hops.
+    let held = neighbor::Timers::default().max_held as u32;
+    let nmbufs = (per_port * nports as u32 + rings + held + 4096)
         .next_power_of_two()
         .max(8192)
         - 1;

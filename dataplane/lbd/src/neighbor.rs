@@ -44,6 +44,10 @@ pub struct Timers {
     pub retry_wanted: Duration,
     /// Frames held per unresolved next hop.
     pub hold: usize,
+    /// Frames held, all entries together: what lbd's mbuf pool sets aside
+    /// for them. Without it `max_entries × hold` frames (16,384) could be
+    /// held, more than a small pool has, and rx would starve.
+    pub max_held: usize,
     /// Entries at most.
     pub max_entries: usize,
 }
@@ -56,6 +60,7 @@ impl Default for Timers {
             probes: 3,
             retry_wanted: Duration::from_secs(5),
             hold: 4,
+            max_held: 1024,
             max_entries: 4096,
         }
     }
@@ -106,6 +111,8 @@ pub struct NeighborTable<P> {
     timers: Timers,
     entries: HashMap<IpAddr, Entry<P>>,
     changed: bool,
+    /// Frames in every entry's `held`.
+    held: usize,
 }
 
 impl<P> NeighborTable<P> {
@@ -115,6 +122,7 @@ impl<P> NeighborTable<P> {
             timers,
             entries: HashMap::new(),
             changed: false,
+            held: 0,
         }
     }
 
@@ -152,13 +160,14 @@ impl<P> NeighborTable<P> {
     /// Holds `frame` until `via` (reached through `port`) resolves.
     pub fn hold(&mut self, via: IpAddr, port: u16, frame: P) -> Hold<P> {
         let limit = self.timers.hold;
+        let all_full = self.held >= self.timers.max_held;
         let Some(e) = self.entry(via, port) else {
             return Hold::Full(frame);
         };
         if let Some(mac) = e.mac {
             return Hold::Ready(frame, mac);
         }
-        if e.held.len() >= limit {
+        if e.held.len() >= limit || all_full {
             return Hold::Full(frame);
         }
         if e.given_up {
@@ -168,6 +177,7 @@ impl<P> NeighborTable<P> {
             e.last_sent = None;
         }
         e.held.push_back(frame);
+        self.held += 1;
         Hold::Waiting
     }
 
@@ -186,6 +196,7 @@ impl<P> NeighborTable<P> {
         e.sent = 0;
         e.last_sent = None;
         e.given_up = false;
+        self.held -= e.held.len();
         e.held.drain(..).collect()
     }
 
@@ -194,6 +205,7 @@ impl<P> NeighborTable<P> {
     pub fn poll(&mut self, now: Instant, requests: &mut Vec<Request>, dropped: &mut Vec<P>) {
         let t = self.timers;
         let mut changed = false;
+        let held = &mut self.held;
         self.entries.retain(|&ip, e| {
             if e.confirmed.is_some_and(|c| now.duration_since(c) < t.reachable) {
                 return true;
@@ -205,6 +217,7 @@ impl<P> NeighborTable<P> {
                     if since.is_some_and(|s| s < t.retransmit) {
                         return true;
                     }
+                    *held -= e.held.len();
                     dropped.extend(e.held.drain(..));
                     if e.mac.take().is_some() {
                         changed = true;
@@ -270,11 +283,16 @@ impl<P> NeighborTable<P> {
 
     /// Frames held, all entries together.
     pub fn held(&self) -> usize {
-        self.entries.values().map(|e| e.held.len()).sum()
+        debug_assert_eq!(
+            self.held,
+            self.entries.values().map(|e| e.held.len()).sum::<usize>()
+        );
+        self.held
     }
 
     /// Drops every held frame (at shutdown).
     pub fn clear_held(&mut self) -> Vec<P> {
+        self.held = 0;
         self.entries.values_mut().flat_map(|e| e.held.drain(..)).collect()
     }
 }
@@ -357,6 +375,25 @@ mod tests {
         assert!(matches!(t.hold(ip("10.0.0.3"), 0, 5), Hold::Full(5)));
         assert_eq!(t.held(), 3);
         assert_eq!(t.clear_held().len(), 3);
+        assert_eq!(t.held(), 0);
+        // And all entries together hold at most `max_held`.
+        let mut t = NeighborTable::new(Timers {
+            hold: 2,
+            max_held: 3,
+            ..Timers::default()
+        });
+        for (i, a) in ["10.0.0.1", "10.0.0.1", "10.0.0.2"].into_iter().enumerate() {
+            assert!(matches!(t.hold(ip(a), 0, i), Hold::Waiting));
+        }
+        assert!(matches!(t.hold(ip("10.0.0.2"), 0, 9), Hold::Full(9)));
+        assert!(matches!(t.hold(ip("10.0.0.3"), 0, 9), Hold::Full(9)));
+        assert_eq!(
+            t.learn(ip("10.0.0.1"), [2, 0, 0, 0, 0, 1], Instant::now()).len(),
+            2
+        );
+        assert_eq!(t.held(), 1);
+        assert!(matches!(t.hold(ip("10.0.0.3"), 0, 4), Hold::Waiting));
+        assert_eq!(t.held(), 2);
     }
 
     #[test]
