@@ -120,7 +120,7 @@ pub struct Control {
 
 /// Runs the control thread until `stop` is set and the gRPC server has
 /// shut down.
-pub fn run(rt: tokio::runtime::Runtime, c: Control) -> anyhow::Result<()> {
+pub fn run(rt: tokio::runtime::Runtime, c: Control) -> anyhow::Result<Vec<Consumer>> {
     let Control {
         plane,
         info,
@@ -153,7 +153,7 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
-    rt.block_on(async move {
+    let held_in = rt.block_on(async move {
         let server = listener.serve(plane, info, shutdown);
         let neighbors = async {
             let mut tick = tokio::time::interval(NEIGHBOR_PERIOD);
@@ -163,6 +163,9 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> anyhow::Result<()> {
                 nb.step(Instant::now());
             }
             nb.shutdown();
+            // Workers may still be handing frames in: main drains and
+            // counts what is left once every lcore has stopped.
+            std::mem::take(&mut nb.held_in)
         };
         let port_watch = async {
             let mut tick = tokio::time::interval(PORT_PERIOD);
@@ -172,10 +175,10 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> anyhow::Result<()> {
                 read_counters(&ports);
             }
         };
-        let (r, (), ()) = tokio::join!(server, neighbors, port_watch);
-        r
+        let (r, held_in, ()) = tokio::join!(server, neighbors, port_watch);
+        r.map(|()| held_in)
     })?;
-    Ok(())
+    Ok(held_in)
 }
 
 struct Neighbors {

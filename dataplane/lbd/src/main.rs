@@ -26,6 +26,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Parser;
 use dpdk::flow::{FlowRule, L4};
+use dpdk::ring::Consumer;
 use dpdk::{Eal, Mempool, Port, PortConfig, RssStatus};
 use lb_control::grpc::{PortInfo, PortStatus, ServerInfo};
 use lb_control::listen::{ListenAddr, ListenConfig, TlsPaths};
@@ -428,7 +429,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         stop: stop.clone(),
         clock: Clock::new(eal.tsc_hz()),
     };
-    let finals: Vec<Worker> = if eal.worker_lcores().is_empty() {
+    let finals: Vec<(Worker, Links)> = if eal.worker_lcores().is_empty() {
         tracing::info!(
             lcore = lcores.main(),
             "forwarding on the main lcore (single lcore)"
@@ -440,8 +441,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         vec![worker::run(w, io, l, shared)]
     } else {
         let mut handles = Vec::new();
-        let results: Vec<Arc<Mutex<Option<Worker>>>> =
-            (0..workers).map(|_| Arc::new(Mutex::new(None))).collect();
+        let results: Vec<WorkerSlot> = (0..workers).map(|_| Arc::new(Mutex::new(None))).collect();
         let lcores_w = eal.worker_lcores().to_vec();
         let each = ios
             .into_iter()
@@ -486,16 +486,26 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     };
 
     tracing::info!("stopping");
+    let mut rings_in: Vec<Consumer> = Vec::new();
     match control_thread.join() {
-        Ok(Ok(())) => {}
+        Ok(Ok(held_in)) => rings_in.extend(held_in),
         Ok(Err(e)) => tracing::error!("control thread: {e:#}"),
         Err(_) => tracing::error!("the control thread panicked"),
     }
+    // Every lcore has stopped: what is left in the rings between them
+    // (hand-overs, frames for the control thread or from it) was received
+    // and never sent. Count it before the rings free it.
+    let (finals, links_back): (Vec<Worker>, Vec<Links>) = finals.into_iter().unzip();
+    for l in links_back {
+        rings_in.extend(l.handover_in);
+        rings_in.extend(l.control_in);
+    }
+    let left_in_rings = drain_count(&mut rings_in);
     drop(steering);
     for p in &ports {
         p.stop()?;
     }
-    print_summary(&ports, &finals, &ctl_stats);
+    print_summary(&ports, &finals, &ctl_stats, left_in_rings);
     drop(finals);
     drop(plane);
     drop(ports);
@@ -580,7 +590,27 @@ fn listen_config(cli: &Cli) -> anyhow::Result<ListenConfig> {
     Ok(ListenConfig { addr, tls })
 }
 
-fn print_summary(ports: &[Port], workers: &[Worker], ctl: &ControlStats) {
+/// Where a worker lcore leaves its pipeline and rings when it stops.
+type WorkerSlot = Arc<Mutex<Option<(Worker, Links)>>>;
+
+/// Empties `rings`, freeing what they hold; returns how many frames that was.
+fn drain_count(rings: &mut [Consumer]) -> u64 {
+    let mut burst = dpdk::Burst::new();
+    let mut n = 0;
+    for r in rings {
+        loop {
+            let got = r.dequeue_burst(&mut burst);
+            if got == 0 {
+                break;
+            }
+            n += got as u64;
+            burst.clear();
+        }
+    }
+    n
+}
+
+fn print_summary(ports: &[Port], workers: &[Worker], ctl: &ControlStats, left_in_rings: u64) {
     println!("final counters:");
     for p in ports {
         match p.stats() {
@@ -639,4 +669,5 @@ fn print_summary(ports: &[Port], workers: &[Worker], ctl: &ControlStats) {
         g(&ctl.neighbors),
         g(&ctl.neighbor_entries)
     );
+    println!("  rings: left_at_exit {left_in_rings}");
 }

@@ -257,7 +257,7 @@ fn flush_tx(c: &WorkerCounters, q: &mut TxQueue, b: &mut Burst) {
 }
 
 /// Runs until `stop` is set; returns the worker (its counters and tables).
-pub fn run(mut worker: Worker, io: WorkerIo, mut links: Links, shared: Shared) -> Worker {
+pub fn run(mut worker: Worker, io: WorkerIo, mut links: Links, shared: Shared) -> (Worker, Links) {
     let counters = Arc::clone(worker.counters());
     let WorkerIo {
         mut rx, tx, offloads, ..
@@ -323,7 +323,9 @@ pub fn run(mut worker: Worker, io: WorkerIo, mut links: Links, shared: Shared) -
             worker.handle_tick(now, TICK_BUDGET);
         }
     }
-    worker
+    // The rings in are handed back: other lcores may still be filling
+    // them, so main drains and counts them once all have stopped.
+    (worker, links)
 }
 
 /// Per-burst metadata and verdicts.

@@ -67,6 +67,7 @@ fn ping_and_arp_from_a_namespace_then_clean_sigterm() {
     let log_text = lbd.log_text();
     assert_eq!(code, Some(0), "clean exit on SIGTERM:\n{log_text}");
     assert!(log_text.contains("final counters"), "{log_text}");
+    assert!(log_text.contains("rings: left_at_exit "), "{log_text}");
     // Every mbuf was back in the pool when lbd freed it (dpdk leaks a
     // pool, and says so, when one is still out).
     assert!(
