@@ -567,6 +567,30 @@ impl<'p> SnapshotBuilder<'p> {
                 return Err(BuildError::SnatIsVip { addr });
             }
         }
+        // A backend lbd would forward to itself (and, with no host stack,
+        // drop after looping through the router), or to loopback, which no
+        // NIC reaches.
+        for s in &services {
+            for b in s.backends() {
+                let owned = match b.addr {
+                    IpAddr::V4(a) => owned_v4.get(&u32::from(a)),
+                    IpAddr::V6(a) => owned_v6.get(&u128::from(a)),
+                };
+                let what = if b.addr.is_loopback() {
+                    "a loopback address"
+                } else if owned.is_some_and(|k| *k != OwnerKind::default()) {
+                    "one of lbd's own addresses (interface, frontend or SNAT)"
+                } else {
+                    continue;
+                };
+                return Err(BuildError::BackendIsLocal {
+                    service: s.name().to_string(),
+                    addr: b.addr,
+                    port: b.port,
+                    what,
+                });
+            }
+        }
 
         let routes = Routes::new(&ports, &neighbors)?;
 

@@ -107,6 +107,20 @@ pub enum BuildError {
         /// Backend address.
         addr: IpAddr,
     },
+    /// A backend at an address traffic to it cannot leave lbd by: a
+    /// loopback address, or one lbd owns (an interface, frontend or SNAT
+    /// address; lbd has no host stack to deliver to).
+    #[error("service {service} backend {addr}:{port}: field addr: {what}")]
+    BackendIsLocal {
+        /// Owning service.
+        service: String,
+        /// Backend address.
+        addr: IpAddr,
+        /// Backend port.
+        port: u16,
+        /// "a loopback address" or which of lbd's own addresses it is.
+        what: &'static str,
+    },
     /// A backend address that cannot receive unicast traffic.
     #[error("service {service} backend {addr}:{port}: field addr: unspecified, multicast or broadcast")]
     BackendAddress {

@@ -210,6 +210,29 @@ fn backend_errors() {
     for a in ["0.0.0.0", "239.1.1.1", "::", "ff05::2"] {
         assert!(matches!(one(be(a, 80)), BuildError::BackendAddress { .. }), "{a}");
     }
+    // Loopback, or an address lbd owns (an interface's, a VIP, SNAT): lbd
+    // has no host stack and would send it to itself.
+    for (a, what) in [
+        ("127.0.0.1", "loopback"),
+        ("::1", "loopback"),
+        ("10.0.0.1", "own addresses"),
+        ("2001:db8::1", "own addresses"),
+        ("10.0.0.100", "own addresses"),
+        ("192.0.2.10", "own addresses"),
+    ] {
+        let e = err(|b| {
+            let s = b.service(ServiceSpec::new("default/a"))?;
+            b.frontend(s, fe("192.0.2.10", 80, Proto::Tcp))?;
+            b.backend(s, be(a, 8080))
+        });
+        assert!(
+            matches!(e, BuildError::BackendIsLocal { .. })
+                && e.to_string()
+                    .contains(&format!("service default/a backend {a}:8080: field addr: "))
+                && e.to_string().contains(what),
+            "{a}: {e}"
+        );
+    }
     let e = one(BackendSpec {
         weight: MAX_WEIGHT + 1,
         ..be("10.1.0.1", 80)
