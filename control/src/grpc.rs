@@ -425,7 +425,13 @@ impl LoadBalancer for LoadBalancerService {
         let p = self.lock()?;
         let st = p.state();
         let Some(svc) = st.services.get(&name) else {
-            return Err(Status::not_found(format!("service {name:?}: not found")));
+            // The same form as every other error: object, field, message.
+            return Err(invalid(ValidationError {
+                kind: ErrorKind::NotFound,
+                object: format!("service {name:?}"),
+                field: "name".into(),
+                message: "no such service".into(),
+            }));
         };
         Ok(Response::new(pb::GetServiceResponse {
             service: Some(convert::service_to_proto(svc)),

@@ -144,7 +144,7 @@ pub enum PlaneError {
         requested: &'static str,
     },
     /// `expected_revision` is not the current revision.
-    #[error("stale revision: expected {expected}, current is {current}")]
+    #[error("request: expected_revision: {expected} is stale, the current revision is {current}")]
     StaleRevision {
         /// What the caller expected.
         expected: u64,

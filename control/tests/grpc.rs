@@ -202,7 +202,7 @@ async fn apply_get_list_and_optimistic_concurrency() {
     rejected(
         &s,
         Code::FailedPrecondition,
-        &["revision"],
+        &["request: expected_revision: 1 is stale, the current revision is"],
         c.apply(pb::ApplyRequest {
             changes: vec![up(C::DeleteService("default/web".into()))],
             source: 0,
@@ -223,7 +223,7 @@ async fn apply_get_list_and_optimistic_concurrency() {
     rejected(
         &s,
         Code::NotFound,
-        &["default/web"],
+        &["service \"default/web\": name: no such service"],
         c.get_service(pb::GetServiceRequest {
             name: "default/web".into(),
         }),
