@@ -492,6 +492,31 @@ fn state_file_round_trip_corruption_and_failed_write() {
     }
 }
 
+/// A backend at one of the node's own addresses is refused whether it comes
+/// with a frontend change (a full compile) or alone (the incremental one),
+/// and nothing refused reaches the state file: it reopens.
+#[test]
+fn a_backend_at_an_own_address_is_refused_on_every_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let mut p = ControlPlane::open(node(), Some(&path)).unwrap();
+    p.apply(Source::Api, web(), None).unwrap();
+    for a in ["10.0.0.100", "10.0.0.1", "192.0.2.1"] {
+        let e = p
+            .apply(
+                Source::Api,
+                vec![Change::UpsertBackend(be("default/web", a, 8080))],
+                None,
+            )
+            .unwrap_err();
+        assert!(e.to_string().contains("one of lbd's own addresses"), "{a}: {e}");
+        assert_eq!(p.revision(), 1);
+    }
+    drop(p);
+    let p = ControlPlane::open(node(), Some(&path)).unwrap();
+    assert_eq!(p.revision(), 1);
+}
+
 /// A node configuration that cannot work (an SNAT address nobody can own)
 /// is its own error, not the state file's, with or without a file.
 #[test]

@@ -571,25 +571,10 @@ impl<'p> SnapshotBuilder<'p> {
         // drop after looping through the router), or to loopback, which no
         // NIC reaches.
         for s in &services {
-            for b in s.backends() {
-                let owned = match b.addr {
-                    IpAddr::V4(a) => owned_v4.get(&u32::from(a)),
-                    IpAddr::V6(a) => owned_v6.get(&u128::from(a)),
-                };
-                let what = if b.addr.is_loopback() {
-                    "a loopback address"
-                } else if owned.is_some_and(|k| *k != OwnerKind::default()) {
-                    "one of lbd's own addresses (interface, frontend or SNAT)"
-                } else {
-                    continue;
-                };
-                return Err(BuildError::BackendIsLocal {
-                    service: s.name().to_string(),
-                    addr: b.addr,
-                    port: b.port,
-                    what,
-                });
-            }
+            check_backends_not_local(s, |ip| match ip {
+                IpAddr::V4(a) => owned_v4.get(&u32::from(a)).copied(),
+                IpAddr::V6(a) => owned_v6.get(&u128::from(a)).copied(),
+            })?;
         }
 
         let routes = Routes::new(&ports, &neighbors)?;
@@ -789,6 +774,32 @@ fn check_service_name(name: &str) -> Result<(), &'static str> {
                 "namespace and name must be lowercase letters, digits and '-', starting and ending alphanumeric",
             );
         }
+    }
+    Ok(())
+}
+
+/// [`BuildError::BackendIsLocal`] for the first backend of `s` at a
+/// loopback address or at one `owned` names (interface, frontend or SNAT):
+/// lbd would send its traffic to itself. The full build and
+/// [`Snapshot::with_services`](super::Snapshot::with_services) both check.
+pub(super) fn check_backends_not_local(
+    s: &Service,
+    owned: impl Fn(IpAddr) -> Option<OwnerKind>,
+) -> Result<(), BuildError> {
+    for b in s.backends() {
+        let what = if b.addr.is_loopback() {
+            "a loopback address"
+        } else if owned(b.addr).is_some_and(|k| k != OwnerKind::default()) {
+            "one of lbd's own addresses (interface, frontend or SNAT)"
+        } else {
+            continue;
+        };
+        return Err(BuildError::BackendIsLocal {
+            service: s.name().to_string(),
+            addr: b.addr,
+            port: b.port,
+            what,
+        });
     }
     Ok(())
 }

@@ -89,6 +89,22 @@ fn rechecks_the_replaced_services_frontends() {
         }
     );
     let _ = fe("192.0.2.1", 80, Proto::Tcp);
+    // A backend at one of the node's own addresses (interface, a VIP of
+    // any service, SNAT), or at loopback: refused here as by a full build.
+    let s1 = two();
+    for a in [
+        "10.0.0.1",
+        "192.0.2.1",
+        "192.0.2.2",
+        "10.0.0.100",
+        "2001:db8::100",
+        "127.0.0.1",
+    ] {
+        let e = s1
+            .with_services(2, vec![(ServiceSpec::new("default/api"), vec![be(a, 8080)])])
+            .unwrap_err();
+        assert!(matches!(e, BuildError::BackendIsLocal { .. }), "{a}: {e}");
+    }
 }
 
 #[test]

@@ -16,7 +16,7 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use super::builder::frontend_name;
+use super::builder::{check_backends_not_local, frontend_name};
 use super::flat::FlatMap;
 use super::net::{PortDraft, Routes};
 use super::{BackendSpec, BuildError, ForwardMode, ServiceSpec, Snapshot, SnapshotBuilder};
@@ -25,9 +25,10 @@ impl Snapshot {
     /// A copy of `self` at `revision` where each service named in `changed`
     /// is replaced by the given spec and backends. Every name must be a
     /// service of `self` ([`BuildError::NotInSnapshot`] otherwise). The
-    /// checks that involve the replaced services' frontends (full-NAT needs
-    /// an SNAT address of the frontend's family; source ranges must cover
-    /// each frontend's family) are redone. Backends without an explicit
+    /// checks that involve the node's addresses are redone: full-NAT needs
+    /// an SNAT address of each frontend's family, source ranges must cover
+    /// each frontend's family, and no backend may be at one of the node's
+    /// own addresses. Backends without an explicit
     /// `stats_slot` keep the slot the same backend had in `self`, or get a
     /// new one above every slot of `self`.
     pub fn with_services(
@@ -82,6 +83,9 @@ impl Snapshot {
             services[id.index()] = Arc::clone(s);
         }
         next.services = services.into_boxed_slice();
+        for id in &ids {
+            check_backends_not_local(&next.services[id.index()], |ip| next.owner_kind(ip))?;
+        }
         for f in next.frontends_v4.values().chain(next.frontends_v6.values()) {
             if !ids.contains(&f.service) {
                 continue;
