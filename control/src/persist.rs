@@ -21,7 +21,10 @@
 //! the new base, never a mix. A crash between the rename and the journal's
 //! removal leaves journal lines at or below the base's revision: loading
 //! skips them. A failed write rejects the commit and leaves both files as
-//! they were (a partly appended line is cut off again).
+//! they were (a partly appended line is cut off again). The one failure
+//! that cannot be undone, the directory's fsync after the rename, keeps
+//! the commit (the new base is what a reader sees), is logged, keeps the
+//! journal and makes the next commit write the base again.
 //!
 //! Loading: a missing base is an empty state at revision 0 (first start);
 //! the journal's lines are then replayed in order, each the next revision.
@@ -137,9 +140,21 @@ pub fn load(path: &Path) -> Result<Option<(u64, DesiredState)>, PersistError> {
     Ok(Some((f.revision, f.state)))
 }
 
-/// Writes `state` at `revision` atomically (see the module doc).
-/// Returns the file's size.
-pub fn store(path: &Path, revision: u64, state: &DesiredState) -> Result<u64, PersistError> {
+/// What [`store`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stored {
+    /// The file's size.
+    pub len: u64,
+    /// False if fsyncing the directory failed after the rename: the new
+    /// file is in place (what a reader sees), but whether the rename
+    /// survives a crash is unknown.
+    pub dir_synced: bool,
+}
+
+/// Writes `state` at `revision` atomically (see the module doc). An error
+/// leaves the file as it was; once the new file has replaced it, only
+/// `dir_synced` can be false.
+pub fn store(path: &Path, revision: u64, state: &DesiredState) -> Result<Stored, PersistError> {
     let err = |source| PersistError::Write {
         path: path.to_path_buf(),
         source,
@@ -149,7 +164,10 @@ pub fn store(path: &Path, revision: u64, state: &DesiredState) -> Result<u64, Pe
         _ => PathBuf::from("."),
     };
     let tmp = with_suffix(path, ".tmp");
-    let write = || -> io::Result<u64> {
+    let write = || -> io::Result<Stored> {
+        // Opened first: out of file descriptors, the write fails before
+        // it replaces anything.
+        let dir = File::open(&dir)?;
         let file = OpenOptions::new()
             .write(true)
             .create(true)
@@ -169,8 +187,16 @@ pub fn store(path: &Path, revision: u64, state: &DesiredState) -> Result<u64, Pe
         file.sync_all()?;
         let len = file.metadata()?.len();
         fs::rename(&tmp, path)?;
-        File::open(&dir)?.sync_all()?;
-        Ok(len)
+        // Past the rename the old file is gone: a failure now cannot undo
+        // the write, so it is reported, not returned as "nothing changed".
+        let dir_synced = match dir.sync_all() {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(path = %path.display(), "state file written, but fsync of its directory failed: {e}");
+                false
+            }
+        };
+        Ok(Stored { len, dir_synced })
     };
     write().map_err(|e| {
         let _ = fs::remove_file(&tmp);
@@ -336,7 +362,16 @@ impl StateFile {
 
     /// Writes the whole state as the base and removes the journal.
     fn compact(&mut self, revision: u64, state: &DesiredState) -> Result<(), PersistError> {
-        self.base_len = store(&self.path, revision, state)?;
+        let stored = store(&self.path, revision, state)?;
+        self.base_len = stored.len;
+        if !stored.dir_synced {
+            // The new base stands (the commit with it) but its rename may
+            // not survive a crash: keep the journal, which still holds
+            // everything up to the previous revision, and write the base
+            // again at the next commit.
+            self.compact_next = true;
+            return Ok(());
+        }
         self.compact_next = false;
         match fs::remove_file(&self.journal) {
             Ok(()) => self.journal_len = 0,
