@@ -159,10 +159,7 @@ pub fn store(path: &Path, revision: u64, state: &DesiredState) -> Result<Stored,
         path: path.to_path_buf(),
         source,
     };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
+    let dir = dir_of(path);
     let tmp = with_suffix(path, ".tmp");
     let write = || -> io::Result<Stored> {
         // Opened first: out of file descriptors, the write fails before
@@ -202,6 +199,14 @@ pub fn store(path: &Path, revision: u64, state: &DesiredState) -> Result<Stored,
         let _ = fs::remove_file(&tmp);
         err(e)
     })
+}
+
+/// The directory `path` is in.
+fn dir_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
 }
 
 /// `path` with `suffix` added to its file name.
@@ -335,7 +340,14 @@ impl StateFile {
         let append = || -> io::Result<()> {
             let mut f = OpenOptions::new().append(true).create(true).open(&self.journal)?;
             f.write_all(&line)?;
-            f.sync_data()
+            f.sync_data()?;
+            if before == 0 {
+                // A journal just created (after a compaction removed the
+                // last): its directory entry must be durable too, or a
+                // crash could lose the file with this acknowledged commit.
+                File::open(dir_of(&self.journal))?.sync_all()?;
+            }
+            Ok(())
         };
         match append() {
             Ok(()) => {
