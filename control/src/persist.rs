@@ -45,6 +45,11 @@ use serde::{Deserialize, Serialize};
 use crate::model::{Change, DesiredState};
 use crate::store::Txn;
 
+/// The highest revision a state file may hold: far beyond any real
+/// count of commits, and far enough below `u64::MAX` that counting on
+/// from it cannot overflow.
+const MAX_REVISION: u64 = 1 << 62;
+
 /// The only format version written and read.
 pub const FORMAT_VERSION: u32 = 1;
 
@@ -242,6 +247,14 @@ impl StateFile {
             0
         };
         let (mut revision, mut state) = loaded.unwrap_or_default();
+        if revision > MAX_REVISION {
+            // No lbd writes such a revision (2^62 commits); the counter
+            // would overflow a few commits on.
+            return Err(PersistError::Corrupt {
+                path: path.to_path_buf(),
+                reason: format!("revision {revision} is beyond {MAX_REVISION}"),
+            });
+        }
         let text = match fs::read(&journal) {
             Ok(t) => t,
             Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
@@ -563,6 +576,19 @@ mod tests {
         .unwrap();
         let e = StateFile::open(&d.path().join("b.json")).unwrap_err().to_string();
         assert!(e.contains("revision 2") && e.contains("no such service"), "{e}");
+    }
+
+    #[test]
+    fn a_revision_no_lbd_could_have_written_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("state.json");
+        let big = u64::MAX - 1;
+        fs::write(&p, format!("{{\"version\":1,\"revision\":{big},\"state\":{{\"services\":[],\"frontends\":[],\"backends\":[]}}}}")).unwrap();
+        let e = StateFile::open(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("state.json") && e.contains(&format!("revision {big}")),
+            "{e}"
+        );
     }
 
     #[test]
