@@ -256,7 +256,8 @@ fn flush_tx(c: &WorkerCounters, q: &mut TxQueue, b: &mut Burst) {
     b.clear();
 }
 
-/// Runs until `stop` is set; returns the worker (its counters and tables).
+/// Runs until `stop` is set; returns the worker (its counters and tables)
+/// and its links, whose incoming rings main drains and counts at exit.
 pub fn run(mut worker: Worker, io: WorkerIo, mut links: Links, shared: Shared) -> (Worker, Links) {
     let counters = Arc::clone(worker.counters());
     let WorkerIo {
