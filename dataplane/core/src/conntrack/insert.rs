@@ -259,10 +259,9 @@ fn insert_in<A: Addr>(
         return Err(InsertError::Exists);
     }
     // A taken cell holds either this very reply key or another to the
-    // same SNAT endpoint: both conflict, unless the entries in the way
-    // have all expired (not swept yet): they go, as expired victims would.
+    // same SNAT endpoint: both conflict.
     if t.reply_conflicts(&reply, h_reply) {
-        take_expired_conflicts(t, &reply, h_reply, ctx.now, stats, on_evicted)?;
+        return Err(InsertError::ReplyConflict);
     }
     if t.is_full() {
         let now = ctx.now;
@@ -283,35 +282,6 @@ fn insert_in<A: Addr>(
         t.discard(v);
     }
     t.insert(slot, h_orig, h_reply).ok_or(InsertError::Full)
-}
-
-/// Removes the entries in the way of a new entry's reply key `reply` (at
-/// `loc`), if all have expired (by `now`; the sweep has not reached them
-/// yet), counting them as expired evictions. If any is live, it is a real
-/// conflict and nothing changes.
-#[cold]
-#[inline(never)]
-fn take_expired_conflicts<A: Addr>(
-    t: &mut Table<A>,
-    reply: &RawKey<A>,
-    loc: Loc,
-    now: u64,
-    stats: &mut ConntrackStats,
-    on_evicted: &mut impl OnEvicted,
-) -> Result<(), InsertError> {
-    let conflicts = t.reply_conflicting(reply, loc);
-    let expired = |v: u32| t.get(v).is_some_and(|s| s.expires <= now);
-    if !conflicts.iter().flatten().all(|&v| expired(v)) {
-        return Err(InsertError::ReplyConflict);
-    }
-    for v in conflicts.into_iter().flatten() {
-        if let Some(old) = t.get(v) {
-            on_evicted.evicted(old);
-            stats.evicted_expired += 1;
-            t.discard(v);
-        }
-    }
-    Ok(())
 }
 
 /// An entry's eviction key for [`Table::pick_victim`] at `now`, smallest

@@ -292,38 +292,6 @@ fn insert_refusals() {
     ct.check();
 }
 
-/// An entry that has expired but that the sweep has not reached yet does
-/// not block a new connection whose replies it would take: it is evicted
-/// (counted, its SNAT port released by the caller) and the new one goes in.
-#[test]
-fn an_expired_entry_gives_way_to_a_conflicting_one() {
-    let mut ct = table(16, 16);
-    let k = key(client(1), VIP, Proto::Tcp);
-    ins(&mut ct, k, dnat(), 0).unwrap();
-    let other_vip = key(client(1), (ip(192, 0, 2, 2), 80), Proto::Tcp);
-    let syn_sent = Timeouts::default().of(ConnState::TcpSynSent).as_millis() as u64;
-    assert_eq!(
-        ins(&mut ct, other_vip, dnat(), syn_sent - 1),
-        Err(InsertError::ReplyConflict)
-    );
-    let mut evicted = Vec::new();
-    let tags = Tags {
-        frontend: 1,
-        backend: 2,
-    };
-    let id = ct
-        .insert(other_vip, dnat(), tags, Tick(syn_sent), |e| {
-            evicted.push(e.original)
-        })
-        .unwrap();
-    assert_eq!(evicted, vec![k]);
-    assert_eq!(ct.lookup(&k), None);
-    assert_eq!(ct.lookup(&other_vip), Some((id, Direction::Original)));
-    let st = ct.stats();
-    assert_eq!((st.evicted_expired, st.occupancy_v4), (1, 1));
-    ct.check();
-}
-
 /// Drives `flags` in `dir` at `t` and returns the state and expiry.
 fn pkt(ct: &mut Conntrack, id: EntryId, dir: Direction, flags: u8, t: u64) -> (ConnState, Tick) {
     let st = ct.on_packet(id, dir, flags, Tick(t)).unwrap();
