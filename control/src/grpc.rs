@@ -9,9 +9,12 @@
 //! is broken, or the plane's lock was poisoned by a panic). The message is
 //! the error's one-line text, naming the object and the field.
 //!
-//! Writes run on tokio's blocking pool, because a commit persists (fsync)
-//! and compiles a snapshot; reads lock the plane briefly on the caller's
-//! task.
+//! Every call that takes the plane's lock runs on tokio's blocking pool:
+//! writes because a commit persists (fsync) and compiles a snapshot, reads
+//! because they wait for the lock while a commit runs. A big Resync can
+//! hold it for seconds, and a read waiting on a runtime thread would stall
+//! every other task there: the health service, the Watch streams, the
+//! accept loop.
 //!
 //! Watch: a watcher gets every commit after it subscribed, in order. One
 //! that falls so far behind that the plane's broadcast buffer overwrote
@@ -222,8 +225,19 @@ impl LoadBalancerService {
         (svc, WatchCloser(tx))
     }
 
-    fn lock(&self) -> Result<MutexGuard<'_, ControlPlane>, Status> {
-        self.plane.lock().map_err(|_| poisoned())
+    /// Runs a read on the blocking pool: it may wait for a commit.
+    async fn read<T, F>(&self, f: F) -> Result<T, Status>
+    where
+        T: Send + 'static,
+        F: FnOnce(&ControlPlane) -> Result<T, Status> + Send + 'static,
+    {
+        let plane = Arc::clone(&self.plane);
+        tokio::task::spawn_blocking(move || {
+            let p = plane.lock().map_err(|_| poisoned())?;
+            f(&p)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("control plane task failed: {e}")))?
     }
 
     /// Runs a write on the blocking pool (commits persist and compile).
@@ -422,33 +436,35 @@ impl LoadBalancer for LoadBalancerService {
     ) -> Result<Response<pb::GetServiceResponse>, Status> {
         let name = request.into_inner().name;
         check_service_name(&name).map_err(|m| invalid(ValidationError::invalid("request", "name", m)))?;
-        let p = self.lock()?;
-        let st = p.state();
-        let Some(svc) = st.services.get(&name) else {
-            // The same form as every other error: object, field, message.
-            return Err(invalid(ValidationError {
-                kind: ErrorKind::NotFound,
-                object: format!("service {name:?}"),
-                field: "name".into(),
-                message: "no such service".into(),
-            }));
-        };
-        Ok(Response::new(pb::GetServiceResponse {
-            service: Some(convert::service_to_proto(svc)),
-            frontends: st
-                .frontends
-                .values()
-                .filter(|f| f.service == name)
-                .map(convert::frontend_to_proto)
-                .collect(),
-            backends: st
-                .backends
-                .values()
-                .filter(|b| b.key.service == name)
-                .map(convert::backend_to_proto)
-                .collect(),
-            revision: p.revision(),
-        }))
+        self.read(move |p| {
+            let st = p.state();
+            let Some(svc) = st.services.get(&name) else {
+                // The same form as every other error: object, field, message.
+                return Err(invalid(ValidationError {
+                    kind: ErrorKind::NotFound,
+                    object: format!("service {name:?}"),
+                    field: "name".into(),
+                    message: "no such service".into(),
+                }));
+            };
+            Ok(Response::new(pb::GetServiceResponse {
+                service: Some(convert::service_to_proto(svc)),
+                frontends: st
+                    .frontends
+                    .values()
+                    .filter(|f| f.service == name)
+                    .map(convert::frontend_to_proto)
+                    .collect(),
+                backends: st
+                    .backends
+                    .values()
+                    .filter(|b| b.key.service == name)
+                    .map(convert::backend_to_proto)
+                    .collect(),
+                revision: p.revision(),
+            }))
+        })
+        .await
     }
 
     async fn list(&self, request: Request<pb::ListRequest>) -> Result<Response<pb::ListResponse>, Status> {
@@ -461,38 +477,39 @@ impl LoadBalancer for LoadBalancerService {
             "" => None,
             a => Some(convert::addr_from_proto(a, "request", "address").map_err(invalid)?),
         };
-        let service = (!req.service.is_empty()).then_some(req.service.as_str());
-        let src_ok = |s: Source| source.is_none_or(|want| want == s);
-        let svc_ok = |n: &str| service.is_none_or(|want| want == n);
-        let addr_ok = |a: IpAddr| address.is_none_or(|want| want == a);
-
-        let p = self.lock()?;
-        let st = p.state();
-        let frontends: Vec<_> = st
-            .frontends
-            .values()
-            .filter(|f| src_ok(f.source) && svc_ok(&f.service) && addr_ok(f.key.addr))
-            .collect();
-        let backends: Vec<_> = st
-            .backends
-            .values()
-            .filter(|b| src_ok(b.source) && svc_ok(&b.key.service) && addr_ok(b.key.addr))
-            .collect();
-        // With an address filter, the services are those with an object
-        // at that address.
-        let services = st.services.values().filter(|s| {
-            src_ok(s.source)
-                && svc_ok(&s.name)
-                && (address.is_none()
-                    || frontends.iter().any(|f| f.service == s.name)
-                    || backends.iter().any(|b| b.key.service == s.name))
-        });
-        Ok(Response::new(pb::ListResponse {
-            services: services.map(convert::service_to_proto).collect(),
-            frontends: frontends.into_iter().map(convert::frontend_to_proto).collect(),
-            backends: backends.into_iter().map(convert::backend_to_proto).collect(),
-            revision: p.revision(),
-        }))
+        let service = (!req.service.is_empty()).then_some(req.service);
+        self.read(move |p| {
+            let src_ok = |s: Source| source.is_none_or(|want| want == s);
+            let svc_ok = |n: &str| service.as_deref().is_none_or(|want| want == n);
+            let addr_ok = |a: IpAddr| address.is_none_or(|want| want == a);
+            let st = p.state();
+            let frontends: Vec<_> = st
+                .frontends
+                .values()
+                .filter(|f| src_ok(f.source) && svc_ok(&f.service) && addr_ok(f.key.addr))
+                .collect();
+            let backends: Vec<_> = st
+                .backends
+                .values()
+                .filter(|b| src_ok(b.source) && svc_ok(&b.key.service) && addr_ok(b.key.addr))
+                .collect();
+            // With an address filter, the services are those with an object
+            // at that address.
+            let services = st.services.values().filter(|s| {
+                src_ok(s.source)
+                    && svc_ok(&s.name)
+                    && (address.is_none()
+                        || frontends.iter().any(|f| f.service == s.name)
+                        || backends.iter().any(|b| b.key.service == s.name))
+            });
+            Ok(Response::new(pb::ListResponse {
+                services: services.map(convert::service_to_proto).collect(),
+                frontends: frontends.into_iter().map(convert::frontend_to_proto).collect(),
+                backends: backends.into_iter().map(convert::backend_to_proto).collect(),
+                revision: p.revision(),
+            }))
+        })
+        .await
     }
 
     type WatchStream = WatchStream;
@@ -501,7 +518,7 @@ impl LoadBalancer for LoadBalancerService {
         &self,
         _request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let rx = self.lock()?.subscribe();
+        let rx = self.read(|p| Ok(p.subscribe())).await?;
         let (tx, out) = mpsc::channel(WATCH_QUEUE);
         tokio::spawn(pump_watch(rx, tx, self.closing.clone()));
         Ok(Response::new(Box::pin(
@@ -513,7 +530,7 @@ impl LoadBalancer for LoadBalancerService {
         &self,
         _request: Request<pb::GetStatsRequest>,
     ) -> Result<Response<pb::GetStatsResponse>, Status> {
-        let stats = self.lock()?.stats();
+        let stats = self.read(|p| Ok(p.stats())).await?;
         let mut r = stats_to_proto(stats);
         r.ports = self
             .info
@@ -542,14 +559,16 @@ impl LoadBalancer for LoadBalancerService {
         &self,
         _request: Request<pb::GetInfoRequest>,
     ) -> Result<Response<pb::GetInfoResponse>, Status> {
-        let p = self.lock()?;
+        let (revision, published_revision, last_publish) = self
+            .read(|p| Ok((p.revision(), p.published_revision(), p.last_publish())))
+            .await?;
         let info = &self.info;
         Ok(Response::new(pb::GetInfoResponse {
             version: info.version.clone(),
             instance_id: info.instance_id.clone(),
-            revision: p.revision(),
-            published_revision: p.published_revision(),
-            last_publish_micros: u64::try_from(p.last_publish().as_micros()).unwrap_or(u64::MAX),
+            revision,
+            published_revision,
+            last_publish_micros: u64::try_from(last_publish.as_micros()).unwrap_or(u64::MAX),
             ports: info
                 .ports
                 .iter()
@@ -682,6 +701,68 @@ mod tests {
         let end = out.recv().await.unwrap().unwrap_err();
         assert_eq!(end.code(), tonic::Code::Unavailable);
         pump.await.unwrap();
+    }
+
+    /// A read that waits for the plane's lock (a long commit holds it)
+    /// must not hold a runtime thread: on a one-thread runtime, another
+    /// task still runs while the read waits. Before reads moved to the
+    /// blocking pool, the read blocked the only thread, so the signal below
+    /// was never sent and the holder gave up after its bound.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_read_waiting_for_a_commit_leaves_the_runtime_free() {
+        let plane = ControlPlane::open(crate::plane::tests::node(), None).unwrap();
+        let plane: SharedPlane = Arc::new(Mutex::new(plane));
+        let (svc, _closer) = LoadBalancerService::new(Arc::clone(&plane), ServerInfo::new(Vec::new(), 1));
+        let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            let _commit = plane.lock().unwrap();
+            locked_tx.send(()).unwrap();
+            // Bounded: without the fix the signal never comes.
+            go_rx.recv_timeout(std::time::Duration::from_secs(10)).is_ok()
+        });
+        locked_rx.recv().unwrap();
+        let reads = [
+            tokio::spawn({
+                let svc = svc.clone();
+                async move {
+                    svc.get_info(Request::new(pb::GetInfoRequest {}))
+                        .await
+                        .map(|_| ())
+                }
+            }),
+            tokio::spawn({
+                let svc = svc.clone();
+                async move {
+                    svc.list(Request::new(pb::ListRequest::default()))
+                        .await
+                        .map(|_| ())
+                }
+            }),
+            tokio::spawn({
+                let svc = svc.clone();
+                async move {
+                    svc.get_stats(Request::new(pb::GetStatsRequest {}))
+                        .await
+                        .map(|_| ())
+                }
+            }),
+        ];
+        // Let the reads run up to their wait for the lock.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        // This task only runs if no read holds the thread.
+        let _ = go_tx.send(());
+        assert!(
+            tokio::task::spawn_blocking(move || holder.join().unwrap())
+                .await
+                .unwrap(),
+            "the runtime thread was blocked by a read"
+        );
+        for r in reads {
+            r.await.unwrap().unwrap();
+        }
     }
 
     #[test]

@@ -371,13 +371,15 @@ impl Listener {
             );
         };
         // Snapshots replaced while no commit follows must still be freed
-        // here, off the workers (see the plane's graveyard).
+        // here, off the workers (see the plane's graveyard). This runs on a
+        // runtime thread, so it never waits for the lock: a plane that is
+        // busy is committing, and every commit collects at its end.
         let gc = async move {
             let mut tick = tokio::time::interval(GC_PERIOD);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                if let Ok(mut p) = plane.lock() {
+                if let Ok(mut p) = plane.try_lock() {
                     p.collect_garbage();
                 }
             }

@@ -694,7 +694,7 @@ impl ControlPlane {
 
 #[cfg(test)]
 #[path = "plane_tests.rs"]
-mod tests;
+pub(crate) mod tests;
 
 #[cfg(test)]
 #[path = "plane_history_tests.rs"]

@@ -17,7 +17,7 @@ pub(super) fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-pub(super) fn node() -> NodeConfig {
+pub(crate) fn node() -> NodeConfig {
     NodeConfig {
         node_name: Some("node-a".into()),
         interfaces: vec![

@@ -12,6 +12,12 @@
 //!   the table, releases the held
 //!   frames with the learned MAC, and publishes the resolved neighbors into
 //!   the snapshot (`ControlPlane::set_neighbors`) when they change;
+//!
+//! It never waits for the plane's lock, which a commit holds while it
+//! persists and compiles (seconds for a big Resync), because everything
+//! else on this thread (the gRPC server, the link watch) would wait with
+//! it: it reads the published snapshot through the workers' `ArcSwap`, and
+//! a publication that finds the lock taken is retried at the next step.
 //! - keeps gateways and backends on connected subnets resolved ahead of
 //!   traffic, refreshing them before they age out;
 //! - announces every owned address (interface, VIP, SNAT) once its port's
@@ -31,9 +37,10 @@ use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Receiver;
-use std::sync::Arc;
+use std::sync::{Arc, TryLockError};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use dpdk::ring::{Consumer, Producer};
 use dpdk::{Burst, Mbuf, Mempool, Port};
 use lb_control::grpc::{PortCounters, PortStatus, ServerInfo, SharedPlane};
@@ -133,8 +140,14 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> anyhow::Result<Vec<Consum
         stats,
         ports,
     } = c;
+    let snapshots = plane
+        .lock()
+        .map_err(|_| anyhow::anyhow!("control plane lock poisoned"))?
+        .snapshot_handle();
     let mut nb = Neighbors {
         plane: Arc::clone(&plane),
+        snapshots,
+        unpublished: false,
         pool,
         to_worker,
         held_in,
@@ -181,8 +194,28 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> anyhow::Result<Vec<Consum
     Ok(held_in)
 }
 
+/// Gives the plane the resolved neighbors unless a commit holds its lock;
+/// false when it must be tried again. A poisoned lock is given up on: the
+/// gRPC API reports it, and lbd must be restarted.
+fn publish(plane: &SharedPlane, resolved: impl FnOnce() -> Vec<(IpAddr, [u8; 6])>) -> bool {
+    match plane.try_lock() {
+        Ok(mut p) => {
+            if let Err(e) = p.set_neighbors(resolved()) {
+                tracing::error!("publishing neighbors: {e}");
+            }
+            true
+        }
+        Err(TryLockError::WouldBlock) => false,
+        Err(TryLockError::Poisoned(_)) => true,
+    }
+}
+
 struct Neighbors {
     plane: SharedPlane,
+    /// The published snapshot, read without the plane's lock.
+    snapshots: Arc<ArcSwap<Snapshot>>,
+    /// The table changed and the plane has not taken its neighbors yet.
+    unpublished: bool,
     pool: Arc<Mempool>,
     to_worker: Producer,
     held_in: Vec<Consumer>,
@@ -201,12 +234,8 @@ struct Neighbors {
 }
 
 impl Neighbors {
-    fn snapshot(&self) -> Option<Arc<Snapshot>> {
-        self.plane.lock().ok().map(|p| p.snapshot())
-    }
-
     fn step(&mut self, now: Instant) {
-        let Some(snap) = self.snapshot() else { return };
+        let snap = self.snapshots.load_full();
         // A link that went down forgets what was announced on it; one that
         // came up is announced on, and its unresolved neighbors are asked
         // for at once.
@@ -268,15 +297,13 @@ impl Neighbors {
             .neighbor_entries
             .store(self.table.len() as u64, Ordering::Relaxed);
         if self.table.take_changed() {
-            let resolved = self.table.resolved();
+            self.unpublished = true;
             self.stats
                 .neighbors
-                .store(resolved.len() as u64, Ordering::Relaxed);
-            if let Ok(mut p) = self.plane.lock() {
-                if let Err(e) = p.set_neighbors(resolved) {
-                    tracing::error!("publishing neighbors: {e}");
-                }
-            }
+                .store(self.table.resolved().len() as u64, Ordering::Relaxed);
+        }
+        if self.unpublished {
+            self.unpublished = !publish(&self.plane, || self.table.resolved());
         }
     }
 
@@ -491,4 +518,68 @@ fn wanted(snap: &Snapshot) -> Vec<(IpAddr, u16)> {
     v.sort();
     v.dedup();
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use lb_control::plane::{ControlPlane, InterfaceConfig, NodeConfig};
+
+    use super::*;
+
+    fn plane() -> SharedPlane {
+        let node = NodeConfig {
+            interfaces: vec![InterfaceConfig {
+                port: 0,
+                mac: [2, 0, 0, 0, 0, 1],
+                cidr: "10.0.0.1/24".parse().unwrap(),
+                gateway: None,
+            }],
+            ..NodeConfig::default()
+        };
+        Arc::new(Mutex::new(ControlPlane::open(node, None).unwrap()))
+    }
+
+    const HOP: ([u8; 6], &str) = ([2, 0, 0, 0, 0, 9], "10.0.0.9");
+
+    fn hops() -> Vec<(IpAddr, [u8; 6])> {
+        vec![(HOP.1.parse().unwrap(), HOP.0)]
+    }
+
+    /// While a commit holds the lock, publishing neither waits nor reads
+    /// the table; it is retried, and lands once the lock is free.
+    #[test]
+    fn publishing_neighbors_never_waits_for_a_commit() {
+        let plane = plane();
+        let commit = plane.lock().unwrap();
+        let p = Arc::clone(&plane);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(publish(&p, || unreachable!("read while locked"))));
+        let tried = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("publish waited for the lock");
+        assert!(!tried, "a taken lock asks for a retry");
+        drop(commit);
+        assert!(publish(&plane, hops));
+        assert_eq!(plane.lock().unwrap().neighbors(), &hops()[..]);
+        let snap = plane.lock().unwrap().snapshot();
+        assert_eq!(
+            snap.next_hop(HOP.1.parse().unwrap()).map(|h| h.dst_mac),
+            Some(HOP.0)
+        );
+    }
+
+    #[test]
+    fn a_poisoned_plane_is_given_up_on() {
+        let plane = plane();
+        let p = Arc::clone(&plane);
+        let _ = std::thread::spawn(move || {
+            let _g = p.lock().unwrap();
+            panic!("poison the lock");
+        })
+        .join();
+        assert!(plane.is_poisoned());
+        assert!(publish(&plane, || unreachable!("not read")));
+    }
 }
