@@ -21,7 +21,11 @@
 //! the new base, never a mix. A crash between the rename and the journal's
 //! removal leaves journal lines at or below the base's revision: loading
 //! skips them. A failed write rejects the commit and leaves both files as
-//! they were (a partly appended line is cut off again). The one failure
+//! they were (a partly appended line is cut off again). If even the cut
+//! fails, the journal may hold the rejected commit, and a restart would
+//! apply it: the plane then rewrites the base at the revision before it
+//! and removes the journal ([`StateFile::restore`]); failing that, the
+//! next commit does. The one failure
 //! that cannot be undone, the directory's fsync after the rename, keeps
 //! the commit (the new base is what a reader sees), is logged, keeps the
 //! journal and makes the next commit write the base again.
@@ -29,7 +33,9 @@
 //! Loading: a missing base is an empty state at revision 0 (first start);
 //! the journal's lines are then replayed in order, each the next revision.
 //! A last line cut short (a crash during an append, so never acknowledged)
-//! is ignored with a warning. Anything else that is wrong (unreadable, not
+//! is ignored with a warning, and so is a last line holding NUL bytes,
+//! which no JSON line has: the file grew but part of the line's data never
+//! reached the disk before the crash. Anything else that is wrong (unreadable, not
 //! JSON, unknown version, a gap in the revisions, a change that does not
 //! apply) is an error naming the file, never silently an empty state:
 //! starting empty would withdraw every service of a node that merely has a
@@ -233,6 +239,24 @@ pub struct StateFile {
     /// The next commit rewrites the base (a failed append, or the journal
     /// outgrew the base).
     compact_next: bool,
+    /// A rejected commit's revision whose line could not be cut off the
+    /// journal again, until a base at or beyond it, or the journal's
+    /// removal, makes it harmless.
+    rejected: Option<u64>,
+    /// Test-only failures to inject.
+    #[cfg(test)]
+    fail: Fail,
+}
+
+/// I/O failures a test can inject where no file system makes them on
+/// demand.
+#[cfg(test)]
+#[derive(Debug, Default)]
+struct Fail {
+    /// The append's `fdatasync` (after its write succeeded).
+    sync: bool,
+    /// Cutting a failed append off again.
+    cut: bool,
 }
 
 impl StateFile {
@@ -279,8 +303,19 @@ impl StateFile {
                 tracing::warn!(path = %journal.display(), bytes = rest.len(), "ignoring an incomplete last journal line");
                 break;
             };
-            let entry: LineIn = serde_json::from_slice(&rest[..i])
-                .map_err(|e| corrupt(format!("the line after revision {revision}: {e}")))?;
+            let line = &rest[..i];
+            let entry: LineIn = match serde_json::from_slice(line) {
+                Ok(e) => e,
+                Err(_) if line.contains(&0) && !rest[i + 1..].contains(&b'\n') => {
+                    // The last line, with NUL bytes where its data should
+                    // be: the file grew, but the crash came before all of
+                    // it reached the disk, so before the commit was
+                    // acknowledged. No JSON line holds a NUL.
+                    tracing::warn!(path = %journal.display(), bytes = rest.len(), "ignoring a last journal line with unwritten (NUL) bytes");
+                    break;
+                }
+                Err(e) => return Err(corrupt(format!("the line after revision {revision}: {e}"))),
+            };
             rest = &rest[i + 1..];
             if entry.revision <= revision && replayed == 0 {
                 // Left over from a compaction interrupted after the rename.
@@ -312,6 +347,9 @@ impl StateFile {
             base_len,
             // A cut-off tail is dropped by rewriting the base.
             compact_next: good_len < text.len(),
+            rejected: None,
+            #[cfg(test)]
+            fail: Fail::default(),
         };
         let out = (base_exists || replayed > 0).then_some((revision, state));
         Ok((f, out))
@@ -353,6 +391,10 @@ impl StateFile {
         let append = || -> io::Result<()> {
             let mut f = OpenOptions::new().append(true).create(true).open(&self.journal)?;
             f.write_all(&line)?;
+            #[cfg(test)]
+            if self.fail.sync {
+                return Err(io::Error::other("injected fdatasync failure"));
+            }
             f.sync_data()?;
             if before == 0 {
                 // A journal just created (after a compaction removed the
@@ -370,12 +412,22 @@ impl StateFile {
             Err(source) => {
                 // Cut a partial line off again; if even that fails, the
                 // next commit rewrites the base and drops the journal.
-                let cut = OpenOptions::new()
-                    .write(true)
-                    .open(&self.journal)
-                    .and_then(|f| f.set_len(before).and_then(|()| f.sync_data()));
-                if cut.is_err() {
+                #[cfg(test)]
+                let injected = self.fail.cut;
+                #[cfg(not(test))]
+                let injected = false;
+                let cut = if injected {
+                    Err(io::Error::other("injected truncate failure"))
+                } else {
+                    OpenOptions::new()
+                        .write(true)
+                        .open(&self.journal)
+                        .and_then(|f| f.set_len(before).and_then(|()| f.sync_data()))
+                };
+                if let Err(e) = cut {
+                    tracing::error!(path = %self.journal.display(), revision, "cannot cut the rejected commit off the journal: {e}");
                     self.compact_next = true;
+                    self.rejected = Some(revision);
                 }
                 Err(PersistError::Write {
                     path: self.journal.clone(),
@@ -398,6 +450,10 @@ impl StateFile {
             return Ok(());
         }
         self.compact_next = false;
+        if self.rejected.is_some_and(|r| r <= revision) {
+            // A base at the rejected commit's revision makes its line stale.
+            self.rejected = None;
+        }
         match fs::remove_file(&self.journal) {
             Ok(()) => self.journal_len = 0,
             Err(e) if e.kind() == ErrorKind::NotFound => self.journal_len = 0,
@@ -406,9 +462,38 @@ impl StateFile {
             Err(e) => {
                 tracing::warn!(path = %self.journal.display(), "cannot remove the compacted journal: {e}");
                 self.compact_next = true;
+                return Ok(());
             }
         }
+        self.rejected = None;
         Ok(())
+    }
+
+    /// Makes the next appends' fdatasync and cut fail (tests).
+    #[cfg(test)]
+    pub(crate) fn inject_failures(&mut self, sync: bool, cut: bool) {
+        self.fail = Fail { sync, cut };
+    }
+
+    /// After a rejected commit: if its line may still be in the journal
+    /// (the cut after the failed append failed too), writes `state` at
+    /// `revision`, the state before that commit, as the base and removes
+    /// the journal, so that a restart does not apply the rejected commit.
+    /// Ok when the files no longer hold it (or never did).
+    pub fn restore(&mut self, revision: u64, state: &DesiredState) -> Result<(), PersistError> {
+        if self.rejected.is_none() {
+            return Ok(());
+        }
+        self.compact(revision, state)?;
+        match self.rejected {
+            None => Ok(()),
+            Some(r) => Err(PersistError::Write {
+                path: self.journal.clone(),
+                source: io::Error::other(format!(
+                    "the journal still holds rejected revision {r} and could not be removed"
+                )),
+            }),
+        }
     }
 }
 
@@ -576,6 +661,62 @@ mod tests {
         .unwrap();
         let e = StateFile::open(&d.path().join("b.json")).unwrap_err().to_string();
         assert!(e.contains("revision 2") && e.contains("no such service"), "{e}");
+    }
+
+    /// A last line with NUL bytes (the file grew, its data never reached
+    /// the disk) is a torn tail even with its newline; anywhere else it is
+    /// corruption.
+    #[test]
+    fn a_last_line_with_unwritten_bytes_is_a_torn_tail() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("state.json");
+        let st = five_commits(&p);
+        let journal = d.path().join("state.json.journal");
+        let good = fs::read_to_string(&journal).unwrap();
+        let torn = "{\"revision\":6,\"changes\":[\0\0\0\0\0\0]}\n";
+        fs::write(&journal, format!("{good}{torn}")).unwrap();
+        let (mut f, loaded) = StateFile::open(&p).unwrap();
+        assert_eq!(loaded, Some((5, st.clone())));
+        f.commit(6, &st, &[]).unwrap();
+        assert!(!journal.exists(), "the next commit drops the tail");
+
+        five_commits(&d.path().join("b.json"));
+        let jb = d.path().join("b.json.journal");
+        let lines: Vec<String> = fs::read_to_string(&jb)
+            .unwrap()
+            .lines()
+            .map(String::from)
+            .collect();
+        fs::write(&jb, format!("{}\n{torn}{}\n", lines[0], lines[1])).unwrap();
+        let e = StateFile::open(&d.path().join("b.json")).unwrap_err().to_string();
+        assert!(
+            e.contains("b.json.journal") && e.contains("after revision 2"),
+            "{e}"
+        );
+    }
+
+    /// A commit whose append was written but not synced, and could not be
+    /// cut off again, is still in the journal: a load would apply it.
+    /// `restore` rewrites the base at the revision before it.
+    #[test]
+    fn a_rejected_commit_left_in_the_journal_is_removed_by_restore() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("state.json");
+        let st5 = five_commits(&p);
+        let (mut f, _) = StateFile::open(&p).unwrap();
+        let mut st6 = st5.clone();
+        let changes = backend_change(&mut st6, 9999);
+        f.inject_failures(true, true);
+        assert!(f.commit(6, &st6, &changes).is_err());
+        // What a crash now would restart with: the rejected commit.
+        assert_eq!(StateFile::open(&p).unwrap().1.map(|x| x.0), Some(6));
+        f.inject_failures(false, false);
+        f.restore(5, &st5).unwrap();
+        assert_eq!(StateFile::open(&p).unwrap().1, Some((5, st5.clone())));
+        // Nothing to restore after a clean failure or none.
+        f.restore(5, &st5).unwrap();
+        f.commit(6, &st6, &changes).unwrap();
+        assert_eq!(StateFile::open(&p).unwrap().1, Some((6, st6)));
     }
 
     #[test]

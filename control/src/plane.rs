@@ -617,6 +617,12 @@ impl ControlPlane {
             if let Err(e) = file.commit(revision, txn.state(), &txn.committed) {
                 self.compiler.rollback(journal);
                 txn.rollback();
+                if let Err(e) = file.restore(self.revision, &self.state) {
+                    tracing::error!(
+                        revision,
+                        "the state file may still hold the rejected commit, which a restart before the next commit would apply: {e}"
+                    );
+                }
                 let (path, reason) = match e {
                     PersistError::Write { path, source } | PersistError::Read { path, source } => {
                         (path, source.to_string())

@@ -104,15 +104,19 @@ fn plane() -> ControlPlane {
 }
 
 /// Applies `changes`, expects `kind`, and checks that state, revision,
-/// published snapshot and state file are what they were.
+/// published snapshot and state file are what they were. The files are
+/// compared by what a restart would load: a rejected commit that could not
+/// be cut off the journal makes the plane rewrite them.
 fn rejected(p: &mut ControlPlane, changes: Vec<Change>, kind: ErrorKind) -> String {
     let state = p.state().clone();
     let rev = p.revision();
     let snap = p.snapshot();
     let files = |p: &ControlPlane| {
-        p.state_file
-            .as_ref()
-            .map(|f| (fs::read(f.path()).unwrap(), fs::read(f.journal_path()).ok()))
+        p.state_file.as_ref().map(|f| {
+            crate::persist::StateFile::open(f.path())
+                .map(|(_, loaded)| loaded)
+                .map_err(|e| e.to_string())
+        })
     };
     let file = files(p);
     let e = p.apply(Source::Api, changes, None).unwrap_err();
@@ -490,6 +494,28 @@ fn state_file_round_trip_corruption_and_failed_write() {
         assert!(msg.contains("state.json") && msg.contains(what), "{msg}");
         assert_eq!(fs::read_to_string(&path).unwrap(), text, "never replaced");
     }
+}
+
+/// A commit rejected after its journal line was written (the fdatasync
+/// failed) and could not be cut off again is not applied at a restart:
+/// the plane rewrites the base at the revision before it.
+#[test]
+fn a_rejected_commit_is_not_replayed_at_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let mut p = ControlPlane::open(node(), Some(&path)).unwrap();
+    p.apply(Source::K8s, web(), None).unwrap();
+    p.set_backend_state(ip("10.1.0.2"), None, None, BackendState::Terminating)
+        .unwrap();
+    p.state_file.as_mut().unwrap().inject_failures(true, true);
+    rejected(
+        &mut p,
+        vec![Change::DeleteService("default/web".into())],
+        ErrorKind::Unavailable,
+    );
+    drop(p);
+    let p = ControlPlane::open(node(), Some(&path)).unwrap();
+    assert_eq!((p.revision(), p.state().services.len()), (2, 1));
 }
 
 /// A backend at one of the node's own addresses is refused whether it comes
