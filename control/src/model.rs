@@ -411,15 +411,13 @@ pub fn check_service_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The dataplane's rule ([`lb_dataplane::snapshot::is_unicast`]), with a
+/// message.
 fn check_unicast(addr: IpAddr) -> Result<(), String> {
-    let bad = match addr {
-        IpAddr::V4(a) => a.is_unspecified() || a.is_multicast() || a.is_broadcast(),
-        IpAddr::V6(a) => a.is_unspecified() || a.is_multicast(),
-    };
-    if bad {
-        Err(format!("{addr} is not a unicast address"))
-    } else {
+    if lb_dataplane::snapshot::is_unicast(addr) {
         Ok(())
+    } else {
+        Err(format!("{addr} is not a unicast address"))
     }
 }
 
@@ -454,6 +452,14 @@ impl Frontend {
         let obj = format!("frontend {}", self.key);
         check_service_name(&self.service).map_err(|m| ValidationError::invalid(&obj, "service", m))?;
         check_unicast(self.key.addr).map_err(|m| ValidationError::invalid(&obj, "address", m))?;
+        if self.key.addr.is_loopback() {
+            // No packet from the network is addressed to it.
+            return Err(ValidationError::invalid(
+                &obj,
+                "address",
+                format!("{} is a loopback address", self.key.addr),
+            ));
+        }
         if self.key.port == 0 {
             return Err(ValidationError::invalid(&obj, "port", "must be 1-65535"));
         }
@@ -592,6 +598,21 @@ mod tests {
             e.to_string(),
             "changes[2] frontend 10.0.0.1:0/tcp: port: must be 1-65535"
         );
+        for lo in ["127.0.0.1", "127.9.9.9", "::1"] {
+            let f = Frontend {
+                key: FrontendKey {
+                    addr: ip(lo),
+                    port: 80,
+                    ..f.key
+                },
+                ..f.clone()
+            };
+            let e = f.validate().unwrap_err();
+            assert_eq!(
+                (e.field.as_str(), e.message.as_str()),
+                ("address", &*format!("{lo} is a loopback address"))
+            );
+        }
         assert_eq!(e.kind, ErrorKind::Invalid);
         let b = Backend {
             key: BackendKey {
