@@ -484,32 +484,28 @@ impl Backend {
             ));
         }
         for (field, v) in [("node", &self.node), ("zone", &self.zone)] {
-            if v.as_ref()
-                .is_some_and(|s| s.is_empty() || s.len() > MAX_LABEL_LEN)
-            {
-                return Err(ValidationError::invalid(
-                    &obj,
-                    field,
-                    format!("must be 1-{MAX_LABEL_LEN} characters"),
-                ));
-            }
-            // lbd's node name (`--node-name`, `node` in its config) cannot
-            // have these, so a backend with them could never be local.
-            if v.as_ref()
-                .is_some_and(|s| s.trim() != s || s.chars().any(char::is_control))
-            {
-                return Err(ValidationError::invalid(
-                    &obj,
-                    field,
-                    format!(
-                        "{:?} has leading or trailing white space or control characters",
-                        v.as_deref().unwrap_or_default()
-                    ),
-                ));
+            if let Some(v) = v {
+                check_label(v).map_err(|m| ValidationError::invalid(&obj, field, m))?;
             }
         }
         Ok(())
     }
+}
+
+/// A backend's `node` or `zone`, and lbd's own node name (`--node-name`,
+/// `node` in its config), which a backend's `node` must equal exactly for
+/// the local traffic policy: 1 to [`MAX_LABEL_LEN`] bytes, no leading or
+/// trailing white space, no control characters.
+pub fn check_label(s: &str) -> Result<(), String> {
+    if s.is_empty() || s.len() > MAX_LABEL_LEN {
+        return Err(format!("{s:?} must be 1-{MAX_LABEL_LEN} characters"));
+    }
+    if s.trim() != s || s.chars().any(char::is_control) {
+        return Err(format!(
+            "{s:?} has leading or trailing white space or control characters"
+        ));
+    }
+    Ok(())
 }
 
 impl Change {

@@ -718,7 +718,7 @@ type = "cluster-ip"
             (format!("{svc}[[service.backend]]\naddress = \"10.1.0.1:80\"\nweight = 70000\n"), "service[0] \"default/web\": backend[0]: weight: must be an integer from 0 to 65535"),
             (format!("{svc}[[service.backend]]\naddress = \"10.1.0.1:80\"\nweight = -1\n"), "backend[0]: weight"),
             (format!("{svc}[[service.backend]]\naddress = \"10.1.0.1:80\"\nstate = \"draining\"\n"), "backend[0]: state: \"draining\" is not one of"),
-            (format!("{svc}[[service.backend]]\naddress = \"10.1.0.1:80\"\nnode = \"\"\n"), "backend[0]: node: must be 1-253 characters"),
+            (format!("{svc}[[service.backend]]\naddress = \"10.1.0.1:80\"\nnode = \"\"\n"), "backend[0]: node: \"\" must be 1-253 characters"),
             (format!("{svc}[[service.backend]]\naddress = \"10.1.0.1:80\"\n[[service.backend]]\naddress = \"10.1.0.1:80\"\n"), "backend: 10.1.0.1:80 of default/web is defined more than once"),
             (format!("{svc}{svc}"), "service[1] \"default/web\": name: a service of this name is defined earlier"),
             ("[[service]]\nname = \"a/b\"\n[[service.frontend]]\naddress = \"10.0.0.1:80\"\n[[service]]\nname = \"a/c\"\n[[service.frontend]]\naddress = \"10.0.0.1:80\"\n".into(), "frontend: 10.0.0.1:80/tcp is defined more than once"),

@@ -298,17 +298,11 @@ impl Config {
     }
 }
 
-/// A node name as backends carry it (`node`): 1 to
-/// [`MAX_LABEL_LEN`](lb_control::model::MAX_LABEL_LEN) characters, no
-/// surrounding white space (a backend's `node` must equal it exactly).
+/// A node name as backends carry it (`node`):
+/// [`check_label`](lb_control::model::check_label)'s rule, since a
+/// backend's `node` must equal it exactly.
 pub fn check_node_name(name: &str) -> Result<String, String> {
-    let max = lb_control::model::MAX_LABEL_LEN;
-    if name.is_empty() || name.len() > max {
-        return Err(format!("{name:?} must be 1-{max} characters"));
-    }
-    if name.trim() != name || name.chars().any(char::is_control) {
-        return Err(format!("{name:?} has white space or control characters"));
-    }
+    lb_control::model::check_label(name)?;
     Ok(name.to_string())
 }
 

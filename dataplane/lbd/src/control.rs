@@ -62,9 +62,9 @@ pub const NEIGHBOR_PERIOD: Duration = Duration::from_millis(5);
 /// How often the ports' counters are read.
 pub const PORT_PERIOD: Duration = Duration::from_secs(1);
 
-/// The most frames a step takes from each worker's ring of frames waiting
-/// for a next hop (a ring's worth: `HELD_RING` in main.rs).
-const HELD_DRAIN_PER_STEP: usize = 256;
+/// Capacity of each worker's ring of frames waiting for a next hop, and
+/// the most frames a step takes from one (a ring's worth).
+pub const HELD_RING: u32 = 256;
 
 /// The control thread's own counters (the workers' are in their
 /// `WorkerCounters`).
@@ -271,7 +271,7 @@ impl Neighbors {
         let mut burst = Burst::new();
         for i in 0..self.held_in.len() {
             let mut taken = 0;
-            while taken < HELD_DRAIN_PER_STEP {
+            while taken < HELD_RING as usize {
                 let n = self.held_in[i].dequeue_burst(&mut burst);
                 if n == 0 {
                     break;

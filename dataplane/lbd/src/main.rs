@@ -39,7 +39,7 @@ use lb_dataplane::worker::{Worker, WorkerConfig};
 
 use crate::cli::{parse_lcores, vdev_name, Cli};
 use crate::config::Config;
-use crate::control::{Control, ControlStats};
+use crate::control::{Control, ControlStats, HELD_RING};
 use crate::worker::{Clock, Links, Offloads, Shared, WorkerIo};
 
 /// The system allocator, with transparent huge pages asked for under the
@@ -49,8 +49,6 @@ static ALLOC: dpdk::HugePageAdvice = dpdk::HugePageAdvice;
 
 /// Capacity of each hand-over ring (per sender, owner pair).
 const HANDOVER_RING: u32 = 1024;
-/// Capacity of each worker's ring of frames waiting for a next hop.
-const HELD_RING: u32 = 256;
 /// Capacity of the control thread's ring to worker 0.
 const CONTROL_RING: u32 = 1024;
 
