@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use lb_dataplane::flow::Proto;
 use lb_dataplane::snapshot::{
-    BackendSpec, BackendState as SnapBackendState, BuildError, Cidr, ForwardMode, FrontendKind, FrontendSpec,
+    BackendSpec, BackendState as SnapBackendState, BuildError, ForwardMode, FrontendKind, FrontendSpec,
     ServiceId, ServiceSpec, SessionAffinity, TrafficPolicy as SnapPolicy,
 };
 use lb_dataplane::{Snapshot, SnapshotBuilder};
@@ -315,18 +315,7 @@ fn service_spec(s: &Service) -> Result<ServiceSpec, BuildError> {
             timeout: Duration::from_secs(u64::from(t)),
         },
     };
-    spec.source_ranges = s
-        .source_ranges
-        .iter()
-        .map(|c| {
-            // The model's prefix is checked when parsed; this cannot fail
-            // for a validated state.
-            Cidr::new(c.addr, c.prefix).map_err(|_| BuildError::ServiceName {
-                name: s.name.clone(),
-                reason: "source range with an invalid prefix length",
-            })
-        })
-        .collect::<Result<_, _>>()?;
+    spec.source_ranges = s.source_ranges.iter().map(|c| c.0).collect();
     Ok(spec)
 }
 

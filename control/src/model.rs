@@ -139,15 +139,12 @@ impl BackendState {
     }
 }
 
-/// An IP prefix such as `10.0.0.0/8`.
+/// An IP prefix such as `10.0.0.0/8`: the dataplane's
+/// [`Cidr`](lb_dataplane::snapshot::Cidr), parsed with the prefix
+/// required and kept as its text in JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub struct Cidr {
-    /// The address.
-    pub addr: IpAddr,
-    /// Prefix length.
-    pub prefix: u8,
-}
+pub struct Cidr(pub lb_dataplane::snapshot::Cidr);
 
 impl TryFrom<String> for Cidr {
     type Error = String;
@@ -165,25 +162,15 @@ impl From<Cidr> for String {
 impl std::str::FromStr for Cidr {
     type Err = String;
     fn from_str(s: &str) -> Result<Cidr, String> {
-        let (a, p) = s
-            .split_once('/')
-            .ok_or_else(|| format!("{s:?} is not a CIDR (write e.g. 10.0.0.0/8)"))?;
-        let addr: IpAddr = a.parse().map_err(|_| format!("{a:?} is not an IP address"))?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = p
-            .parse::<u8>()
-            .ok()
-            // Digits only: `u8::from_str` would also take "+8".
-            .filter(|_| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-            .filter(|&n| n <= max)
-            .ok_or_else(|| format!("prefix length {p:?} is not a number from 0 to {max}"))?;
-        Ok(Cidr { addr, prefix })
+        lb_dataplane::snapshot::Cidr::parse_prefixed(s)
+            .map(Cidr)
+            .map_err(|e| e.to_string())
     }
 }
 
 impl fmt::Display for Cidr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix)
+        self.0.fmt(f)
     }
 }
 

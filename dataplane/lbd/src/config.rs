@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 
 use lb_control::model::Source;
 use lb_control::services_file::{ServicesFile, ServicesFileError};
+use lb_dataplane::snapshot::Cidr;
 use serde::Deserialize;
 
 /// Errors loading the configuration.
@@ -113,55 +114,6 @@ impl OneOrMany {
     }
 }
 
-/// An address with its prefix length, e.g. `10.0.0.1/24`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    /// The address.
-    pub addr: IpAddr,
-    /// Prefix length.
-    pub prefix: u8,
-}
-
-impl Cidr {
-    /// Parses `addr/prefix`; the prefix is required.
-    pub fn parse(s: &str) -> Result<Cidr, String> {
-        let (a, p) = s
-            .split_once('/')
-            .ok_or_else(|| format!("{s:?} has no prefix length (write e.g. {s}/24)"))?;
-        let addr: IpAddr = a.parse().map_err(|_| format!("{a:?} is not an IP address"))?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix: u8 = p
-            .parse()
-            .ok()
-            // Digits only: `u8::from_str` would also take "+8".
-            .filter(|_| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-            .filter(|&n| n <= max)
-            .ok_or_else(|| format!("prefix length {p:?} is not a number from 0 to {max}"))?;
-        Ok(Cidr { addr, prefix })
-    }
-
-    /// True when `ip` is inside this prefix.
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.addr, ip) {
-            (IpAddr::V4(a), IpAddr::V4(b)) => {
-                let m = u32::MAX.checked_shl(32 - self.prefix as u32).unwrap_or(0);
-                u32::from(a) & m == u32::from(b) & m
-            }
-            (IpAddr::V6(a), IpAddr::V6(b)) => {
-                let m = u128::MAX.checked_shl(128 - self.prefix as u32).unwrap_or(0);
-                u128::from(a) & m == u128::from(b) & m
-            }
-            _ => false,
-        }
-    }
-}
-
-impl std::fmt::Display for Cidr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix)
-    }
-}
-
 /// One DPDK port's layer-3 settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Interface {
@@ -209,26 +161,26 @@ impl Config {
         for (i, r) in raw.interface.into_iter().enumerate() {
             let mut addresses = Vec::new();
             for a in r.address.into_vec() {
-                let c = Cidr::parse(&a).map_err(|m| invalid(i, "address", m))?;
-                if !lb_dataplane::snapshot::is_unicast(c.addr) {
+                let c = Cidr::parse_prefixed(&a).map_err(|e| invalid(i, "address", e.to_string()))?;
+                if !lb_dataplane::snapshot::is_unicast(c.addr()) {
                     return Err(invalid(
                         i,
                         "address",
-                        format!("{} is unspecified, multicast or broadcast", c.addr),
+                        format!("{} is unspecified, multicast or broadcast", c.addr()),
                     ));
                 }
-                if addresses.iter().any(|o: &Cidr| o.addr == c.addr) {
-                    return Err(invalid(i, "address", format!("{} is listed twice", c.addr)));
+                if addresses.iter().any(|o: &Cidr| o.addr() == c.addr()) {
+                    return Err(invalid(i, "address", format!("{} is listed twice", c.addr())));
                 }
                 // One address on two ports: both would answer ARP for it.
                 if let Some(j) = interfaces
                     .iter()
-                    .position(|o: &Interface| o.addresses.iter().any(|x| x.addr == c.addr))
+                    .position(|o: &Interface| o.addresses.iter().any(|x| x.addr() == c.addr()))
                 {
                     return Err(invalid(
                         i,
                         "address",
-                        format!("{} is also interface {j}'s", c.addr),
+                        format!("{} is also interface {j}'s", c.addr()),
                     ));
                 }
                 addresses.push(c);
@@ -250,7 +202,7 @@ impl Config {
                 }
                 let same_family: Vec<&Cidr> = addresses
                     .iter()
-                    .filter(|c| c.addr.is_ipv4() == gw.is_ipv4())
+                    .filter(|c| c.addr().is_ipv4() == gw.is_ipv4())
                     .collect();
                 if same_family.is_empty() {
                     let list: Vec<String> = addresses.iter().map(ToString::to_string).collect();
@@ -260,7 +212,7 @@ impl Config {
                         format!("{gw} is not of the address family of {}", list.join(", ")),
                     ));
                 }
-                if same_family.iter().any(|c| c.addr == gw) {
+                if same_family.iter().any(|c| c.addr() == gw) {
                     // lbd would ask ARP for its own address and never hear.
                     return Err(invalid(
                         i,
@@ -428,19 +380,6 @@ mod tests {
         let e = parse("[[service]]\nname = \"x/y\"\nmode = \"nat\"\n").unwrap_err();
         assert!(e.starts_with("config t.toml:") && e.contains("mode"), "{e}");
         assert!(!e.contains('\n'));
-    }
-
-    #[test]
-    fn cidr_contains() {
-        let c = Cidr::parse("10.1.2.3/16").unwrap();
-        assert!(c.contains("10.1.200.1".parse().unwrap()));
-        assert!(!c.contains("10.2.0.1".parse().unwrap()));
-        assert!(Cidr::parse("0.0.0.0/0")
-            .unwrap()
-            .contains("8.8.8.8".parse().unwrap()));
-        assert!(Cidr::parse("fd00::/8")
-            .unwrap()
-            .contains("fd12::1".parse().unwrap()));
     }
 
     /// A file with every part of the schema, for the edits below.

@@ -34,7 +34,6 @@ use lb_control::model::Source;
 use lb_control::plane::{ControlPlane, InterfaceConfig, NodeConfig, PlaneError};
 use lb_dataplane::conntrack;
 use lb_dataplane::flow::WorkerId;
-use lb_dataplane::snapshot::Cidr;
 use lb_dataplane::worker::{Worker, WorkerConfig};
 
 use crate::cli::{parse_lcores, vdev_name, Cli};
@@ -222,8 +221,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 // first prefix of its family that holds it.
                 let mut gateways = iface.gateways.clone();
                 for a in &iface.addresses {
-                    let cidr =
-                        Cidr::new(a.addr, a.prefix).with_context(|| format!("interface {id}: address"))?;
+                    let cidr = *a;
                     let gateway = gateways
                         .iter()
                         .position(|g| a.contains(*g))

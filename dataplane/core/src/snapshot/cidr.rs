@@ -30,11 +30,35 @@ pub enum CidrError {
         /// 32 or 128.
         max: u8,
     },
-    /// The text is not `address/prefix`.
+    /// The text is not `address/prefix` (nor, where allowed, an address).
     #[error("{text:?} is not an address/prefix CIDR")]
     Syntax {
         /// The text given.
         text: String,
+    },
+    /// The part before the `/` is not an IP address.
+    #[error("{text:?} is not an IP address")]
+    Address {
+        /// That part.
+        text: String,
+    },
+    /// The part after the `/` is not a number from 0 to the family's
+    /// length (digits only: no sign, no spaces).
+    #[error("prefix length {text:?} is not a number from 0 to {max}")]
+    Prefix {
+        /// That part.
+        text: String,
+        /// 32 or 128.
+        max: u8,
+    },
+    /// An address where a prefix length is required
+    /// ([`Cidr::parse_prefixed`]).
+    #[error("\"{addr}\" has no prefix length (write e.g. {addr}/{example})")]
+    NoPrefix {
+        /// The address given.
+        addr: IpAddr,
+        /// 24 for IPv4, 64 for IPv6.
+        example: u8,
     },
 }
 
@@ -123,29 +147,51 @@ impl fmt::Display for Cidr {
     }
 }
 
+impl Cidr {
+    /// Parses `address/prefix`, the prefix required: an interface's
+    /// address and subnet, a source range. The one parser for every
+    /// configuration and API field that takes a CIDR.
+    pub fn parse_prefixed(s: &str) -> Result<Cidr, CidrError> {
+        parse(s, false)
+    }
+}
+
 impl FromStr for Cidr {
     type Err = CidrError;
 
     /// Parses `address/prefix`; a bare address is a host prefix (/32 or
     /// /128), as Kubernetes and `ip route` accept.
     fn from_str(s: &str) -> Result<Cidr, CidrError> {
-        let syntax = || CidrError::Syntax { text: s.to_owned() };
-        let (addr, prefix) = match s.split_once('/') {
-            Some((a, p)) => {
-                let addr: IpAddr = a.parse().map_err(|_| syntax())?;
-                // Reject "+8" and friends that u8::from_str would take.
-                if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
-                    return Err(syntax());
-                }
-                (addr, p.parse::<u8>().map_err(|_| syntax())?)
-            }
-            None => {
-                let addr: IpAddr = s.parse().map_err(|_| syntax())?;
-                (addr, max_prefix(addr))
-            }
-        };
-        Cidr::new(addr, prefix)
+        parse(s, true)
     }
+}
+
+fn parse(s: &str, bare_is_host: bool) -> Result<Cidr, CidrError> {
+    let Some((a, p)) = s.split_once('/') else {
+        let Ok(addr) = s.parse::<IpAddr>() else {
+            return Err(CidrError::Syntax { text: s.to_owned() });
+        };
+        if bare_is_host {
+            return Ok(Cidr {
+                addr,
+                prefix: max_prefix(addr),
+            });
+        }
+        let example = if addr.is_ipv4() { 24 } else { 64 };
+        return Err(CidrError::NoPrefix { addr, example });
+    };
+    let addr: IpAddr = a.parse().map_err(|_| CidrError::Address { text: a.to_owned() })?;
+    let max = max_prefix(addr);
+    p.parse::<u8>()
+        .ok()
+        // Digits only: `u8::from_str` would also take "+8".
+        .filter(|_| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|&n| n <= max)
+        .map(|prefix| Cidr { addr, prefix })
+        .ok_or_else(|| CidrError::Prefix {
+            text: p.to_owned(),
+            max,
+        })
 }
 
 #[cfg(test)]
@@ -177,6 +223,37 @@ mod tests {
             "10.0.0.0/8/8",
         ] {
             assert!(bad.parse::<Cidr>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_prefixed_parser_requires_the_prefix_and_names_the_part() {
+        let e = |s: &str| Cidr::parse_prefixed(s).unwrap_err().to_string();
+        assert_eq!(Cidr::parse_prefixed("10.0.0.5/24"), Ok(c("10.0.0.5/24")));
+        assert_eq!(Cidr::parse_prefixed("::/0"), Ok(c("::/0")));
+        assert_eq!(
+            e("10.0.0.5"),
+            "\"10.0.0.5\" has no prefix length (write e.g. 10.0.0.5/24)"
+        );
+        assert_eq!(
+            e("fd00::1"),
+            "\"fd00::1\" has no prefix length (write e.g. fd00::1/64)"
+        );
+        assert_eq!(e("web"), "\"web\" is not an address/prefix CIDR");
+        assert_eq!(e("10.0.0/8"), "\"10.0.0\" is not an IP address");
+        for (bad, part, max) in [
+            ("10.0.0.0/33", "33", 32),
+            ("10.0.0.0/+8", "+8", 32),
+            ("10.0.0.0/", "", 32),
+            ("10.0.0.0/ 8", " 8", 32),
+            ("::/129", "129", 128),
+            ("10.0.0.0/8/8", "8/8", 32),
+        ] {
+            assert_eq!(
+                e(bad),
+                format!("prefix length {part:?} is not a number from 0 to {max}"),
+                "{bad}"
+            );
         }
     }
 
