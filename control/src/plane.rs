@@ -134,9 +134,12 @@ pub enum PlaneError {
     #[error(transparent)]
     Validation(#[from] ValidationError),
     /// Resync found an object of another source with the same identity.
-    #[error("{object}: owned by source {owner}, not {requested}; resync of {requested} cannot replace it")]
+    #[error(
+        "{object}: source: owned by {owner}, not {requested}; a resync of {requested} cannot replace it"
+    )]
     Conflict {
-        /// The object, e.g. `service "default/web"`.
+        /// Where in the request and what, e.g. `services[2] service
+        /// "default/web"`.
         object: String,
         /// The source that owns it.
         owner: &'static str,
@@ -374,8 +377,8 @@ impl ControlPlane {
         let services: Vec<Service> = services.into_iter().map(|s| Service { source, ..s }).collect();
         let frontends: Vec<Frontend> = frontends.into_iter().map(|f| Frontend { source, ..f }).collect();
         let backends: Vec<Backend> = backends.into_iter().map(|b| Backend { source, ..b }).collect();
-        let conflict = |object: String, owner: Source| PlaneError::Conflict {
-            object,
+        let conflict = |list: &str, i: usize, object: String, owner: Source| PlaneError::Conflict {
+            object: format!("{list}[{i}] {object}"),
             owner: owner.name(),
             requested: source.name(),
         };
@@ -393,7 +396,12 @@ impl ControlPlane {
                 return Err(twice("services", i, format!("service {:?}", s.name)));
             }
             if let Some(old) = self.state.services.get(&s.name).filter(|o| o.source != source) {
-                return Err(conflict(format!("service {:?}", s.name), old.source));
+                return Err(conflict(
+                    "services",
+                    i,
+                    format!("service {:?}", s.name),
+                    old.source,
+                ));
             }
         }
         let mut fe_keys = BTreeSet::new();
@@ -403,7 +411,12 @@ impl ControlPlane {
                 return Err(twice("frontends", i, format!("frontend {}", f.key)));
             }
             if let Some(old) = self.state.frontends.get(&f.key).filter(|o| o.source != source) {
-                return Err(conflict(format!("frontend {}", f.key), old.source));
+                return Err(conflict(
+                    "frontends",
+                    i,
+                    format!("frontend {}", f.key),
+                    old.source,
+                ));
             }
         }
         let mut be_keys = BTreeSet::new();
@@ -413,7 +426,7 @@ impl ControlPlane {
                 return Err(twice("backends", i, format!("backend {}", b.key)));
             }
             if let Some(old) = self.state.backends.get(&b.key).filter(|o| o.source != source) {
-                return Err(conflict(format!("backend {}", b.key), old.source));
+                return Err(conflict("backends", i, format!("backend {}", b.key), old.source));
             }
         }
         let st = &self.state;

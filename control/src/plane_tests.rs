@@ -356,9 +356,9 @@ fn resync_replaces_only_its_source() {
         .resync(Source::K8s, vec![svc("ns/a"), svc("ns/c")], vec![], vec![])
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Precondition);
-    assert!(
-        e.to_string().contains("service \"ns/c\": owned by source api"),
-        "{e}"
+    assert_eq!(
+        e.to_string(),
+        "services[1] service \"ns/c\": source: owned by api, not k8s; a resync of k8s cannot replace it"
     );
     assert_eq!(p.state(), &before);
     assert_eq!(p.revision(), 3);

@@ -338,7 +338,7 @@ async fn invalid_requests_name_object_and_field_and_change_nothing() {
     rejected(
         &s,
         Code::FailedPrecondition,
-        &["default/web"],
+        &["services[0] service \"default/web\": source: owned by api, not k8s"],
         c.resync(pb::ResyncRequest {
             source: pb::Source::K8s.into(),
             services: vec![service("default/web")],
