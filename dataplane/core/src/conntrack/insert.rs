@@ -153,6 +153,75 @@ impl Conntrack {
     }
 }
 
+impl Conntrack {
+    /// After an insert of `original` with `nat` failed with
+    /// [`InsertError::ReplyConflict`]: if every entry in the way of its
+    /// reply key has expired (by `now`; the sweep has not reached it yet),
+    /// evicts them, as a full table evicts expired entries first (counted
+    /// as `evicted_expired`, each passed to `on_evicted` so the caller
+    /// releases its SNAT port), and returns true: the insert can be made
+    /// again. False, and nothing changed: a live entry is in the way, the
+    /// key is its own reply key, or the families differ.
+    ///
+    /// Separate from the insert so that its code stays as it is: checking
+    /// for expired entries inside the insert (6fb5934, reverted) cost every
+    /// new connection 5-10 ns (bench/RESULTS.md).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn take_expired_in_way(
+        &mut self,
+        original: FlowKey,
+        nat: Nat,
+        now: Tick,
+        mut on_evicted: impl FnMut(Evicted),
+    ) -> bool {
+        let on_evicted = &mut Released(&mut on_evicted);
+        let stats = &mut self.stats;
+        match original {
+            FlowKey::V4(k) => RawNat::of(&nat)
+                .is_some_and(|n| take_expired_in_way(&mut self.v4, raw_v4(&k), n, now.0, stats, on_evicted)),
+            FlowKey::V6(k) => RawNat::of(&nat)
+                .is_some_and(|n| take_expired_in_way(&mut self.v6, raw_v6(&k), n, now.0, stats, on_evicted)),
+        }
+    }
+}
+
+/// [`Conntrack::take_expired_in_way`] in one family's table.
+fn take_expired_in_way<A: Addr>(
+    t: &mut Table<A>,
+    key: RawKey<A>,
+    nat: RawNat<A>,
+    now: u64,
+    stats: &mut ConntrackStats,
+    on_evicted: &mut impl OnEvicted,
+) -> bool {
+    // The entry's reply key, as `Slot::reply_key` makes it.
+    let (dst, dport) = nat.snat.unwrap_or((key.src, key.sport));
+    let reply = RawKey {
+        src: nat.backend,
+        dst,
+        sport: nat.backend_port,
+        dport,
+        proto: key.proto,
+    };
+    if reply == key {
+        return false;
+    }
+    let in_way = t.reply_conflicting(&reply, t.locate(&reply));
+    let expired = |v: u32| t.get(v).is_some_and(|s| s.expires <= now);
+    if in_way == [None, None] || !in_way.iter().flatten().all(|&v| expired(v)) {
+        return false;
+    }
+    for v in in_way.into_iter().flatten() {
+        if let Some(old) = t.get(v) {
+            on_evicted.evicted(old);
+            stats.evicted_expired += 1;
+            t.discard(v);
+        }
+    }
+    true
+}
+
 /// The parts of an insert that do not depend on the family.
 struct InsertCtx<'a> {
     tags: Tags,

@@ -317,7 +317,8 @@ pub struct ConntrackStats {
     /// Inserts refused with [`InsertError::Full`].
     pub insert_full: u64,
     /// Inserts refused with [`InsertError::Exists`] or
-    /// [`InsertError::ReplyConflict`].
+    /// [`InsertError::ReplyConflict`], each call (the worker may try a
+    /// new connection more than once: `Conntrack::take_expired_in_way`).
     pub insert_exists: u64,
     /// Inserts refused with [`InsertError::FamilyMismatch`].
     pub insert_invalid: u64,

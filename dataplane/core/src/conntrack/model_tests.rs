@@ -18,20 +18,44 @@ use crate::prefetch::Loads;
 /// duplicates and reply conflicts happen often.
 #[derive(Debug, Clone)]
 enum Op {
-    Insert { c: u8, v: u8, b: u8, snat: Option<u8> },
-    Lookup { c: u8, v: u8 },
-    LookupReply { b: u8, c: u8, snat: Option<u8> },
-    Touch { c: u8, v: u8, reply: bool },
-    Remove { c: u8, v: u8 },
-    Advance { secs: u16 },
+    /// `past_expired`: on a reply conflict, evict what is in the way if
+    /// it has all expired and insert again, as the worker does.
+    Insert {
+        c: u8,
+        v: u8,
+        b: u8,
+        snat: Option<u8>,
+        past_expired: bool,
+    },
+    Lookup {
+        c: u8,
+        v: u8,
+    },
+    LookupReply {
+        b: u8,
+        c: u8,
+        snat: Option<u8>,
+    },
+    Touch {
+        c: u8,
+        v: u8,
+        reply: bool,
+    },
+    Remove {
+        c: u8,
+        v: u8,
+    },
+    Advance {
+        secs: u16,
+    },
     Expire,
 }
 
 fn op() -> impl Strategy<Value = Op> {
     let small = || 0u8..6;
     prop_oneof![
-        4 => (small(), 0u8..2, 0u8..3, proptest::option::of(0u8..4))
-            .prop_map(|(c, v, b, snat)| Op::Insert { c, v, b, snat }),
+        4 => (small(), 0u8..2, 0u8..3, proptest::option::of(0u8..4), any::<bool>())
+            .prop_map(|(c, v, b, snat, past_expired)| Op::Insert { c, v, b, snat, past_expired }),
         2 => (small(), 0u8..2).prop_map(|(c, v)| Op::Lookup { c, v }),
         2 => (0u8..3, small(), proptest::option::of(0u8..4))
             .prop_map(|(b, c, snat)| Op::LookupReply { b, c, snat }),
@@ -108,6 +132,31 @@ impl Model {
         self.entries.insert(k, (nat, now + 30 * S, false));
         Ok(())
     }
+
+    /// How many entries `Conntrack::take_expired_in_way` removes for `k`
+    /// with `nat` at `now`: every entry that holds its reply key (either
+    /// direction) or the routed reply endpoint, if all have expired; none
+    /// if one lives.
+    fn take_expired_in_way(&mut self, k: FlowKey, nat: Nat, now: u64) -> usize {
+        let reply = Self::reply(&k, &nat);
+        if reply == k {
+            return 0;
+        }
+        let taken = |r: FlowKey| self.routed.contains(&r.dst().0) && r.dst() == reply.dst();
+        let in_way: Vec<FlowKey> = self
+            .entries
+            .iter()
+            .filter(|(o, (n, _, _))| **o == reply || Self::reply(o, n) == reply || taken(Self::reply(o, n)))
+            .map(|(o, _)| *o)
+            .collect();
+        if in_way.iter().any(|o| self.entries[o].1 > now) {
+            return 0;
+        }
+        for o in &in_way {
+            self.entries.remove(o);
+        }
+        in_way.len()
+    }
 }
 
 proptest! {
@@ -129,10 +178,23 @@ proptest! {
         let mut now = 0u64;
         for op in ops {
             match op {
-                Op::Insert { c, v, b, snat } => {
+                Op::Insert { c, v, b, snat, past_expired } => {
                     let (k, nat) = (model_key(c, v), model_nat(b, snat));
-                    let real = ct.insert(k, nat, Tags::default(), Tick(now), |_| panic!("no eviction"));
-                    prop_assert_eq!(real.map(|_| ()), model.insert(k, nat, now));
+                    let mut real = ct.insert(k, nat, Tags::default(), Tick(now), |_| panic!("no eviction"));
+                    let mut want = model.insert(k, nat, now);
+                    prop_assert_eq!(real.map(|_| ()), want);
+                    if past_expired && want == Err(InsertError::ReplyConflict) {
+                        let mut gone = 0;
+                        let taken = ct.take_expired_in_way(k, nat, Tick(now), |_| gone += 1);
+                        prop_assert_eq!(gone, model.take_expired_in_way(k, nat, now));
+                        prop_assert_eq!(taken, gone > 0);
+                        if taken {
+                            real = ct.insert(k, nat, Tags::default(), Tick(now), |_| panic!("no eviction"));
+                            want = model.insert(k, nat, now);
+                            prop_assert_eq!(real.map(|_| ()), want);
+                            prop_assert!(want.is_ok());
+                        }
+                    }
                 }
                 Op::Lookup { c, v } => {
                     let k = model_key(c, v);

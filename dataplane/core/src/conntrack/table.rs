@@ -608,7 +608,8 @@ impl<A: Addr> Table<A> {
 
     /// True if the reply key `k` (at `loc`) of a new entry cannot be
     /// stored: it is present, in either direction, or it is routed to a
-    /// cell that is taken (by a reply key equal to it or not).
+    /// cell that is taken (by a reply key equal to it or not). Which
+    /// entries are in the way: [`Table::reply_conflicting`].
     #[inline(always)]
     pub fn reply_conflicts(&self, k: &RawKey<A>, loc: Loc) -> bool {
         if loc.cell != NO_CELL {
@@ -618,6 +619,25 @@ impl<A: Addr> Table<A> {
             return self.routed_originals != 0 && self.find_indexed(k, self.hash(k)).is_some();
         }
         self.find_indexed(k, loc.hash).is_some()
+    }
+
+    /// The entries that keep the reply key `k` (at `loc`) of a new entry
+    /// from being stored ([`Table::reply_conflicts`]), by slab index: the
+    /// one in the cell `k` is routed to (its reply key equal to `k` or
+    /// not), and one holding `k` in the index, in either direction (at
+    /// most one). `[None, None]`: `k` can be stored. Off the fast path:
+    /// only after a refused insert.
+    pub fn reply_conflicting(&self, k: &RawKey<A>, loc: Loc) -> [Option<u32>; 2] {
+        if loc.cell != NO_CELL {
+            let cell = self.ports.get(loc.cell);
+            let indexed = if self.routed_originals == 0 {
+                None
+            } else {
+                self.find_indexed(k, self.hash(k)).map(|(idx, _)| idx)
+            };
+            return [cell, indexed.filter(|&i| Some(i) != cell)];
+        }
+        [self.find_indexed(k, loc.hash).map(|(idx, _)| idx), None]
     }
 
     /// Stores `slot` (flag `IN_USE` set by this call) in a free slab slot

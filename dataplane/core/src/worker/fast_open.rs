@@ -13,7 +13,10 @@
 //! and declines: the general path then refuses it with its own counted
 //! reason. Past the SNAT allocation the outcome is the general path's
 //! whatever happens: a new entry (evicting one if the table is full), a
-//! stateless DNAT forward, or a `ConntrackFull` or `ConntrackConflict` drop.
+//! stateless DNAT forward, or a `ConntrackFull` drop; but a connection
+//! whose reply tuple is taken declines (its SNAT port given back), and
+//! the general path evicts what is in the way if it has expired, or drops
+//! it as `ConntrackConflict`.
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -147,6 +150,10 @@ impl Worker {
             .map(|h| (h.key, h.reply));
         let id = match self.insert_opened(now, (k.key_v4(), nat), tags, hashes) {
             Ok(id) => id,
+            // Its SNAT port given back, nothing changed: the general path
+            // tries again past expired entries in the way, and drops it if
+            // one lives (`Worker::retry_past_expired`).
+            Err(DropReason::ConntrackConflict) => return None,
             Err(reason) => {
                 self.drop(reason);
                 return Some(Opened::Dropped(reason));

@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use crate::conntrack::{
     Conntrack, Direction, EntryId, Evicted, InsertError, KeyHash, Nat, NatV4, Rewrite, Tags,
 };
+use crate::counters::WorkerCounters;
 use crate::flow::{owner_of_client, owner_of_snat_port, FlowKey, FlowKeyV4, Proto, SnatPorts, WorkerId};
 use crate::maglev::{flow_hash_v4, flow_hash_v6};
 use crate::nat;
@@ -229,13 +230,7 @@ impl Worker {
         });
         match inserted {
             Ok(id) => {
-                counters.new_connections.inc();
-                if let Some(c) = counters.frontend(tags.frontend) {
-                    c.connections.inc();
-                }
-                if let Some(c) = counters.backend(tags.backend) {
-                    c.connections.inc();
-                }
+                count_opened(counters, tags);
                 Ok(Some(id))
             }
             Err(InsertError::Full) if !what.is_full_nat() => {
@@ -243,14 +238,19 @@ impl Worker {
                 Ok(None)
             }
             Err(e) => {
-                what.release(snat);
+                if e == InsertError::ReplyConflict {
+                    if let Some(id) = what.retry_past_expired(self, tags, now) {
+                        return Ok(Some(id));
+                    }
+                }
+                what.release(&mut self.snat);
                 Err(match e {
                     InsertError::Full => DropReason::ConntrackFull,
                     // `FamilyMismatch` cannot happen here (Maglev picks a
                     // backend of the flow's family, SNAT an address of it),
                     // nor `Exists` (the lookup just missed); were they to,
                     // the new connection does collide with the state.
-                    InsertError::ReplyConflict | InsertError::Exists | InsertError::FamilyMismatch => {
+                    InsertError::Exists | InsertError::FamilyMismatch | InsertError::ReplyConflict => {
                         DropReason::ConntrackConflict
                     }
                 })
@@ -420,11 +420,64 @@ fn opens_connection(f: TcpFlags) -> bool {
 /// as the general path has them, `(FlowKey, Nat)`, or as the IPv4 fast
 /// path does, `(FlowKeyV4, NatV4)`, which conntrack stores without
 /// building the general values ([`Conntrack::insert_missed_v4`]).
+/// An insert refused as [`InsertError::ReplyConflict`] made again if the
+/// entries in the way of its reply key had expired and are now evicted
+/// ([`Conntrack::take_expired_in_way`]): the sweep removes an expired
+/// entry up to one sweep late, and until then it would refuse every new
+/// connection whose replies it would take. Out of line, so the insert
+/// path keeps its code.
+impl Worker {
+    /// An insert refused as [`InsertError::ReplyConflict`] made again if
+    /// the entries in the way of its reply key had expired and are now
+    /// evicted ([`Conntrack::take_expired_in_way`]): the sweep removes an
+    /// expired entry up to one sweep late, and until then it would refuse
+    /// every new connection whose replies it would take. Out of line, so
+    /// that the insert path keeps its code: inside the insert, the same
+    /// check cost every new connection 5-10 ns (bench/RESULTS.md).
+    #[cold]
+    #[inline(never)]
+    fn retry_past_expired(&mut self, what: impl Opening, tags: Tags, now: Tick) -> Option<EntryId> {
+        let (ct, snat, counters) = (&mut self.conntrack, &mut self.snat, &self.counters);
+        let (key, nat) = what.general();
+        let mut on_evicted = |evicted: Evicted| {
+            counters.conntrack_evictions.inc();
+            release_snat(snat, evicted.snat, evicted.proto);
+        };
+        if !ct.take_expired_in_way(key, nat, now, &mut on_evicted) {
+            return None;
+        }
+        // The slots just freed make room: only another conflict could
+        // refuse it now.
+        let id = what.insert(ct, tags, now, None, on_evicted).ok()?;
+        count_opened(counters, tags);
+        Some(id)
+    }
+}
+
+/// Counts a connection opened with `tags`' counter slots.
+#[inline(always)]
+fn count_opened(counters: &WorkerCounters, tags: Tags) {
+    counters.new_connections.inc();
+    if let Some(c) = counters.frontend(tags.frontend) {
+        c.connections.inc();
+    }
+    if let Some(c) = counters.backend(tags.backend) {
+        c.connections.inc();
+    }
+}
+
 pub(super) trait Opening: Copy {
     /// True for a full-NAT connection (it holds a SNAT pair).
     fn is_full_nat(&self) -> bool;
     /// Gives back the SNAT pair, if it holds one, after a failed insert.
     fn release(self, snat: &mut SnatPorts);
+    /// Its key and translation as the general values.
+    fn general(self) -> (FlowKey, Nat);
+    /// After an insert refused as a reply conflict:
+    /// [`Worker::retry_past_expired`], or `None` where the caller declines
+    /// instead (the IPv4 fast path, whose general path retries), which
+    /// keeps the retry's code out of the fast path's.
+    fn retry_past_expired(self, w: &mut Worker, tags: Tags, now: Tick) -> Option<EntryId>;
     /// [`Conntrack::insert_missed`] of it.
     fn insert(
         self,
@@ -440,6 +493,13 @@ impl Opening for (FlowKey, Nat) {
     #[inline(always)]
     fn is_full_nat(&self) -> bool {
         self.1.snat().is_some()
+    }
+    fn general(self) -> (FlowKey, Nat) {
+        self
+    }
+    #[inline(always)]
+    fn retry_past_expired(self, w: &mut Worker, tags: Tags, now: Tick) -> Option<EntryId> {
+        w.retry_past_expired(self, tags, now)
     }
     #[inline(always)]
     fn release(self, snat: &mut SnatPorts) {
@@ -462,6 +522,22 @@ impl Opening for (FlowKeyV4, NatV4) {
     #[inline(always)]
     fn is_full_nat(&self) -> bool {
         self.1.snat.is_some()
+    }
+    fn general(self) -> (FlowKey, Nat) {
+        let (k, n) = self;
+        let backend = (IpAddr::V4(n.backend.0), n.backend.1);
+        let nat = match n.snat {
+            Some((a, p)) => Nat::FullNat {
+                backend,
+                snat: (IpAddr::V4(a), p),
+            },
+            None => Nat::Dnat { backend },
+        };
+        (FlowKey::V4(k), nat)
+    }
+    #[inline(always)]
+    fn retry_past_expired(self, _: &mut Worker, _: Tags, _: Tick) -> Option<EntryId> {
+        None
     }
     #[inline(always)]
     fn release(self, snat: &mut SnatPorts) {

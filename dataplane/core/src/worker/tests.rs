@@ -275,19 +275,7 @@ fn dnat_udp_keeps_the_client_address_and_replies_get_the_vip() {
 /// refused as a conflict, not as a full table, and the first keeps working.
 #[test]
 fn dnat_reply_tuple_conflict_is_its_own_drop() {
-    let snap = snapshot_with(|b| {
-        for (name, vip) in [("default/a", "10.0.0.102"), ("default/b", "10.0.0.103")] {
-            let mut s = ServiceSpec::new(name);
-            s.mode = ForwardMode::Dnat;
-            let s = b.service(s).unwrap();
-            b.frontend(
-                s,
-                FrontendSpec::new(v4(vip), 53, Proto::Udp, FrontendKind::ClusterIp),
-            )
-            .unwrap();
-            b.backend(s, BackendSpec::new(v4("10.1.0.11"), 53)).unwrap();
-        }
-    });
+    let snap = two_dnat_vips_one_backend();
     let mut w = worker(1, 0);
     let mut a = udp4(("10.0.0.2", 5353), ("10.0.0.102", 53), b"a");
     assert!(matches!(
@@ -308,6 +296,76 @@ fn dnat_reply_tuple_conflict_is_its_own_drop() {
     assert_eq!(w.conntrack().len(), 1);
     // The reply still finds the first connection and gets its VIP.
     dnat_answer_gets_the_vip(&mut w, &snap, 2, "10.1.0.11", "10.0.0.102");
+}
+
+/// DNAT services at 10.0.0.102:53 and 10.0.0.103:53 (UDP), each with
+/// the one backend 10.1.0.11:53.
+fn two_dnat_vips_one_backend() -> Snapshot {
+    snapshot_with(|b| {
+        for (name, vip) in [("default/a", "10.0.0.102"), ("default/b", "10.0.0.103")] {
+            let mut s = ServiceSpec::new(name);
+            s.mode = ForwardMode::Dnat;
+            let s = b.service(s).unwrap();
+            b.frontend(
+                s,
+                FrontendSpec::new(v4(vip), 53, Proto::Udp, FrontendKind::ClusterIp),
+            )
+            .unwrap();
+            b.backend(s, BackendSpec::new(v4("10.1.0.11"), 53)).unwrap();
+        }
+    })
+}
+
+/// The entry in the way of a new connection's reply tuple has expired
+/// but no sweep (`handle_tick`) has removed it yet: it is evicted, counted,
+/// and the new connection goes through, packet by packet and in a burst.
+/// Until it expires, the new one is refused.
+#[test]
+fn an_expired_unswept_entry_gives_way_to_a_conflicting_connection() {
+    let snap = two_dnat_vips_one_backend();
+    let expiry = conntrack::Timeouts::default()
+        .of(ConnState::UdpUnreplied)
+        .as_millis() as u64;
+    for burst in [false, true] {
+        let mut w = worker(1, 0);
+        let send = |w: &mut Worker, now: u64, frame: &mut Vec<u8>| {
+            if burst {
+                let mut v = [Verdict::Drop(DropReason::Truncated)];
+                w.handle_burst(Tick(now), &snap, std::slice::from_mut(frame), &[meta(0)], &mut v);
+                v[0]
+            } else {
+                run(w, &snap, now, frame, 0)
+            }
+        };
+        let a = udp4(("10.0.0.2", 5353), ("10.0.0.102", 53), b"a");
+        assert!(matches!(
+            send(&mut w, 0, &mut a.clone()),
+            Verdict::Transmit { port: 1, .. }
+        ));
+        let mut b = udp4(("10.0.0.2", 5353), ("10.0.0.103", 53), b"b");
+        assert_eq!(
+            send(&mut w, expiry - 1, &mut b.clone()),
+            Verdict::Drop(DropReason::ConntrackConflict),
+            "burst {burst}: the first still lives"
+        );
+        assert!(
+            matches!(send(&mut w, expiry, &mut b), Verdict::Transmit { port: 1, .. }),
+            "burst {burst}"
+        );
+        let c = w.counters();
+        assert_eq!(
+            (c.conntrack_evictions.get(), c.new_connections.get()),
+            (1, 2),
+            "burst {burst}"
+        );
+        assert_eq!(c.drops_of(DropReason::ConntrackConflict), 1);
+        let st = w.conntrack().stats();
+        assert_eq!((st.evicted_expired, st.inserts), (1, 2));
+        assert_eq!(w.conntrack().len(), 1);
+        assert_eq!(w.conntrack().lookup(&key_of(&a)), None);
+        // The backend's answer now belongs to the second VIP.
+        dnat_answer_gets_the_vip(&mut w, &snap, expiry + 1, "10.1.0.11", "10.0.0.103");
+    }
 }
 
 /// A UDP answer from `backend`:53 to the client 10.0.0.2:5353 goes out of
