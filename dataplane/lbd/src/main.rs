@@ -414,10 +414,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         stats: Arc::clone(&ctl_stats),
         ports: port_status,
     };
-    // Spawned from the main thread, it inherits the main lcore's CPU.
+    // Spawned from the main thread, it inherits the main lcore's CPU. If
+    // it ends before `stop` (an error, a panic), lbd stops: without it
+    // nothing answers the API or resolves next hops.
+    let control_stop = stop.clone();
     let control_thread = std::thread::Builder::new()
         .name("lbd-control".into())
-        .spawn(move || control::run(rt, control))
+        .spawn(move || {
+            let _stop = StopOnExit::new(control_stop, "the control thread");
+            control::run(rt, control)
+        })
         .context("starting the control thread")?;
 
     let shared = Shared {
@@ -425,6 +431,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         stop: stop.clone(),
         clock: Clock::new(eal.tsc_hz()),
     };
+    // What ended abnormally: lbd exits non-zero after its summary.
+    let mut failures: Vec<String> = Vec::new();
     let finals: Vec<(Worker, Links)> = if eal.worker_lcores().is_empty() {
         tracing::info!(
             lcore = lcores.main(),
@@ -449,7 +457,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let shared = shared.clone();
             let slot = Arc::clone(slot);
             let index = io.index;
+            let worker_stop = stop.clone();
             let launched = eal.launch(*lcore, move || {
+                // A worker that panics stops lbd: its queues would
+                // otherwise go unpolled while the others run on.
+                let _stop = StopOnExit::new(worker_stop, "a worker");
                 let w = worker::run(w, io, l, shared);
                 if let Ok(mut s) = slot.lock() {
                     *s = Some(w);
@@ -476,6 +488,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let rc = h.join();
             if rc != 0 {
                 tracing::error!(rc, "a worker ended abnormally");
+                failures.push("a worker panicked".to_string());
             }
         }
         results.iter().filter_map(|r| r.lock().ok()?.take()).collect()
@@ -485,8 +498,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let mut rings_in: Vec<Consumer> = Vec::new();
     match control_thread.join() {
         Ok(Ok(held_in)) => rings_in.extend(held_in),
-        Ok(Err(e)) => tracing::error!("control thread: {e:#}"),
-        Err(_) => tracing::error!("the control thread panicked"),
+        Ok(Err(e)) => {
+            tracing::error!("control thread: {e:#}");
+            failures.push(format!("control thread: {e:#}"));
+        }
+        Err(_) => {
+            tracing::error!("the control thread panicked");
+            failures.push("the control thread panicked".to_string());
+        }
     }
     // Every lcore has stopped: what is left in the rings between them
     // (hand-overs, frames for the control thread or from it) was received
@@ -502,12 +521,50 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         p.stop()?;
     }
     print_summary(&ports, &finals, &ctl_stats, left_in_rings);
+    if finals.len() < workers {
+        // Its hand-over rings went with it: their frames were freed, not
+        // counted in `left_at_exit`.
+        println!(
+            "  workers: {} of {workers} ended abnormally, their counters and rings are not above",
+            workers - finals.len()
+        );
+    }
     drop(finals);
     drop(plane);
     drop(ports);
     drop(pool);
     drop(eal);
+    if !failures.is_empty() {
+        bail!("{}", failures.join("; "));
+    }
     Ok(())
+}
+
+/// Sets `stop` when dropped by a thread that did not set it first: one
+/// that returned early (an error) or is unwinding from a panic, so that
+/// lbd stops instead of running on without it.
+struct StopOnExit {
+    stop: Arc<AtomicBool>,
+    what: &'static str,
+}
+
+impl StopOnExit {
+    fn new(stop: Arc<AtomicBool>, what: &'static str) -> StopOnExit {
+        StopOnExit { stop, what }
+    }
+}
+
+impl Drop for StopOnExit {
+    fn drop(&mut self) {
+        if !self.stop.swap(true, Ordering::Relaxed) {
+            let how = if std::thread::panicking() {
+                "panicked"
+            } else {
+                "ended"
+            };
+            tracing::error!("{} {how} while lbd was running; stopping lbd", self.what);
+        }
+    }
 }
 
 /// With several workers, installs rte_flow rules that steer full-NAT
@@ -666,4 +723,31 @@ fn print_summary(ports: &[Port], workers: &[Worker], ctl: &ControlStats, left_in
         g(&ctl.neighbor_entries)
     );
     println!("  rings: left_at_exit {left_in_rings}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A thread that panics, or returns before `stop` was set, stops lbd;
+    /// one that returns because of `stop` leaves it as it was.
+    #[test]
+    fn a_thread_that_ends_early_stops_lbd() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let r = std::thread::spawn(move || {
+            let _g = StopOnExit::new(s, "a worker");
+            panic!("a bug");
+        })
+        .join();
+        assert!(r.is_err());
+        assert!(stop.load(Ordering::Relaxed), "a panic sets stop");
+
+        let stop = Arc::new(AtomicBool::new(false));
+        drop(StopOnExit::new(stop.clone(), "the control thread"));
+        assert!(stop.load(Ordering::Relaxed), "an early return sets stop");
+        // Set already (the normal end): still set, nothing else.
+        drop(StopOnExit::new(stop.clone(), "the control thread"));
+        assert!(stop.load(Ordering::Relaxed));
+    }
 }
