@@ -577,6 +577,14 @@ mod tests {
         changes
     }
 
+    fn lines_of(path: &Path) -> Vec<String> {
+        fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(String::from)
+            .collect()
+    }
+
     /// Revision 1 as the base, 2..=5 in the journal; returns the state.
     fn five_commits(p: &Path) -> DesiredState {
         let (mut f, loaded) = StateFile::open(p).unwrap();
@@ -636,11 +644,7 @@ mod tests {
         // A gap, or garbage before the end: errors naming the journal.
         five_commits(&d.path().join("b.json"));
         let jb = d.path().join("b.json.journal");
-        let lines: Vec<String> = fs::read_to_string(&jb)
-            .unwrap()
-            .lines()
-            .map(String::from)
-            .collect();
+        let lines = lines_of(&jb);
         fs::write(&jb, format!("{}\n{}\n", lines[0], lines[2])).unwrap();
         let e = StateFile::open(&d.path().join("b.json")).unwrap_err().to_string();
         assert!(
@@ -682,11 +686,7 @@ mod tests {
 
         five_commits(&d.path().join("b.json"));
         let jb = d.path().join("b.json.journal");
-        let lines: Vec<String> = fs::read_to_string(&jb)
-            .unwrap()
-            .lines()
-            .map(String::from)
-            .collect();
+        let lines = lines_of(&jb);
         fs::write(&jb, format!("{}\n{torn}{}\n", lines[0], lines[1])).unwrap();
         let e = StateFile::open(&d.path().join("b.json")).unwrap_err().to_string();
         assert!(
