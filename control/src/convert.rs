@@ -226,6 +226,16 @@ fn shown(text: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// `ADDR:PORT` of a request's address text for an error message, the
+/// address bracketed if it is IPv6 (`[fd00::1]:80`, not `fd00::1:80`).
+fn shown_endpoint(addr: &str, port: u32) -> String {
+    if addr.parse::<std::net::Ipv6Addr>().is_ok() {
+        format!("[{addr}]:{port}")
+    } else {
+        format!("{}:{port}", shown(addr))
+    }
+}
+
 /// The proto form of a frontend key.
 pub fn frontend_key_to_proto(k: &FrontendKey) -> pb::FrontendKey {
     pb::FrontendKey {
@@ -237,7 +247,7 @@ pub fn frontend_key_to_proto(k: &FrontendKey) -> pb::FrontendKey {
 
 /// A frontend; its source from the message. Validated.
 pub fn frontend_from_proto(p: &pb::Frontend) -> Result<Frontend, ValidationError> {
-    let obj = format!("frontend {}:{}", shown(&p.address), p.port);
+    let obj = format!("frontend {}", shown_endpoint(&p.address, p.port));
     let f = Frontend {
         service: p.service.clone(),
         key: FrontendKey {
@@ -284,7 +294,11 @@ pub fn backend_key_to_proto(k: &BackendKey) -> pb::BackendKey {
 
 /// A backend; its source from the message, weight 1 when unset. Validated.
 pub fn backend_from_proto(p: &pb::Backend) -> Result<Backend, ValidationError> {
-    let obj = format!("backend {}:{} of {:?}", shown(&p.address), p.port, p.service);
+    let obj = format!(
+        "backend {} of {:?}",
+        shown_endpoint(&p.address, p.port),
+        p.service
+    );
     let weight = p.weight.unwrap_or(1);
     if weight > MAX_WEIGHT {
         return Err(bad(&obj, "weight", format!("{weight} is above {MAX_WEIGHT}")));
@@ -347,14 +361,13 @@ pub fn change_from_proto(p: &pb::Change, source: Source) -> Result<Change, Valid
         }),
         Some(PbChange::DeleteService(n)) => Change::DeleteService(n.clone()),
         Some(PbChange::DeleteFrontend(k)) => {
-            let obj = format!("delete_frontend {}:{}", shown(&k.address), k.port);
+            let obj = format!("delete_frontend {}", shown_endpoint(&k.address, k.port));
             Change::DeleteFrontend(frontend_key_from_proto(k, &obj)?)
         }
         Some(PbChange::DeleteBackend(k)) => {
             let obj = format!(
-                "delete_backend {}:{} of {:?}",
-                shown(&k.address),
-                k.port,
+                "delete_backend {} of {:?}",
+                shown_endpoint(&k.address, k.port),
                 k.service
             );
             Change::DeleteBackend(backend_key_from_proto(k, &obj)?)
@@ -686,7 +699,7 @@ mod tests {
                     ..be()
                 }),
                 "node",
-                "characters",
+                "1-253 bytes",
             ),
             (
                 PbChange::UpsertBackend(pb::Backend {
@@ -780,6 +793,28 @@ mod tests {
         assert_eq!(o.services[0].source, Source::K8s);
         assert_eq!(o.frontends[0].source, Source::K8s);
         assert_eq!(o.backends[0].source, Source::K8s);
+    }
+
+    /// An IPv6 address in an error's object is bracketed before its port.
+    #[test]
+    fn ipv6_endpoints_in_errors_are_bracketed() {
+        let f = pb::Frontend {
+            address: "fd00::100".into(),
+            port: 0,
+            ..fe()
+        };
+        let e = frontend_from_proto(&f).unwrap_err().to_string();
+        assert!(e.starts_with("frontend [fd00::100]:0: port: "), "{e}");
+        let b = pb::Backend {
+            address: "fd00::11".into(),
+            port: 0,
+            ..be()
+        };
+        let e = backend_from_proto(&b).unwrap_err().to_string();
+        assert!(
+            e.starts_with("backend [fd00::11]:0 of \"default/web\": port: "),
+            "{e}"
+        );
     }
 
     #[test]

@@ -398,13 +398,32 @@ pub fn check_service_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The dataplane's rule ([`lb_dataplane::snapshot::is_unicast`]), with a
-/// message.
+/// A frontend's or backend's address: the dataplane's rule
+/// ([`lb_dataplane::snapshot::is_unicast`]), and neither loopback (no
+/// packet from the network is addressed to it, nor can one be sent to it)
+/// nor IPv4-mapped IPv6 (`::ffff:10.0.0.1` would be a second name of an
+/// IPv4 address, which the data plane sees as another family).
 fn check_unicast(addr: IpAddr) -> Result<(), String> {
-    if lb_dataplane::snapshot::is_unicast(addr) {
-        Ok(())
-    } else {
-        Err(format!("{addr} is not a unicast address"))
+    if !lb_dataplane::snapshot::is_unicast(addr) {
+        return Err(format!("{addr} is not a unicast address"));
+    }
+    if addr.is_loopback() {
+        return Err(format!("{addr} is a loopback address"));
+    }
+    if let IpAddr::V6(a) = addr {
+        if let Some(v4) = a.to_ipv4_mapped() {
+            return Err(format!("{addr} is an IPv4-mapped address: write {v4}"));
+        }
+    }
+    Ok(())
+}
+
+/// Parses `ADDR:PORT` (`[IPv6]:PORT`). An IPv6 zone (`[fe80::1%2]:80`) is
+/// refused rather than dropped: nothing here uses one.
+pub fn parse_socket_addr(s: &str) -> Option<std::net::SocketAddr> {
+    match s.parse().ok()? {
+        std::net::SocketAddr::V6(a) if a.scope_id() != 0 || a.flowinfo() != 0 => None,
+        a => Some(a),
     }
 }
 
@@ -439,14 +458,6 @@ impl Frontend {
         let obj = format!("frontend {}", self.key);
         check_service_name(&self.service).map_err(|m| ValidationError::invalid(&obj, "service", m))?;
         check_unicast(self.key.addr).map_err(|m| ValidationError::invalid(&obj, "address", m))?;
-        if self.key.addr.is_loopback() {
-            // No packet from the network is addressed to it.
-            return Err(ValidationError::invalid(
-                &obj,
-                "address",
-                format!("{} is a loopback address", self.key.addr),
-            ));
-        }
         if self.key.port == 0 {
             return Err(ValidationError::invalid(&obj, "port", "must be 1-65535"));
         }
@@ -485,7 +496,7 @@ impl Backend {
 /// trailing white space, no control characters.
 pub fn check_label(s: &str) -> Result<(), String> {
     if s.is_empty() || s.len() > MAX_LABEL_LEN {
-        return Err(format!("{s:?} must be 1-{MAX_LABEL_LEN} characters"));
+        return Err(format!("{s:?} must be 1-{MAX_LABEL_LEN} bytes"));
     }
     if s.trim() != s || s.chars().any(char::is_control) {
         return Err(format!(
@@ -581,6 +592,26 @@ mod tests {
             e.to_string(),
             "changes[2] frontend 10.0.0.1:0/tcp: port: must be 1-65535"
         );
+        for (a, why) in [
+            (
+                "::ffff:10.0.0.1",
+                "::ffff:10.0.0.1 is an IPv4-mapped address: write 10.0.0.1",
+            ),
+            (
+                "::ffff:127.0.0.1",
+                "::ffff:127.0.0.1 is an IPv4-mapped address: write 127.0.0.1",
+            ),
+        ] {
+            let f = Frontend {
+                key: FrontendKey {
+                    addr: ip(a),
+                    port: 80,
+                    ..f.key
+                },
+                ..f.clone()
+            };
+            assert_eq!(f.validate().unwrap_err().message, why);
+        }
         for lo in ["127.0.0.1", "127.9.9.9", "::1"] {
             let f = Frontend {
                 key: FrontendKey {
@@ -614,6 +645,22 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("address: 224.0.0.1 is not a unicast address"));
+        for (a, why) in [
+            ("127.0.0.1", "127.0.0.1 is a loopback address"),
+            (
+                "::ffff:10.1.0.1",
+                "::ffff:10.1.0.1 is an IPv4-mapped address: write 10.1.0.1",
+            ),
+        ] {
+            let b = Backend {
+                key: BackendKey {
+                    addr: ip(a),
+                    ..b.key.clone()
+                },
+                ..b.clone()
+            };
+            assert_eq!(b.validate().unwrap_err().message, why);
+        }
         let b = Backend {
             weight: 70_000,
             key: BackendKey {

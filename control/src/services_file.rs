@@ -61,12 +61,13 @@ pub struct ServicesFile {
 #[derive(Debug, thiserror::Error)]
 pub enum ServicesFileError {
     /// The file could not be read.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Read {
         /// The file.
         path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
+        /// The I/O error (in the message, so not a `source` too: a
+        /// caller printing the chain would repeat it).
+        error: std::io::Error,
     },
     /// The file is not TOML.
     #[error("{}: line {line}: {message}", path.display())]
@@ -95,9 +96,9 @@ pub enum ServicesFileError {
 impl ServicesFile {
     /// Reads and parses `path`; objects get `source`.
     pub fn load(path: &Path, source: Source) -> Result<ServicesFile, ServicesFileError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ServicesFileError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| ServicesFileError::Read {
             path: path.to_path_buf(),
-            source: e,
+            error,
         })?;
         ServicesFile::parse(&text, path, source)
     }
@@ -151,6 +152,8 @@ pub fn parse_duration(s: &str) -> Result<u32, String> {
     }
     let mut total: u64 = 0;
     let mut digits = String::new();
+    // Each unit at most once, largest first: "30m1h" and "1m1m" are typos.
+    let mut last_unit = u64::MAX;
     for c in t.chars() {
         if c.is_ascii_digit() {
             digits.push(c);
@@ -163,6 +166,12 @@ pub fn parse_duration(s: &str) -> Result<u32, String> {
             'd' => 86_400,
             _ => return Err(err()),
         };
+        if unit >= last_unit {
+            return Err(format!(
+                "{s:?}: each of d, h, m and s at most once, in that order"
+            ));
+        }
+        last_unit = unit;
         let n: u64 = digits.parse().map_err(|_| err())?;
         digits.clear();
         total = n
@@ -315,7 +324,7 @@ impl Parser<'_> {
 
     fn endpoint(&self, loc: &str, field: &str, v: &Value) -> R<SocketAddr> {
         let s = self.string(loc, field, v)?;
-        let a: SocketAddr = s.parse().map_err(|_| {
+        let a: SocketAddr = crate::model::parse_socket_addr(s).ok_or_else(|| {
             self.err(
                 loc,
                 field,
@@ -718,7 +727,7 @@ type = "cluster-ip"
             (format!("{svc}[[service.backend]]\naddress = \"10.1.0.1:80\"\nweight = 70000\n"), "service[0] \"default/web\": backend[0]: weight: must be an integer from 0 to 65535"),
             (format!("{svc}[[service.backend]]\naddress = \"10.1.0.1:80\"\nweight = -1\n"), "backend[0]: weight"),
             (format!("{svc}[[service.backend]]\naddress = \"10.1.0.1:80\"\nstate = \"draining\"\n"), "backend[0]: state: \"draining\" is not one of"),
-            (format!("{svc}[[service.backend]]\naddress = \"10.1.0.1:80\"\nnode = \"\"\n"), "backend[0]: node: \"\" must be 1-253 characters"),
+            (format!("{svc}[[service.backend]]\naddress = \"10.1.0.1:80\"\nnode = \"\"\n"), "backend[0]: node: \"\" must be 1-253 bytes"),
             (format!("{svc}[[service.backend]]\naddress = \"10.1.0.1:80\"\n[[service.backend]]\naddress = \"10.1.0.1:80\"\n"), "backend: 10.1.0.1:80 of default/web is defined more than once"),
             (format!("{svc}{svc}"), "service[1] \"default/web\": name: a service of this name is defined earlier"),
             ("[[service]]\nname = \"a/b\"\n[[service.frontend]]\naddress = \"10.0.0.1:80\"\n[[service]]\nname = \"a/c\"\n[[service.frontend]]\naddress = \"10.0.0.1:80\"\n".into(), "frontend: 10.0.0.1:80/tcp is defined more than once"),
@@ -746,6 +755,7 @@ type = "cluster-ip"
             ("3h", 10_800),
             ("1d", 86_400),
             ("1h30m", 5400),
+            ("1d2h3m4s", 93_784),
             ("90", 90),
             ("0s", 0),
         ] {
@@ -764,9 +774,16 @@ type = "cluster-ip"
             " 30s ",
             "30 s",
             "1h 30m",
+            "30m1h",
+            "1m1m",
+            "1s1d",
         ] {
             assert!(parse_duration(s).is_err(), "{s}");
         }
+        assert_eq!(
+            parse_duration("30m1h30m").unwrap_err(),
+            "\"30m1h30m\": each of d, h, m and s at most once, in that order"
+        );
         assert_eq!(format_duration(5400), "1h30m");
         assert_eq!(format_duration(10_800), "3h");
         assert_eq!(format_duration(61), "1m1s");

@@ -222,9 +222,30 @@ fn errors_exit_non_zero_with_one_line() {
     assert!(err.contains("default/nope"), "{err}");
     let err = fails(&server, &["backend", "drain", "10.9.9.9"], 1);
     assert!(err.starts_with("lbctl: NOT_FOUND: "), "{err}");
-    let err = fails(&server, &["delete", "service", "nope"], 1);
-    assert!(err.starts_with("lbctl: INVALID_ARGUMENT: "), "{err}");
-    assert!(err.contains("name"), "{err}");
+    // Arguments lbd would refuse are refused before connecting: exit 2,
+    // even with lbd down. An empty --service would have meant "every
+    // service" to lbd.
+    let down = format!("unix:{}", s.dir.path().join("down.sock").display());
+    for args in [
+        &["delete", "service", "nope"][..],
+        &["backend", "drain", "10.1.0.11", "--service", ""],
+        &["backend", "drain", "nonsense"],
+        &["backend", "drain", "[10.1.0.11"],
+        &["backend", "drain", "[fe80::1%2]:80"],
+        &["get", "backends", "--service", ""],
+        &["get", "backends", "--address", "not-an-ip"],
+        &["delete", "backend", "Default/Web", "10.1.0.11:80"],
+    ] {
+        for srv in [&server, &down] {
+            let out = lbctl(srv, args);
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
     let orphan = write_file(
         s.dir.path(),
         "orphan.toml",
@@ -256,6 +277,60 @@ fn errors_exit_non_zero_with_one_line() {
     assert!(err.contains("is lbd running"), "{err}");
     let err = fails("127.0.0.1:1", &["get", "services"], 3);
     assert!(err.contains("127.0.0.1:1"), "{err}");
+
+    // A server that accepts and never answers: exit 3 after --timeout.
+    let hung_path = s.dir.path().join("hung.sock");
+    let hung = std::os::unix::net::UnixListener::bind(&hung_path).unwrap();
+    let err = fails(
+        &format!("unix:{}", hung_path.display()),
+        &["--timeout", "1", "info"],
+        3,
+    );
+    assert!(err.contains("did not answer in time"), "{err}");
+    drop(hung);
+}
+
+/// lbd going away under `--watch` is "cannot reach lbd" (exit 3), not a
+/// refusal; a reader that closes the pipe early ends lbctl quietly.
+#[test]
+fn a_lost_connection_and_a_closed_pipe() {
+    let mut s = Server::start();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lbctl"))
+        .args(["--server", &sock(&s), "stats", "--watch", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(lines.next().unwrap().unwrap().starts_with("--- every 1s"));
+    s.stop().unwrap();
+    // Drain the rest so lbctl never blocks on a full pipe.
+    for _ in lines.by_ref() {}
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.starts_with("lbctl: lost the connection to lbd"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    let s = Server::start();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lbctl"))
+        .args(["--server", &sock(&s), "stats", "--watch", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    out.read_line(&mut first).unwrap();
+    drop(out);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]
@@ -405,6 +480,31 @@ fn tcp_with_tls_and_client_certificates() {
     assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
     let out = lbctl(&format!("http://{addr}"), &["info"]);
     assert!(!out.status.success());
-    // https without --ca is a usage error.
+    // https without --ca is a usage error; so is a CA file with no
+    // certificate in it, named with its flag (before, a TLS error after
+    // connecting: exit 3, "is lbd running?").
     fails(&server, &["info"], 2);
+    let empty = write_file(d, "empty.pem", "");
+    let err = fails(&server, &["--ca", &empty, "info"], 2);
+    assert!(
+        err.contains("--ca") && err.contains("no PEM CERTIFICATE"),
+        "{err}"
+    );
+    let err = fails(
+        &server,
+        &[
+            "--ca",
+            &path("ca.pem"),
+            "--cert",
+            &path("ca.pem"),
+            "--key",
+            &path("ca.pem"),
+            "info",
+        ],
+        2,
+    );
+    assert!(
+        err.contains("--key") && err.contains("no PEM PRIVATE KEY"),
+        "{err}"
+    );
 }

@@ -1,8 +1,11 @@
 //! `lbctl`: the command line for lbd's control API.
 //!
 //! Exit status: 0 on success; 1 when lbd refused the request (stderr:
-//! `lbctl: <CODE>: <message>`); 2 for a usage error or a bad services
-//! file; 3 when lbd cannot be reached. Every error is one line on stderr.
+//! `lbctl: <CODE>: <message>`); 2 for a usage error, a bad argument or
+//! services file (all checked before connecting); 3 when lbd cannot be
+//! reached, the connection breaks, or lbd does not answer within
+//! `--timeout`. Every error is one line on stderr. Output to a pipe that
+//! closes early (`| head`) ends lbctl quietly.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -35,6 +38,15 @@ struct Cli {
     /// Client key (PEM).
     #[arg(long, global = true)]
     key: Option<PathBuf>,
+    /// Seconds to wait for each answer from lbd (1-3600).
+    #[arg(
+        long,
+        global = true,
+        value_name = "SECS",
+        default_value_t = 30,
+        value_parser = clap::value_parser!(u64).range(1..=3600)
+    )]
+    timeout: u64,
     #[command(subcommand)]
     command: Command,
 }
@@ -62,23 +74,24 @@ enum Command {
         #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputArg::Table)]
         output: OutputArg,
         /// Only this service's objects.
-        #[arg(long)]
+        #[arg(long, value_parser = cli::parse_service_name)]
         service: Option<String>,
         /// Only objects written by this source (k8s, api, config).
         #[arg(long, value_parser = output::parse_source)]
         source: Option<Source>,
         /// Only frontends or backends at this IP address.
         #[arg(long)]
-        address: Option<String>,
+        address: Option<std::net::IpAddr>,
     },
     /// Change the state of backends by address, in every service or one.
     Backend {
         /// drain (terminating), enable (active) or maintenance.
         action: BackendAction,
         /// ADDR or ADDR:PORT ([IPv6 address]:PORT).
-        target: String,
+        #[arg(value_name = "ADDR[:PORT]", value_parser = cli::parse_addr_maybe_port)]
+        target: (std::net::IpAddr, Option<u16>),
         /// Only in this service.
-        #[arg(long)]
+        #[arg(long, value_parser = cli::parse_service_name)]
         service: Option<String>,
     },
     /// Traffic counters per worker, frontend and backend, and drops.
@@ -106,6 +119,7 @@ enum Delete {
     /// Delete a service with its frontends and backends.
     Service {
         /// namespace/name
+        #[arg(value_parser = cli::parse_service_name)]
         name: String,
     },
     /// Delete a frontend.
@@ -117,6 +131,7 @@ enum Delete {
     /// Delete a backend of a service.
     Backend {
         /// namespace/name
+        #[arg(value_parser = cli::parse_service_name)]
         service: String,
         /// ADDR:PORT
         #[arg(value_name = "ADDR:PORT", value_parser = cli::parse_endpoint)]
@@ -162,15 +177,43 @@ enum BackendAction {
 enum Failure {
     /// lbd answered with an error status.
     Status(tonic::Status),
-    /// lbd could not be reached.
+    /// lbd could not be reached, or stopped answering.
     Unreachable(String),
     /// Usage, a file, or local output.
     Local(anyhow::Error),
+    /// The reader of the output went away (`| head`): nothing to say.
+    Quiet,
 }
 
 impl From<tonic::Status> for Failure {
+    /// A status lbd sent is its refusal; one the client made itself (the
+    /// connection broke, no answer in time) means lbd cannot be reached.
     fn from(s: tonic::Status) -> Failure {
-        Failure::Status(s)
+        if cli::is_local_failure(&s) {
+            let why = std::error::Error::source(&s)
+                .map(cli::root_cause)
+                .unwrap_or_default();
+            Failure::Unreachable(if why.to_ascii_lowercase().contains("timeout") {
+                "lbd did not answer in time (see --timeout)".to_string()
+            } else if why.is_empty() || s.message().contains(&why) {
+                format!("lost the connection to lbd: {}", s.message())
+            } else {
+                format!("lost the connection to lbd: {} ({why})", s.message())
+            })
+        } else {
+            Failure::Status(s)
+        }
+    }
+}
+
+/// Writes `text` to stdout; a closed pipe ends lbctl quietly.
+fn out(text: &str) -> Result<(), Failure> {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    match o.write_all(text.as_bytes()).and_then(|()| o.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(Failure::Quiet),
+        Err(e) => Err(Failure::Local(anyhow::anyhow!("writing the output: {e}"))),
     }
 }
 
@@ -207,6 +250,7 @@ fn main() -> ExitCode {
             eprintln!("lbctl: {}", one_line(&format!("{e:#}")));
             ExitCode::from(2)
         }
+        Err(Failure::Quiet) => ExitCode::SUCCESS,
     }
 }
 
@@ -216,10 +260,12 @@ async fn client(cli: &Cli) -> Result<LoadBalancerClient<Channel>, Failure> {
         cert: cli.cert.clone(),
         key: cli.key.clone(),
     };
-    cli::connect(&cli.server, &tls).await.map_err(|e| match e {
-        ConnectError::Unreachable { .. } => Failure::Unreachable(e.to_string()),
-        ConnectError::Config(m) => Failure::Local(anyhow::anyhow!(m)),
-    })
+    cli::connect(&cli.server, &tls, Duration::from_secs(cli.timeout))
+        .await
+        .map_err(|e| match e {
+            ConnectError::Unreachable { .. } => Failure::Unreachable(e.to_string()),
+            ConnectError::Config(m) => Failure::Local(anyhow::anyhow!(m)),
+        })
 }
 
 async fn apply(c: &mut LoadBalancerClient<Channel>, changes: Vec<Change>) -> Result<u64, Failure> {
@@ -244,7 +290,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let changes = file.map(|f| f.to_changes()).unwrap_or_default();
             let n = changes.len();
             let revision = apply(&mut c, changes).await?;
-            println!("revision {revision}: applied {n} changes");
+            out(&format!("revision {revision}: applied {n} changes\n"))?;
         }
         Command::Delete { what } => {
             let (change, text) = match what {
@@ -262,7 +308,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 }
             };
             let revision = apply(&mut c, vec![change]).await?;
-            println!("revision {revision}: deleted {text}");
+            out(&format!("revision {revision}: deleted {text}\n"))?;
         }
         Command::Get {
             what,
@@ -274,7 +320,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let req = pb::ListRequest {
                 service: service.unwrap_or_default(),
                 source: source.map(convert::source_to_proto).unwrap_or(0),
-                address: address.unwrap_or_default(),
+                address: address.map(|a| a.to_string()).unwrap_or_default(),
             };
             let list = c.list(req).await?.into_inner();
             let format = Format::from(output);
@@ -296,14 +342,18 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 ),
             }
             .map_err(anyhow::Error::from)?;
-            print!("{text}");
+            out(&text)?;
         }
         Command::Backend {
             action,
             target,
             service,
         } => {
-            let (addr, port) = cli::parse_addr_maybe_port(&target).map_err(|m| anyhow::anyhow!(m))?;
+            let (addr, port) = target;
+            let target = match port {
+                Some(p) => lb_control::model::endpoint(addr, p),
+                None => addr.to_string(),
+            };
             let state = match action {
                 BackendAction::Drain => BackendState::Terminating,
                 BackendAction::Enable => BackendState::Active,
@@ -322,13 +372,13 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     "no backend at {target}{scope}"
                 ))));
             }
-            println!(
-                "revision {}: {} backend{} at {target} set to {}",
+            out(&format!(
+                "revision {}: {} backend{} at {target} set to {}\n",
                 r.revision,
                 r.matched,
                 if r.matched == 1 { "" } else { "s" },
                 state.name()
-            );
+            ))?;
         }
         Command::Stats { watch } => {
             let mut previous: Option<(Instant, pb::GetStatsResponse)> = None;
@@ -340,11 +390,13 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     previous: p,
                 });
                 let Some(secs) = watch else {
-                    print!("{}", output::stats_text(&s, None));
+                    out(&output::stats_text(&s, None))?;
                     break;
                 };
-                println!("--- every {secs}s ---");
-                print!("{}", output::stats_text(&s, rates.as_ref()));
+                out(&format!(
+                    "--- every {secs}s ---\n{}",
+                    output::stats_text(&s, rates.as_ref())
+                ))?;
                 previous = Some((now, s));
                 tokio::time::sleep(Duration::from_secs(secs)).await;
             }
@@ -360,7 +412,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     serde_yaml::to_string(&output::info_value(&i)).map_err(anyhow::Error::from)?
                 }
             };
-            print!("{text}");
+            out(&text)?;
         }
     }
     Ok(())

@@ -36,19 +36,28 @@ impl std::str::FromStr for ServerAddr {
     type Err = String;
 
     /// `unix:PATH`, `PATH` (with a `/`), `http://HOST:PORT`,
-    /// `https://HOST:PORT`, or `HOST:PORT` (plain http).
+    /// `https://HOST:PORT`, or `HOST:PORT` (plain http); schemes in any
+    /// case. Empty (`LBCTL_SERVER=` set but empty): the default socket.
     fn from_str(s: &str) -> Result<ServerAddr, String> {
-        if let Some(p) = s.strip_prefix("unix://").or_else(|| s.strip_prefix("unix:")) {
+        if s.is_empty() {
+            return Ok(ServerAddr::default());
+        }
+        let scheme = |prefix: &str| {
+            s.get(..prefix.len())
+                .filter(|head| head.eq_ignore_ascii_case(prefix))
+                .map(|_| &s[prefix.len()..])
+        };
+        if let Some(p) = scheme("unix://").or_else(|| scheme("unix:")) {
             if p.is_empty() {
                 return Err("unix: needs a socket path".into());
             }
             return Ok(ServerAddr::Unix(PathBuf::from(p)));
         }
-        if s.starts_with("http://") {
-            return Ok(ServerAddr::Http(s.to_string()));
+        if let Some(rest) = scheme("http://") {
+            return Ok(ServerAddr::Http(format!("http://{rest}")));
         }
-        if s.starts_with("https://") {
-            return Ok(ServerAddr::Https(s.to_string()));
+        if let Some(rest) = scheme("https://") {
+            return Ok(ServerAddr::Https(format!("https://{rest}")));
         }
         if s.contains('/') {
             return Ok(ServerAddr::Unix(PathBuf::from(s)));
@@ -111,14 +120,32 @@ pub fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     cur.to_string()
 }
 
-fn read(path: &PathBuf) -> Result<Vec<u8>, ConnectError> {
-    std::fs::read(path).map_err(|e| ConnectError::Config(format!("cannot read {}: {e}", path.display())))
+/// Reads the PEM file of `flag`, which must hold a block of `kind`
+/// (`CERTIFICATE`, `PRIVATE KEY`): otherwise TLS would fail later with a
+/// message that names neither the flag nor the file, as if lbd were down.
+fn read_pem(flag: &str, path: &PathBuf, kind: &str) -> Result<Vec<u8>, ConnectError> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| ConnectError::Config(format!("{flag} {}: cannot read it: {e}", path.display())))?;
+    let text = String::from_utf8_lossy(&bytes);
+    let found = text
+        .lines()
+        .any(|l| l.starts_with("-----BEGIN ") && l.trim_end().ends_with(&format!("{kind}-----")));
+    if !found {
+        return Err(ConnectError::Config(format!(
+            "{flag} {}: no PEM {kind} in it",
+            path.display()
+        )));
+    }
+    Ok(bytes)
 }
 
-/// Connects to lbd (eagerly, so an absent server is reported at once).
+/// Connects to lbd (eagerly, so an absent server is reported at once);
+/// a call on the client that lbd has not answered within `timeout` fails
+/// with a status the client made itself ([`is_local_failure`]).
 pub async fn connect(
     server: &ServerAddr,
     tls: &ClientTls,
+    timeout: Duration,
 ) -> Result<LoadBalancerClient<Channel>, ConnectError> {
     let uri = match server {
         ServerAddr::Unix(p) => format!("unix:{}", p.display()),
@@ -126,16 +153,26 @@ pub async fn connect(
     };
     let mut endpoint = Endpoint::from_shared(uri)
         .map_err(|e| ConnectError::Config(format!("{server}: {}", root_cause(&e))))?
-        .connect_timeout(Duration::from_secs(5));
+        .connect_timeout(Duration::from_secs(5).min(timeout))
+        .timeout(timeout);
     if let ServerAddr::Https(_) = server {
         let Some(ca) = &tls.ca else {
             return Err(ConnectError::Config(format!(
                 "{server}: https needs --ca (the CA that signed lbd's certificate)"
             )));
         };
-        let mut cfg = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read(ca)?));
+        let mut cfg = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read_pem(
+            "--ca",
+            ca,
+            "CERTIFICATE",
+        )?));
         match (&tls.cert, &tls.key) {
-            (Some(c), Some(k)) => cfg = cfg.identity(Identity::from_pem(read(c)?, read(k)?)),
+            (Some(c), Some(k)) => {
+                cfg = cfg.identity(Identity::from_pem(
+                    read_pem("--cert", c, "CERTIFICATE")?,
+                    read_pem("--key", k, "PRIVATE KEY")?,
+                ))
+            }
             (None, None) => {}
             _ => return Err(ConnectError::Config("--cert and --key go together".into())),
         }
@@ -152,6 +189,13 @@ pub async fn connect(
         reason: root_cause(&e),
     })?;
     Ok(LoadBalancerClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES))
+}
+
+/// True for a status that lbd did not send: the client's own (the
+/// connection broke, the deadline passed), which tonic gives with the
+/// underlying error as its source. lbd's statuses carry none.
+pub fn is_local_failure(s: &tonic::Status) -> bool {
+    std::error::Error::source(s).is_some()
 }
 
 /// The canonical name of a gRPC code, as in `INVALID_ARGUMENT`.
@@ -188,9 +232,8 @@ pub fn parse_frontend_key(s: &str) -> Result<FrontendKey, String> {
         "udp" => Protocol::Udp,
         _ => return Err(format!("{proto:?} is not a protocol (tcp or udp)")),
     };
-    let a: SocketAddr = ep
-        .parse()
-        .map_err(|_| format!("{ep:?} is not ADDR:PORT (e.g. 10.0.0.100:80 or [fd00::1]:80)"))?;
+    let a = crate::model::parse_socket_addr(ep)
+        .ok_or_else(|| format!("{ep:?} is not ADDR:PORT (e.g. 10.0.0.100:80 or [fd00::1]:80)"))?;
     if a.port() == 0 {
         return Err(format!("{ep:?}: port must be 1-65535"));
     }
@@ -203,24 +246,36 @@ pub fn parse_frontend_key(s: &str) -> Result<FrontendKey, String> {
 
 /// Parses `ADDR:PORT` (`[fd00::1]:80`).
 pub fn parse_endpoint(s: &str) -> Result<(IpAddr, u16), String> {
-    let a: SocketAddr = s
-        .parse()
-        .map_err(|_| format!("{s:?} is not ADDR:PORT (e.g. 10.1.0.11:8080 or [fd00::1]:8080)"))?;
+    let a = crate::model::parse_socket_addr(s)
+        .ok_or_else(|| format!("{s:?} is not ADDR:PORT (e.g. 10.1.0.11:8080 or [fd00::1]:8080)"))?;
     if a.port() == 0 {
         return Err(format!("{s:?}: port must be 1-65535"));
     }
     Ok((a.ip(), a.port()))
 }
 
-/// Parses `ADDR` or `ADDR:PORT` (a bare IPv6 address, or `[IPv6]:PORT`).
+/// Parses `ADDR` or `ADDR:PORT`: a bare IPv4 or IPv6 address, `[IPv6]`,
+/// or `[IPv6]:PORT`.
 pub fn parse_addr_maybe_port(s: &str) -> Result<(IpAddr, Option<u16>), String> {
     if let Ok(a) = s.parse::<IpAddr>() {
         return Ok((a, None));
     }
-    if let Ok(a) = s.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
-        return Ok((a, None));
+    if let Some(a) = s
+        .strip_prefix('[')
+        .and_then(|r| r.strip_suffix(']'))
+        .and_then(|a| a.parse::<std::net::Ipv6Addr>().ok())
+    {
+        return Ok((IpAddr::V6(a), None));
     }
-    parse_endpoint(s).map(|(a, p)| (a, Some(p)))
+    parse_endpoint(s).map(|(a, p)| (a, Some(p))).map_err(|_| {
+        format!("{s:?} is not ADDR or ADDR:PORT (e.g. 10.1.0.11, 10.1.0.11:8080, fd00::1 or [fd00::1]:8080)")
+    })
+}
+
+/// A `namespace/name` argument, checked before lbd is asked.
+pub fn parse_service_name(s: &str) -> Result<String, String> {
+    crate::model::check_service_name(s)?;
+    Ok(s.to_string())
 }
 
 #[cfg(test)]
@@ -251,6 +306,11 @@ mod tests {
         );
         assert!(p("lb1").is_err());
         assert!(p("unix:").is_err());
+        // Schemes in any case; empty is the default socket.
+        assert_eq!(p("HTTPS://lb1:1"), Ok(ServerAddr::Https("https://lb1:1".into())));
+        assert_eq!(p("Http://lb1:1"), Ok(ServerAddr::Http("http://lb1:1".into())));
+        assert_eq!(p("UNIX:/tmp/a.sock"), Ok(ServerAddr::Unix("/tmp/a.sock".into())));
+        assert_eq!(p(""), Ok(ServerAddr::default()));
     }
 
     #[test]
@@ -277,6 +337,26 @@ mod tests {
             ("fd00::1".parse().unwrap(), Some(80))
         );
         assert!(parse_addr_maybe_port("10.1.0.11:x").is_err());
+        assert_eq!(
+            parse_addr_maybe_port("[fd00::1]").unwrap(),
+            ("fd00::1".parse().unwrap(), None)
+        );
+        // Brackets must pair around an IPv6 address; no zones.
+        for bad in [
+            "[10.1.0.11",
+            "10.1.0.11]]]",
+            "fd00::1]",
+            "[[fd00::1]]",
+            "[10.1.0.11]",
+            "[fe80::1%2]:80",
+            "",
+        ] {
+            assert!(parse_addr_maybe_port(bad).is_err(), "{bad}");
+        }
+        assert!(parse_endpoint("[fe80::1%2]:80").is_err());
+        assert!(parse_frontend_key("[fe80::1%2]:80/tcp").is_err());
+        assert!(parse_service_name("").is_err());
+        assert_eq!(parse_service_name("default/web").unwrap(), "default/web");
         assert_eq!(code_name(tonic::Code::InvalidArgument), "INVALID_ARGUMENT");
     }
 }
