@@ -25,6 +25,7 @@
 
 use std::net::IpAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use lb_proto::v1 as pb;
@@ -120,6 +121,80 @@ impl PortStatus {
     }
 }
 
+/// The control thread's own counters (the workers' are in their
+/// `WorkerCounters`): lbd's control thread updates them, GetStats reads
+/// them.
+#[derive(Debug, Default)]
+pub struct ControlCounters {
+    /// ARP requests sent.
+    pub arp_requests: AtomicU64,
+    /// Gratuitous ARPs sent.
+    pub gratuitous_arps: AtomicU64,
+    /// Neighbor solicitations sent (IPv6 next hops).
+    pub neighbor_solicitations: AtomicU64,
+    /// Unsolicited neighbor advertisements sent (owned IPv6 addresses).
+    pub unsolicited_nas: AtomicU64,
+    /// Frames held for an unresolved next hop.
+    pub held: AtomicU64,
+    /// Held frames sent once their next hop answered.
+    pub released: AtomicU64,
+    /// Held frames dropped: the next hop never answered, the hold queue was
+    /// full, or there is no next hop (`no_neighbor`).
+    pub neighbor_drops: AtomicU64,
+    /// Frames the control thread could not pass to worker 0 (ring full) or
+    /// could not build (no mbuf).
+    pub send_failures: AtomicU64,
+    /// Resolved neighbors (gauge).
+    pub neighbors: AtomicU64,
+    /// Neighbor table entries, resolved or being resolved (gauge).
+    pub neighbor_entries: AtomicU64,
+}
+
+/// [`ControlCounters`] read at one moment (each counter on its own: they
+/// are not read atomically together).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ControlSample {
+    /// ARP requests sent.
+    pub arp_requests: u64,
+    /// Gratuitous ARPs sent.
+    pub gratuitous_arps: u64,
+    /// Neighbor solicitations sent.
+    pub neighbor_solicitations: u64,
+    /// Unsolicited neighbor advertisements sent.
+    pub unsolicited_nas: u64,
+    /// Frames held for an unresolved next hop.
+    pub held: u64,
+    /// Held frames sent once their next hop answered.
+    pub released: u64,
+    /// Held frames dropped.
+    pub neighbor_drops: u64,
+    /// Frames the control thread could not send or build.
+    pub send_failures: u64,
+    /// Resolved neighbors (gauge).
+    pub neighbors: u64,
+    /// Neighbor table entries (gauge).
+    pub neighbor_entries: u64,
+}
+
+impl ControlCounters {
+    /// The counters' current values.
+    pub fn get(&self) -> ControlSample {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ControlSample {
+            arp_requests: g(&self.arp_requests),
+            gratuitous_arps: g(&self.gratuitous_arps),
+            neighbor_solicitations: g(&self.neighbor_solicitations),
+            unsolicited_nas: g(&self.unsolicited_nas),
+            held: g(&self.held),
+            released: g(&self.released),
+            neighbor_drops: g(&self.neighbor_drops),
+            send_failures: g(&self.send_failures),
+            neighbors: g(&self.neighbors),
+            neighbor_entries: g(&self.neighbor_entries),
+        }
+    }
+}
+
 /// One DPDK port, for GetInfo.
 #[derive(Debug, Clone)]
 pub struct PortInfo {
@@ -138,7 +213,8 @@ pub struct PortInfo {
 }
 
 /// What GetInfo reports besides the plane's revisions: fixed for one run
-/// but for the ports' status.
+/// but for the ports' status; and the counters GetStats reports besides
+/// the plane's.
 #[derive(Debug, Clone)]
 pub struct ServerInfo {
     /// lbd's version.
@@ -149,17 +225,26 @@ pub struct ServerInfo {
     pub ports: Vec<PortInfo>,
     /// Worker lcores.
     pub workers: u32,
+    /// The control thread's counters, kept current by the control thread.
+    pub control: Arc<ControlCounters>,
 }
 
 impl ServerInfo {
-    /// This build's version and a fresh instance id.
+    /// This build's version and a fresh instance id, control counters at
+    /// zero (see [`ServerInfo::with_control`]).
     pub fn new(ports: Vec<PortInfo>, workers: u32) -> ServerInfo {
         ServerInfo {
             version: env!("CARGO_PKG_VERSION").to_string(),
             instance_id: new_instance_id(),
             ports,
             workers,
+            control: Arc::default(),
         }
+    }
+
+    /// The same, reporting the control counters `control`.
+    pub fn with_control(self, control: Arc<ControlCounters>) -> ServerInfo {
+        ServerInfo { control, ..self }
     }
 }
 
@@ -311,8 +396,24 @@ fn stats_to_proto(s: PlaneStats) -> pb::GetStatsResponse {
         drops: drops(s.drops),
         conntrack_entries: s.conntrack_entries,
         revision: s.revision,
-        // Filled by GetStats from the ports lbd reports.
+        // Filled by GetStats from what lbd reports.
         ports: Vec::new(),
+        control: None,
+    }
+}
+
+fn control_to_proto(c: ControlSample) -> pb::ControlStats {
+    pb::ControlStats {
+        arp_requests: c.arp_requests,
+        gratuitous_arps: c.gratuitous_arps,
+        neighbor_solicitations: c.neighbor_solicitations,
+        unsolicited_nas: c.unsolicited_nas,
+        held: c.held,
+        released: c.released,
+        neighbor_drops: c.neighbor_drops,
+        send_failures: c.send_failures,
+        neighbors: c.neighbors,
+        neighbor_entries: c.neighbor_entries,
     }
 }
 
@@ -552,6 +653,8 @@ impl LoadBalancer for LoadBalancerService {
                 }
             })
             .collect();
+        // Atomics: read here, without the plane's lock.
+        r.control = Some(control_to_proto(self.info.control.get()));
         Ok(Response::new(r))
     }
 

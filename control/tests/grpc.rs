@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::sync::atomic::Ordering;
+
 use common::Server;
 use lb_proto::v1 as pb;
 use pb::change::Change as C;
@@ -593,6 +595,7 @@ async fn stats_and_info() {
         [(false, false), (true, false)]
     );
     assert!(st.ports.iter().all(|p| p.rx_packets == 0));
+    assert_eq!(st.control, Some(pb::ControlStats::default()));
 
     // What lbd records every second shows in the next answers.
     s.ports[0].set_link(false, 0);
@@ -613,6 +616,20 @@ async fn stats_and_info() {
             st.ports[1].imissed
         ),
         (1, "net_null1", 10, 3)
+    );
+    // So do the control thread's counters, as soon as they change.
+    s.control.arp_requests.store(4, Ordering::Relaxed);
+    s.control.neighbor_drops.store(7, Ordering::Relaxed);
+    s.control.neighbor_entries.store(2, Ordering::Relaxed);
+    let st = c.get_stats(pb::GetStatsRequest {}).await.unwrap().into_inner();
+    assert_eq!(
+        st.control,
+        Some(pb::ControlStats {
+            arp_requests: 4,
+            neighbor_drops: 7,
+            neighbor_entries: 2,
+            ..Default::default()
+        })
     );
     // Another start has another instance id.
     let other = Server::start();

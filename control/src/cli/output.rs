@@ -328,8 +328,50 @@ fn rate(now: u64, before: Option<u64>, secs: f64) -> String {
     }
 }
 
-/// The `stats` report: workers, frontends, backends, drops. With `rates`,
-/// packets per second since the previous sample are added.
+/// The control thread's counters, one a row; with `rates`, per second
+/// since the previous sample (none for the gauges).
+fn control_table(c: &pb::ControlStats, rates: Option<&Rates>) -> String {
+    let p = rates.and_then(|r| r.previous.control);
+    // (name, value, value in the previous sample)
+    let counters = [
+        ("arp-requests", c.arp_requests, p.map(|p| p.arp_requests)),
+        ("gratuitous-arps", c.gratuitous_arps, p.map(|p| p.gratuitous_arps)),
+        (
+            "neighbor-solicitations",
+            c.neighbor_solicitations,
+            p.map(|p| p.neighbor_solicitations),
+        ),
+        ("unsolicited-nas", c.unsolicited_nas, p.map(|p| p.unsolicited_nas)),
+        ("held", c.held, p.map(|p| p.held)),
+        ("released", c.released, p.map(|p| p.released)),
+        ("neighbor-drops", c.neighbor_drops, p.map(|p| p.neighbor_drops)),
+        ("send-failures", c.send_failures, p.map(|p| p.send_failures)),
+    ];
+    let gauges = [
+        ("neighbors", c.neighbors),
+        ("neighbor-entries", c.neighbor_entries),
+    ];
+    let mut cells: Vec<Vec<String>> = counters
+        .into_iter()
+        .map(|(name, now, before)| {
+            let mut v = vec![name.to_string(), now.to_string()];
+            if let Some(r) = rates {
+                v.push(rate(now, before, r.seconds));
+            }
+            v
+        })
+        .collect();
+    cells.extend(gauges.map(|(name, now)| vec![name.to_string(), now.to_string()]));
+    let mut h = vec!["control", "count"];
+    if rates.is_some() {
+        h.push("count/s");
+    }
+    table(&h, &cells)
+}
+
+/// The `stats` report: workers, ports, the control thread, frontends,
+/// backends, drops. With `rates`, per-second rates since the previous
+/// sample are added.
 pub fn stats_text(s: &pb::GetStatsResponse, rates: Option<&Rates>) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -407,6 +449,11 @@ pub fn stats_text(s: &pb::GetStatsResponse, rates: Option<&Rates>) -> String {
         h.extend(["tx", "imissed", "ierrors", "oerrors", "rx-nombuf"]);
         out.push('\n');
         out.push_str(&table(&h, &ports));
+    }
+
+    if let Some(c) = &s.control {
+        out.push('\n');
+        out.push_str(&control_table(c, rates));
     }
 
     let frontends: Vec<Vec<String>> = s
@@ -675,7 +722,34 @@ mod tests {
             ..Default::default()
         });
         let t = stats_text(&s, None);
+        assert!(!t.contains("CONTROL"), "no section without control counters: {t}");
+        s.control = Some(pb::ControlStats {
+            arp_requests: 4,
+            held: 12,
+            released: 9,
+            neighbor_drops: 3,
+            neighbors: 2,
+            neighbor_entries: 3,
+            ..Default::default()
+        });
+        let t = stats_text(&s, None);
         assert!(t.starts_with("revision 3, conntrack entries 10\n"), "{t}");
+        assert!(
+            t.contains(
+                "\nCONTROL                 COUNT\n\
+                 arp-requests            4\n\
+                 gratuitous-arps         0\n\
+                 neighbor-solicitations  0\n\
+                 unsolicited-nas         0\n\
+                 held                    12\n\
+                 released                9\n\
+                 neighbor-drops          3\n\
+                 send-failures           0\n\
+                 neighbors               2\n\
+                 neighbor-entries        3\n\n"
+            ),
+            "{t}"
+        );
         assert!(t.contains("IMISSED"), "{t}");
         assert!(
             t.lines().any(|l| l.starts_with("0     net_null0  90  0   7")),
@@ -684,6 +758,10 @@ mod tests {
         assert!(t.contains("no-backend"), "{t}");
         let mut later = s.clone();
         later.workers[0].rx_packets = 300;
+        if let Some(c) = &mut later.control {
+            c.neighbor_drops = 23;
+            c.neighbors = 5;
+        }
         let t = stats_text(
             &later,
             Some(&Rates {
@@ -693,6 +771,13 @@ mod tests {
         );
         assert!(t.contains("RX/S"), "{t}");
         assert!(t.lines().any(|l| l.starts_with("0       300  0   100")), "{t}");
+        assert!(t.contains("\nCONTROL                 COUNT  COUNT/S\n"), "{t}");
+        assert!(t.contains("\nneighbor-drops          23     10\n"), "{t}");
+        assert!(t.contains("\narp-requests            4      0\n"), "{t}");
+        assert!(
+            t.contains("\nneighbors               5\n"),
+            "a gauge has no rate: {t}"
+        );
         let i = pb::GetInfoResponse {
             version: "0.1.0".into(),
             revision: 7,

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use lb_control::grpc::{PortInfo, ServerInfo, SharedPlane};
+use lb_control::grpc::{ControlCounters, PortInfo, ServerInfo, SharedPlane};
 use lb_control::listen::{self, ListenAddr, ListenConfig, ListenError};
 use lb_control::plane::{ControlPlane, InterfaceConfig, NodeConfig};
 use tempfile::TempDir;
@@ -54,6 +54,8 @@ pub struct Server {
     pub instance_id: String,
     /// The ports' link and counters, as lbd would update them.
     pub ports: Vec<Arc<lb_control::grpc::PortStatus>>,
+    /// The control thread's counters, as lbd would update them.
+    pub control: Arc<ControlCounters>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<Result<(), ListenError>>>,
 }
@@ -77,7 +79,8 @@ impl Server {
         let plane: SharedPlane = Arc::new(Mutex::new(plane));
         let ports = ports();
         let status = ports.iter().map(|p| Arc::clone(&p.status)).collect();
-        let info = ServerInfo::new(ports, 2);
+        let control = Arc::new(ControlCounters::default());
+        let info = ServerInfo::new(ports, 2).with_control(Arc::clone(&control));
         let instance_id = info.instance_id.clone();
         let (stop, stopped) = oneshot::channel::<()>();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -112,6 +115,7 @@ impl Server {
             plane,
             instance_id,
             ports: status,
+            control,
             stop: Some(stop),
             thread: Some(thread),
         }

@@ -56,9 +56,11 @@ pub enum DropReason {
     SnatExhausted,
     /// An ICMP error quoting a flow that is not tracked.
     IcmpErrorUntracked,
-    /// The next hop's MAC address is not known and could not be learned:
-    /// it did not answer ARP while the frame was held, the hold queue was
-    /// full, or it is an IPv6 next hop (lbd resolves IPv4 next hops only).
+    /// The next hop's MAC address is not known and the frame could not be
+    /// held for it: lbd counts this when the worker's ring of frames
+    /// waiting for the control thread's ARP or neighbor solicitation is
+    /// full, or the frame is for a port lbd does not drive. (Frames the
+    /// control thread held and then dropped are its `neighbor_drops`.)
     NoNeighbor,
     /// The frame would exceed the egress MTU.
     TooBig,

@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
+use lb_control::listen::ListenAddr;
 
 /// lbd: a userspace DPDK L4 load balancer.
 #[derive(Debug, Parser)]
@@ -16,8 +17,8 @@ pub struct Cli {
     /// placement `0@0,1@1,2@1` (several lcores may share a CPU). The first
     /// is the main lcore (control thread); the rest are workers. A single
     /// lcore does both.
-    #[arg(long, value_name = "LIST", default_value = "0")]
-    pub lcores: String,
+    #[arg(long, value_name = "LIST", default_value = "0", value_parser = lcores_arg)]
+    pub lcores: Lcores,
 
     /// A PCI device to drive, e.g. `0000:03:00.0` (repeatable). It must be
     /// bound to a DPDK-capable driver (vfio-pci, uio_pci_generic, or a
@@ -50,8 +51,8 @@ pub struct Cli {
     /// (`/run/lbd/lbd.sock`, `unix:PATH`) or a TCP `ADDRESS:PORT`
     /// (`127.0.0.1:50051`, `[::1]:50051`). The default socket is mode 0600:
     /// only root on the node can change the balancer.
-    #[arg(long, value_name = "ADDR", default_value = "/run/lbd/lbd.sock")]
-    pub grpc: String,
+    #[arg(long, value_name = "ADDR", default_value = "/run/lbd/lbd.sock", value_parser = grpc_arg)]
+    pub grpc: ListenAddr,
 
     /// TLS certificate (PEM) for a TCP --grpc listener.
     #[arg(long, value_name = "FILE", requires = "grpc_tls_key")]
@@ -97,6 +98,19 @@ pub struct Cli {
 
 fn node_name(s: &str) -> Result<String, String> {
     crate::config::check_node_name(s)
+}
+
+/// `--lcores`, checked by clap so that a bad list is a usage error (exit
+/// 2) like any other flag's; clap names the flag.
+fn lcores_arg(s: &str) -> Result<Lcores, String> {
+    parse_lcores(s).map_err(|e| {
+        let m = e.to_string();
+        m.strip_prefix("--lcores: ").unwrap_or(&m).to_string()
+    })
+}
+
+fn grpc_arg(s: &str) -> Result<ListenAddr, String> {
+    s.parse()
 }
 
 /// The lcores of `--lcores`, in the order given.
@@ -345,8 +359,7 @@ mod tests {
             "--",
             "--log-level=debug",
         ]);
-        let l = parse_lcores(&cli.lcores).unwrap();
-        let a = cli.eal_args(&l, &[]);
+        let a = cli.eal_args(&cli.lcores, &[]);
         assert_eq!(
             a,
             vec![
@@ -363,7 +376,7 @@ mod tests {
             ]
         );
         let cli = Cli::parse_from(["lbd", "--lcores", "2-3", "--pci", "0000:03:00.0", "--mem", "2048"]);
-        let a = cli.eal_args(&parse_lcores(&cli.lcores).unwrap(), &["0000:03:00.0".into()]);
+        let a = cli.eal_args(&cli.lcores, &["0000:03:00.0".into()]);
         assert!(a.contains(&"--allow=0000:03:00.0".to_string()));
         assert!(a.contains(&"-m2048".to_string()));
         assert!(!a.contains(&"--no-pci".to_string()));

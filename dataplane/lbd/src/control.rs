@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use dpdk::ring::{Consumer, Producer};
 use dpdk::{Burst, Mbuf, Mempool, Port};
-use lb_control::grpc::{PortCounters, PortStatus, ServerInfo, SharedPlane};
+use lb_control::grpc::{ControlCounters, PortCounters, PortStatus, ServerInfo, SharedPlane};
 use lb_control::listen::Listener;
 use lb_dataplane::checksum::ChecksumOffload;
 use lb_dataplane::local::{
@@ -66,38 +66,9 @@ pub const PORT_PERIOD: Duration = Duration::from_secs(1);
 /// the most frames a step takes from one (a ring's worth).
 pub const HELD_RING: u32 = 256;
 
-/// The control thread's own counters (the workers' are in their
-/// `WorkerCounters`).
-#[derive(Debug, Default)]
-pub struct ControlStats {
-    /// ARP requests sent.
-    pub arp_requests: AtomicU64,
-    /// Gratuitous ARPs sent.
-    pub gratuitous_arps: AtomicU64,
-    /// Neighbor solicitations sent (IPv6 next hops).
-    pub neighbor_solicitations: AtomicU64,
-    /// Unsolicited neighbor advertisements sent (owned IPv6 addresses).
-    pub unsolicited_nas: AtomicU64,
-    /// Frames held for an unresolved next hop.
-    pub held: AtomicU64,
-    /// Held frames sent once their next hop answered.
-    pub released: AtomicU64,
-    /// Held frames dropped: the next hop never answered, the hold queue was
-    /// full, or there is no next hop (`no_neighbor`).
-    pub neighbor_drops: AtomicU64,
-    /// Frames the control thread could not pass to worker 0 (ring full) or
-    /// could not build (no mbuf).
-    pub send_failures: AtomicU64,
-    /// Resolved neighbors (gauge).
-    pub neighbors: AtomicU64,
-    /// Neighbor table entries, resolved or being resolved (gauge).
-    pub neighbor_entries: AtomicU64,
-}
-
-impl ControlStats {
-    fn inc(c: &AtomicU64) {
-        c.fetch_add(1, Ordering::Relaxed);
-    }
+/// Counts one event.
+fn inc(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
 }
 
 /// What the control thread owns.
@@ -120,7 +91,7 @@ pub struct Control {
     /// From every worker: ARP replies.
     pub news: Receiver<(IpAddr, [u8; 6])>,
     /// Its counters.
-    pub stats: Arc<ControlStats>,
+    pub stats: Arc<ControlCounters>,
     /// Each port with the status GetInfo and GetStats report.
     pub ports: Vec<(Port, Arc<PortStatus>)>,
 }
@@ -220,7 +191,7 @@ struct Neighbors {
     to_worker: Producer,
     held_in: Vec<Consumer>,
     news: Receiver<(IpAddr, [u8; 6])>,
-    stats: Arc<ControlStats>,
+    stats: Arc<ControlCounters>,
     table: NeighborTable<Mbuf>,
     /// (port, address) pairs announced since their port's link came up.
     announced: HashSet<(u16, IpAddr)>,
@@ -284,7 +255,7 @@ impl Neighbors {
         }
         self.table.poll(now, &mut self.requests, &mut self.dropped);
         for m in self.dropped.drain(..) {
-            ControlStats::inc(&self.stats.neighbor_drops);
+            inc(&self.stats.neighbor_drops);
             drop(m);
         }
         let requests = std::mem::take(&mut self.requests);
@@ -322,13 +293,13 @@ impl Neighbors {
             .and_then(|p| snap.unresolved_hop(p.dst))
             .map(|h| (h.via, h.port))
         else {
-            ControlStats::inc(&self.stats.neighbor_drops);
+            inc(&self.stats.neighbor_drops);
             return;
         };
         match self.table.hold(via, via_port, m) {
-            Hold::Waiting => ControlStats::inc(&self.stats.held),
+            Hold::Waiting => inc(&self.stats.held),
             Hold::Ready(m, mac) => self.release(m, mac),
-            Hold::Full(_) => ControlStats::inc(&self.stats.neighbor_drops),
+            Hold::Full(_) => inc(&self.stats.neighbor_drops),
         }
     }
 
@@ -340,7 +311,7 @@ impl Neighbors {
         // Counted as released only once worker 0 has it; otherwise it is a
         // send failure (and freed), not both.
         if self.send(m) {
-            ControlStats::inc(&self.stats.released);
+            inc(&self.stats.released);
         }
     }
 
@@ -372,7 +343,7 @@ impl Neighbors {
             _ => None,
         };
         if let Some(c) = counter {
-            ControlStats::inc(c);
+            inc(c);
         }
     }
 
@@ -401,7 +372,7 @@ impl Neighbors {
                     continue;
                 }
                 if self.build(port, |buf| write_gratuitous_arp(buf, mac, ip, None).ok()) {
-                    ControlStats::inc(&self.stats.gratuitous_arps);
+                    inc(&self.stats.gratuitous_arps);
                     sent += 1;
                 }
             }
@@ -410,7 +381,7 @@ impl Neighbors {
                     continue;
                 }
                 if self.build(port, |buf| write_unsolicited_na(buf, mac, ip, None).ok()) {
-                    ControlStats::inc(&self.stats.unsolicited_nas);
+                    inc(&self.stats.unsolicited_nas);
                     sent += 1;
                 }
             }
@@ -423,21 +394,21 @@ impl Neighbors {
     /// Allocates an mbuf, lets `write` fill it, sends it on `port`.
     fn build(&mut self, port: u16, write: impl FnOnce(&mut [u8]) -> Option<usize>) -> bool {
         let Some(mut m) = self.pool.alloc() else {
-            ControlStats::inc(&self.stats.send_failures);
+            inc(&self.stats.send_failures);
             return false;
         };
         // Room for the largest frame built here: an NS or NA with its
         // option, 86 bytes (90 with a VLAN tag); ARP needs 60.
         let Some(buf) = m.append(128) else {
-            ControlStats::inc(&self.stats.send_failures);
+            inc(&self.stats.send_failures);
             return false;
         };
         let Some(len) = write(buf) else {
-            ControlStats::inc(&self.stats.send_failures);
+            inc(&self.stats.send_failures);
             return false;
         };
         if !m.set_len(len) {
-            ControlStats::inc(&self.stats.send_failures);
+            inc(&self.stats.send_failures);
             return false;
         }
         m.set_port(port);
@@ -446,7 +417,7 @@ impl Neighbors {
 
     fn send(&mut self, m: Mbuf) -> bool {
         if self.to_worker.enqueue(m).is_err() {
-            ControlStats::inc(&self.stats.send_failures);
+            inc(&self.stats.send_failures);
             return false;
         }
         true

@@ -28,17 +28,17 @@ use clap::Parser;
 use dpdk::flow::{FlowRule, L4};
 use dpdk::ring::Consumer;
 use dpdk::{Eal, Mempool, Port, PortConfig, RssStatus};
-use lb_control::grpc::{PortInfo, PortStatus, ServerInfo};
-use lb_control::listen::{ListenAddr, ListenConfig, TlsPaths};
+use lb_control::grpc::{ControlCounters, PortInfo, PortStatus, ServerInfo};
+use lb_control::listen::{ListenConfig, TlsPaths};
 use lb_control::model::Source;
 use lb_control::plane::{ControlPlane, InterfaceConfig, NodeConfig, PlaneError};
 use lb_dataplane::conntrack;
 use lb_dataplane::flow::WorkerId;
 use lb_dataplane::worker::{Worker, WorkerConfig};
 
-use crate::cli::{parse_lcores, vdev_name, Cli};
+use crate::cli::{vdev_name, Cli};
 use crate::config::Config;
-use crate::control::{Control, ControlStats, HELD_RING};
+use crate::control::{Control, HELD_RING};
 use crate::worker::{Clock, Links, Offloads, Shared, WorkerIo};
 
 /// The system allocator, with transparent huge pages asked for under the
@@ -102,7 +102,7 @@ fn init_logging() {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let lcores = parse_lcores(&cli.lcores)?;
+    let lcores = cli.lcores.clone();
     for (cpu, on_it) in lcores.crowded_cpus() {
         tracing::warn!(
             cpu,
@@ -328,7 +328,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             status: Arc::clone(status),
         })
         .collect();
-    let info = ServerInfo::new(port_infos, workers as u32);
+    // The control thread's counters: it updates them, GetStats and the
+    // exit summary read them.
+    let ctl_stats = Arc::new(ControlCounters::default());
+    let info = ServerInfo::new(port_infos, workers as u32).with_control(Arc::clone(&ctl_stats));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -401,7 +404,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         });
     }
 
-    let ctl_stats = Arc::new(ControlStats::default());
     let control = Control {
         plane: Arc::clone(&plane),
         info,
@@ -628,10 +630,7 @@ fn steer_replies(ports: &[Port], snat: &[std::net::IpAddr], workers: u16) -> Vec
 
 /// `--grpc` and the TLS flags.
 fn listen_config(cli: &Cli) -> anyhow::Result<ListenConfig> {
-    let addr: ListenAddr = cli
-        .grpc
-        .parse()
-        .map_err(|e| anyhow::anyhow!("--grpc {:?}: {e}", cli.grpc))?;
+    let addr = cli.grpc.clone();
     let tls = match (&cli.grpc_tls_cert, &cli.grpc_tls_key) {
         (Some(cert), Some(key)) => Some(TlsPaths {
             cert: cert.clone(),
@@ -663,7 +662,7 @@ fn drain_count(rings: &mut [Consumer]) -> u64 {
     n
 }
 
-fn print_summary(ports: &[Port], workers: &[Worker], ctl: &ControlStats, left_in_rings: u64) {
+fn print_summary(ports: &[Port], workers: &[Worker], ctl: &ControlCounters, left_in_rings: u64) {
     println!("final counters:");
     for p in ports {
         match p.stats() {
@@ -708,19 +707,19 @@ fn print_summary(ports: &[Port], workers: &[Worker], ctl: &ControlStats, left_in
             }
         );
     }
-    let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let c = ctl.get();
     println!(
         "  control: arp_requests {} gratuitous_arps {} neighbor_solicitations {} unsolicited_nas {} held {} released {} neighbor_drops {} send_failures {} neighbors {} neighbor_entries {}",
-        g(&ctl.arp_requests),
-        g(&ctl.gratuitous_arps),
-        g(&ctl.neighbor_solicitations),
-        g(&ctl.unsolicited_nas),
-        g(&ctl.held),
-        g(&ctl.released),
-        g(&ctl.neighbor_drops),
-        g(&ctl.send_failures),
-        g(&ctl.neighbors),
-        g(&ctl.neighbor_entries)
+        c.arp_requests,
+        c.gratuitous_arps,
+        c.neighbor_solicitations,
+        c.unsolicited_nas,
+        c.held,
+        c.released,
+        c.neighbor_drops,
+        c.send_failures,
+        c.neighbors,
+        c.neighbor_entries
     );
     println!("  rings: left_at_exit {left_in_rings}");
 }

@@ -34,9 +34,13 @@ fn unknown_flag() {
 
 #[test]
 fn bad_lcores() {
+    // A bad flag value: exit 2, like any other usage error.
     let (code, out) = run_lbd(&["--lcores", "3-1", "--vdev", "net_null0", "--no-huge"], T);
-    assert_eq!(code, Some(1), "{out}");
+    assert_eq!(code, Some(2), "{out}");
     assert!(lbd_line(&out).contains("--lcores"), "{out}");
+    let (code, out) = run_lbd(&["--grpc", "foo", "--vdev", "net_null0", "--no-huge"], T);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(lbd_line(&out).contains("--grpc"), "{out}");
 }
 
 /// A flag that needs another names the missing one on the same line.
@@ -64,7 +68,7 @@ fn huge_lcore_range() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(lbd_line(&text).contains("is beyond the maximum"), "{text}");
     assert_clean(&text);
 }
