@@ -14,7 +14,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
@@ -157,9 +157,9 @@ pub enum ListenError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// The TLS material was rejected.
+    /// The TLS material was rejected: why, from the innermost error.
     #[error("TLS configuration: {0}")]
-    Tls(#[source] tonic::transport::Error),
+    Tls(String),
     /// The services could not be assembled.
     #[error(transparent)]
     Router(#[from] RouterError),
@@ -183,19 +183,22 @@ enum Socket {
     Tcp(TcpListener),
 }
 
-/// A bound listener: errors in the address, socket or TLS files show up
+/// A bound listener: errors in the address, socket or TLS files (their
+/// contents included: the certificate and key are parsed here) show up
 /// here, before lbd starts forwarding.
 pub struct Listener {
     socket: Socket,
     addr: ListenAddr,
-    tls: Option<ServerTlsConfig>,
+    /// The server, with its TLS acceptor built if TLS is on.
+    server: Server,
+    tls: bool,
 }
 
 impl std::fmt::Debug for Listener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Listener")
             .field("addr", &self.addr)
-            .field("tls", &self.tls.is_some())
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -264,37 +267,43 @@ fn bind_unix(path: &Path) -> Result<Socket, ListenError> {
         source,
     })?;
     remove_stale(path)?;
-    // Bind under a private name, restrict, then rename into place: the
-    // socket is never reachable at its public path with a wider mode.
+    // Bind in a private directory (mode 0700, so nobody else can reach
+    // the socket whatever the umask made its mode), restrict the socket to
+    // 0600, then rename it into place: it is never reachable by others,
+    // at its public path or on the way there.
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "lbd.sock".into());
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    let listener = UnixListener::bind(&tmp).map_err(|source| ListenError::Socket {
+    let private = dir.join(format!(".{name}.{}.d", std::process::id()));
+    let _ = std::fs::remove_dir_all(&private);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&private)
+        .map_err(|source| ListenError::CreateDir {
+            path: private.clone(),
+            source,
+        })?;
+    let tmp = private.join("s");
+    let bound = UnixListener::bind(&tmp).map_err(|source| ListenError::Socket {
         path: tmp.clone(),
         what: "bind",
         source,
-    })?;
-    let finish = || -> Result<(u64, u64), ListenError> {
+    });
+    let finish = |listener: UnixListener| -> Result<Socket, ListenError> {
         std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
             .map_err(sock_err("set mode 0600 on"))?;
         std::fs::rename(&tmp, path).map_err(sock_err("move into place"))?;
         let m = std::fs::symlink_metadata(path).map_err(sock_err("inspect"))?;
-        Ok((m.dev(), m.ino()))
-    };
-    match finish() {
-        Ok(id) => Ok(Socket::Unix {
+        Ok(Socket::Unix {
             listener,
             path: path.to_path_buf(),
-            id,
-        }),
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(e)
-        }
-    }
+            id: (m.dev(), m.ino()),
+        })
+    };
+    let r = bound.and_then(finish);
+    let _ = std::fs::remove_dir_all(&private);
+    r
 }
 
 /// Binds the listener; must run inside a tokio runtime.
@@ -309,11 +318,20 @@ pub async fn bind(cfg: &ListenConfig) -> Result<Listener, ListenError> {
             Ok(Listener {
                 socket: bind_unix(path)?,
                 addr: cfg.addr.clone(),
-                tls: None,
+                server: Server::builder(),
+                tls: false,
             })
         }
         ListenAddr::Tcp(addr) => {
             let tls = cfg.tls.as_ref().map(tls_config).transpose()?;
+            let mut server = Server::builder();
+            if let Some(tls) = tls.clone() {
+                // Parses the certificate and key: a file that is readable
+                // but not PEM of its kind fails here, not once lbd forwards.
+                server = server
+                    .tls_config(tls)
+                    .map_err(|e| ListenError::Tls(crate::cli::root_cause(&e)))?;
+            }
             let listener = TcpListener::bind(addr)
                 .await
                 .map_err(|source| ListenError::Bind { addr: *addr, source })?;
@@ -327,7 +345,8 @@ pub async fn bind(cfg: &ListenConfig) -> Result<Listener, ListenError> {
             Ok(Listener {
                 socket: Socket::Tcp(listener),
                 addr: ListenAddr::Tcp(local),
-                tls,
+                server,
+                tls: tls.is_some(),
             })
         }
     }
@@ -349,11 +368,7 @@ impl Listener {
         info: ServerInfo,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), ListenError> {
-        let mut builder = Server::builder();
-        if let Some(tls) = self.tls {
-            builder = builder.tls_config(tls).map_err(ListenError::Tls)?;
-        }
-        let (router, closer) = grpc::router(builder, std::sync::Arc::clone(&plane), info).await?;
+        let (router, closer) = grpc::router(self.server, std::sync::Arc::clone(&plane), info).await?;
         // After `shutdown`, in-flight calls get SHUTDOWN_GRACE to finish;
         // then the server is dropped, which closes whatever connections a
         // stuck or idle client still holds open.
@@ -509,5 +524,29 @@ mod tests {
         .await
         .unwrap_err();
         assert!(e.to_string().contains("missing.pem"), "{e}");
+    }
+
+    /// Readable files that hold no certificate or key fail at bind, before
+    /// lbd forwards, not when the server starts (where the error left lbd
+    /// running without its API).
+    #[tokio::test]
+    async fn tls_files_that_do_not_parse_fail_at_bind() {
+        let dir = tempfile::tempdir().unwrap();
+        let cert = dir.path().join("c.pem");
+        let key = dir.path().join("k.pem");
+        std::fs::write(&cert, "not a certificate\n").unwrap();
+        std::fs::write(&key, "not a key\n").unwrap();
+        let e = bind(&ListenConfig {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            tls: Some(TlsPaths {
+                cert,
+                key,
+                client_ca: None,
+            }),
+        })
+        .await
+        .unwrap_err();
+        assert!(matches!(e, ListenError::Tls(_)), "{e}");
+        assert!(!e.to_string().contains("transport error"), "the cause, once: {e}");
     }
 }

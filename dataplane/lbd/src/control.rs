@@ -138,7 +138,16 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> anyhow::Result<Vec<Consum
         }
     };
     let held_in = rt.block_on(async move {
-        let server = listener.serve(plane, info, shutdown);
+        // A server that fails (e.g. its socket) stops lbd: the other two
+        // loop until `stop`, so the thread would run on without the API.
+        let server_stop = Arc::clone(&stop);
+        let server = async move {
+            let r = listener.serve(plane, info, shutdown).await;
+            if r.is_err() {
+                server_stop.store(true, Ordering::Relaxed);
+            }
+            r
+        };
         let neighbors = async {
             let mut tick = tokio::time::interval(NEIGHBOR_PERIOD);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
