@@ -21,7 +21,7 @@
 //! when anything failed, so a rejected transaction leaves the allocators
 //! as they were.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::hash::Hash;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -41,44 +41,75 @@ use crate::plane::NodeConfig;
 use crate::store::{backends_of, Delta};
 
 /// A slot allocator for one key space.
+///
+/// A connection keeps the counter slots of its frontend and backend for
+/// its whole life, so the open connections of a deleted object go on
+/// counting to its slot. A new object therefore gets, in this order: a
+/// slot no published snapshot has used (one a failed compile gave back,
+/// or the next one, while the workers' counter arrays have room), and only
+/// then the slot freed longest ago, whose old connections have had the
+/// most time to end.
 #[derive(Debug)]
 struct Slots<K> {
     map: HashMap<K, u32>,
-    free: BTreeSet<u32>,
+    /// Never published (given back by a rolled-back compile).
+    unused: BTreeSet<u32>,
+    /// Freed by deletes, oldest first.
+    retired: VecDeque<u32>,
     next: u32,
+    /// The workers' counter array size: slots from here on are not
+    /// counted, so `retired` is used before `next` passes it.
+    capacity: u32,
 }
 
-impl<K> Default for Slots<K> {
-    fn default() -> Self {
+impl<K> Slots<K> {
+    fn new(capacity: usize) -> Self {
         Slots {
             map: HashMap::new(),
-            free: BTreeSet::new(),
+            unused: BTreeSet::new(),
+            retired: VecDeque::new(),
             next: 0,
+            capacity: u32::try_from(capacity).unwrap_or(u32::MAX),
         }
     }
 }
 
 impl<K: Hash + Eq + Clone> Slots<K> {
-    /// The key's slot, allocated (and journaled) if it has none.
-    fn get(&mut self, key: &K, journal: &mut Vec<K>) -> u32 {
+    /// The key's slot, allocated (and journaled, with whether it was a
+    /// retired one) if it has none.
+    fn get(&mut self, key: &K, journal: &mut Vec<(K, bool)>) -> u32 {
         if let Some(&s) = self.map.get(key) {
             return s;
         }
-        let s = match self.free.pop_first() {
-            Some(s) => s,
-            None => {
-                self.next += 1;
-                self.next - 1
-            }
+        let (s, retired) = if let Some(s) = self.unused.pop_first() {
+            (s, false)
+        } else if self.next >= self.capacity && !self.retired.is_empty() {
+            (self.retired.pop_front().unwrap_or_default(), true)
+        } else {
+            self.next += 1;
+            (self.next - 1, false)
         };
         self.map.insert(key.clone(), s);
-        journal.push(key.clone());
+        journal.push((key.clone(), retired));
         s
     }
 
-    fn release(&mut self, key: &K) {
+    /// Frees a deleted object's slot (its connections may still count to
+    /// it).
+    fn retire(&mut self, key: &K) {
         if let Some(s) = self.map.remove(key) {
-            self.free.insert(s);
+            self.retired.push_back(s);
+        }
+    }
+
+    /// Undoes `get`'s allocation of `key` (journal entries in reverse).
+    fn give_back(&mut self, key: &K, retired: bool) {
+        if let Some(s) = self.map.remove(key) {
+            if retired {
+                self.retired.push_front(s);
+            } else {
+                self.unused.insert(s);
+            }
         }
     }
 }
@@ -87,8 +118,8 @@ impl<K: Hash + Eq + Clone> Slots<K> {
 #[derive(Debug, Default)]
 #[must_use = "commit or roll back the journal"]
 pub struct SlotJournal {
-    new_frontends: Vec<FrontendKey>,
-    new_backends: Vec<BackendKey>,
+    new_frontends: Vec<(FrontendKey, bool)>,
+    new_backends: Vec<(BackendKey, bool)>,
     gone_frontends: Vec<FrontendKey>,
     gone_backends: Vec<BackendKey>,
 }
@@ -98,14 +129,14 @@ impl SlotJournal {
     pub fn new_frontend_slots<'a>(&'a self, c: &'a Compiler) -> impl Iterator<Item = u32> + 'a {
         self.new_frontends
             .iter()
-            .filter_map(|k| c.frontends.map.get(k).copied())
+            .filter_map(|(k, _)| c.frontends.map.get(k).copied())
     }
 
     /// Backend slots allocated by this compile.
     pub fn new_backend_slots<'a>(&'a self, c: &'a Compiler) -> impl Iterator<Item = u32> + 'a {
         self.new_backends
             .iter()
-            .filter_map(|k| c.backends.map.get(k).copied())
+            .filter_map(|(k, _)| c.backends.map.get(k).copied())
     }
 }
 
@@ -126,8 +157,8 @@ impl Compiler {
         Compiler {
             node,
             neighbors: Vec::new(),
-            frontends: Slots::default(),
-            backends: Slots::default(),
+            frontends: Slots::new(lb_dataplane::worker::DEFAULT_FRONTEND_SLOTS),
+            backends: Slots::new(lb_dataplane::worker::DEFAULT_BACKEND_SLOTS),
         }
     }
 
@@ -145,6 +176,14 @@ impl Compiler {
     /// `Snapshot::with_neighbors`).
     pub fn set_neighbors(&mut self, neighbors: Vec<(IpAddr, [u8; 6])>) {
         self.neighbors = neighbors;
+    }
+
+    /// Shrinks the counter arrays the slots are given for (tests: to reach
+    /// the reuse of retired slots).
+    #[cfg(test)]
+    pub(crate) fn set_slot_capacity(&mut self, frontends: u32, backends: u32) {
+        self.frontends.capacity = frontends;
+        self.backends.capacity = backends;
     }
 
     /// The slot of a live frontend.
@@ -210,20 +249,20 @@ impl Compiler {
     /// Makes a compile final: frees the slots of deleted objects.
     pub fn commit(&mut self, journal: SlotJournal) {
         for k in &journal.gone_frontends {
-            self.frontends.release(k);
+            self.frontends.retire(k);
         }
         for k in &journal.gone_backends {
-            self.backends.release(k);
+            self.backends.retire(k);
         }
     }
 
     /// Undoes a compile's allocations.
     pub fn rollback(&mut self, journal: SlotJournal) {
-        for k in journal.new_frontends.iter().rev() {
-            self.frontends.release(k);
+        for (k, retired) in journal.new_frontends.iter().rev() {
+            self.frontends.give_back(k, *retired);
         }
-        for k in journal.new_backends.iter().rev() {
-            self.backends.release(k);
+        for (k, retired) in journal.new_backends.iter().rev() {
+            self.backends.give_back(k, *retired);
         }
     }
 
@@ -386,5 +425,37 @@ pub fn build_error(e: BuildError) -> ValidationError {
         object,
         field,
         message,
+    }
+}
+
+#[cfg(test)]
+mod slot_tests {
+    use super::Slots;
+
+    /// Fresh slots first; once the counter arrays are used up, the slot
+    /// retired longest ago; a rolled-back allocation goes back where it
+    /// came from.
+    #[test]
+    fn retired_slots_wait_until_the_fresh_ones_are_used() {
+        let mut s: Slots<&str> = Slots::new(4);
+        let mut j = Vec::new();
+        let got: Vec<u32> = ["a", "b", "c"].iter().map(|k| s.get(k, &mut j)).collect();
+        assert_eq!(got, [0, 1, 2]);
+        s.retire(&"b");
+        s.retire(&"a");
+        assert_eq!(s.get(&"d", &mut j), 3, "a fresh slot before a retired one");
+        // Capacity reached: the longest-retired first (b, then a).
+        let mut j2 = Vec::new();
+        assert_eq!(s.get(&"e", &mut j2), 1);
+        assert_eq!(j2, [("e", true)]);
+        s.give_back(&"e", true);
+        assert_eq!(s.get(&"f", &mut j2), 1, "given back to the head");
+        assert_eq!(s.get(&"g", &mut j2), 0);
+        // Nothing retired left: past the capacity (not counted).
+        assert_eq!(s.get(&"h", &mut j2), 4);
+        // A fresh allocation given back is reused first.
+        s.give_back(&"h", false);
+        s.retire(&"c");
+        assert_eq!(s.get(&"i", &mut j2), 4);
     }
 }

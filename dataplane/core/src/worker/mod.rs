@@ -143,6 +143,11 @@ pub struct WorkerConfig {
     pub burst_lookup_min_len: usize,
 }
 
+/// [`WorkerConfig::frontend_slots`]' default: counters for 64k frontends.
+pub const DEFAULT_FRONTEND_SLOTS: usize = 1 << 16;
+/// [`WorkerConfig::backend_slots`]' default: counters for 256k backends.
+pub const DEFAULT_BACKEND_SLOTS: usize = 1 << 18;
+
 impl WorkerConfig {
     /// Defaults for worker `id` of `n_workers`: 1M IPv4 and 64k IPv6
     /// connections, default timeouts, SNAT ports 1024-65535, 64k frontend
@@ -155,8 +160,8 @@ impl WorkerConfig {
             conntrack: conntrack::Config::new(1 << 20, 1 << 16),
             snat_addresses: Vec::new(),
             snat_ports: SnatPorts::DEFAULT_PORT_RANGE,
-            frontend_slots: 1 << 16,
-            backend_slots: 1 << 18,
+            frontend_slots: DEFAULT_FRONTEND_SLOTS,
+            backend_slots: DEFAULT_BACKEND_SLOTS,
             burst_lookup_min_len: BURST_LOOKUP_MIN_LEN,
         }
     }
