@@ -25,7 +25,7 @@ pub fn run(server: &str, backend: &str, rate: f64, seconds: f64) -> anyhow::Resu
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let mut c = connect(&server, &ClientTls::default()).await?;
+        let mut c = connect(&server, &ClientTls::default(), Duration::from_secs(30)).await?;
         let period = Duration::from_secs_f64(1.0 / rate.max(0.1));
         let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
