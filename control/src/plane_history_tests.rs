@@ -453,7 +453,7 @@ fn run(ops: Vec<Op>) -> Reached {
                 if p.state() != &state {
                     assert_eq!(p.revision(), rev + 1, "op {i}: {op:?}");
                 } else {
-                    assert!(p.revision() <= rev + 1, "op {i}");
+                    assert_eq!(p.revision(), rev, "op {i}: no change, no commit: {op:?}");
                 }
                 assert_eq!(p.published_revision(), p.revision());
                 assert_eq!(p.snapshot().revision(), p.revision(), "op {i}");

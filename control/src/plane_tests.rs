@@ -144,6 +144,25 @@ fn apply_publishes_and_identical_apply_does_not_bump() {
     );
     assert!(rx.try_recv().is_err(), "no event for an empty commit");
     assert!(Arc::ptr_eq(&s, &p.snapshot()));
+    // Changes that undo each other within one transaction change nothing.
+    let b = be("default/web", "10.1.0.2", 8080);
+    let mut heavy = b.clone();
+    heavy.weight = 5;
+    for changes in [
+        vec![
+            Change::DeleteBackend(b.key.clone()),
+            Change::UpsertBackend(b.clone()),
+        ],
+        vec![Change::UpsertBackend(heavy), Change::UpsertBackend(b.clone())],
+    ] {
+        assert_eq!(
+            p.apply(Source::Api, changes, None).unwrap(),
+            1,
+            "changed back: no bump"
+        );
+        assert!(rx.try_recv().is_err(), "no event");
+        assert!(Arc::ptr_eq(&s, &p.snapshot()), "nothing published");
+    }
 }
 
 #[test]

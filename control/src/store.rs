@@ -14,7 +14,7 @@
 //! records those deletes explicitly in [`Txn::committed`], so a watcher
 //! replaying the changes needs no cascade rule.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::net::{IpAddr, Ipv4Addr};
 use std::ops::Bound;
 
@@ -104,9 +104,18 @@ impl<'s> Txn<'s> {
         self.state
     }
 
-    /// Whether anything changed.
+    /// Whether the state is as it was: nothing changed, or every object
+    /// changed was changed back (`[Delete B, Upsert B as it was]`), which
+    /// is not a commit either.
     pub fn is_empty(&self) -> bool {
-        self.committed.is_empty()
+        let (mut services, mut frontends, mut backends) = (HashSet::new(), HashSet::new(), HashSet::new());
+        // The first undo record of a key holds its value before the
+        // transaction; later ones, values in between.
+        self.undo.iter().all(|u| match u {
+            Undo::Service(k, old) => !services.insert(k) || self.state.services.get(k) == old.as_ref(),
+            Undo::Frontend(k, old) => !frontends.insert(k) || self.state.frontends.get(k) == old.as_ref(),
+            Undo::Backend(k, old) => !backends.insert(k) || self.state.backends.get(k) == old.as_ref(),
+        })
     }
 
     /// Applies one change (already validated on its own).
