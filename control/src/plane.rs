@@ -53,8 +53,8 @@ use tokio::sync::broadcast;
 
 use crate::compile::{Compiler, SlotJournal};
 use crate::model::{
-    Backend, BackendState, Change, DesiredState, ErrorKind, Frontend, Service, Source, ValidationError,
-    MAX_CHANGES,
+    Backend, BackendState, Change, DesiredState, ErrorKind, Frontend, FrontendKey, Service, Source,
+    ValidationError, MAX_CHANGES,
 };
 use crate::persist::{PersistError, StateFile};
 use crate::stats;
@@ -456,8 +456,10 @@ impl ControlPlane {
         // cascade never deletes something listed twice.
         let mut changes: Vec<Change> = Vec::new();
         let mut moved_frontends = 0u32;
+        let listed: HashMap<FrontendKey, &str> =
+            frontends.iter().map(|f| (f.key, f.service.as_str())).collect();
         for f in st.frontends.values().filter(|f| f.source == source) {
-            let moved = frontends.iter().any(|n| n.key == f.key && n.service != f.service);
+            let moved = listed.get(&f.key).is_some_and(|s| *s != f.service);
             if !fe_keys.contains(&f.key) || moved {
                 moved_frontends += u32::from(moved);
                 changes.push(Change::DeleteFrontend(f.key));

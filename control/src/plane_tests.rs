@@ -305,6 +305,63 @@ fn delete_service_cascades_and_apply_takes_over() {
     assert_eq!(ev.changes[4], Change::DeleteService("default/web".into()));
 }
 
+/// Several service deletes in one transaction, with frontends created,
+/// moved and deleted between them: each delete takes exactly the
+/// frontends its service has at that point.
+#[test]
+fn service_deletes_cascade_to_the_frontends_they_have_then() {
+    let mut p = plane();
+    p.apply(
+        Source::Api,
+        vec![
+            Change::UpsertService(svc("ns/a")),
+            Change::UpsertService(svc("ns/b")),
+            Change::UpsertFrontend(fe("ns/a", "192.0.2.10", 80)),
+            Change::UpsertFrontend(fe("ns/b", "192.0.2.20", 80)),
+        ],
+        None,
+    )
+    .unwrap();
+    let mut rx = p.subscribe();
+    p.apply(
+        Source::Api,
+        vec![
+            // The first delete indexes the frontends by service.
+            Change::DeleteService("default/web".into()),
+            // A new frontend of ns/a, and ns/b's moved to ns/a.
+            Change::UpsertFrontend(fe("ns/a", "192.0.2.11", 80)),
+            Change::DeleteFrontend(fkey("192.0.2.20", 80)),
+            Change::UpsertFrontend(fe("ns/a", "192.0.2.20", 80)),
+            Change::DeleteService("ns/b".into()),
+            Change::DeleteService("ns/a".into()),
+        ],
+        None,
+    )
+    .unwrap();
+    let st = p.state();
+    assert!(st.services.is_empty() && st.frontends.is_empty(), "{st:?}");
+    let deleted: Vec<String> = rx
+        .try_recv()
+        .unwrap()
+        .changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::DeleteFrontend(k) => Some(k.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        deleted,
+        [
+            "192.0.2.1:80/tcp",
+            "192.0.2.20:80/tcp",
+            "192.0.2.10:80/tcp",
+            "192.0.2.11:80/tcp",
+            "192.0.2.20:80/tcp"
+        ]
+    );
+}
+
 #[test]
 fn resync_replaces_only_its_source() {
     let mut p = ControlPlane::open(node(), None).unwrap();

@@ -14,7 +14,7 @@
 //! records those deletes explicitly in [`Txn::committed`], so a watcher
 //! replaying the changes needs no cascade rule.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr};
 use std::ops::Bound;
 
@@ -61,6 +61,10 @@ pub struct Txn<'s> {
     pub delta: Delta,
     touched_frontends: Vec<FrontendKey>,
     touched_backends: Vec<BackendKey>,
+    /// Frontend keys by service: built by the first service delete (one
+    /// pass over the frontends), kept current after it, so that deleting
+    /// many services is not a pass over every frontend each.
+    frontends_by_service: Option<HashMap<String, Vec<FrontendKey>>>,
 }
 
 fn not_found(object: String, field: &str, message: impl Into<String>) -> ValidationError {
@@ -96,6 +100,7 @@ impl<'s> Txn<'s> {
             delta: Delta::default(),
             touched_frontends: Vec::new(),
             touched_backends: Vec::new(),
+            frontends_by_service: None,
         }
     }
 
@@ -158,6 +163,9 @@ impl<'s> Txn<'s> {
             _ => {}
         }
         let old = self.state.frontends.insert(f.key, f.clone());
+        if let (None, Some(index)) = (&old, &mut self.frontends_by_service) {
+            index.entry(f.service.clone()).or_default().push(f.key);
+        }
         self.undo.push(Undo::Frontend(f.key, old));
         self.touched_frontends.push(f.key);
         self.delta.frontends_changed = true;
@@ -183,13 +191,15 @@ impl<'s> Txn<'s> {
         if !self.state.services.contains_key(name) {
             return Err(not_found(format!("service {name:?}"), "name", "no such service"));
         }
-        let frontends: Vec<FrontendKey> = self
-            .state
-            .frontends
-            .values()
-            .filter(|f| f.service == name)
-            .map(|f| f.key)
-            .collect();
+        let state = &*self.state;
+        let index = self.frontends_by_service.get_or_insert_with(|| {
+            let mut index: HashMap<String, Vec<FrontendKey>> = HashMap::new();
+            for f in state.frontends.values() {
+                index.entry(f.service.clone()).or_default().push(f.key);
+            }
+            index
+        });
+        let frontends = index.remove(name).unwrap_or_default();
         for k in frontends {
             self.delete_frontend(&k)?;
         }
@@ -209,6 +219,13 @@ impl<'s> Txn<'s> {
         let Some(old) = self.state.frontends.remove(key) else {
             return Err(not_found(format!("frontend {key}"), "key", "no such frontend"));
         };
+        if let Some(keys) = self
+            .frontends_by_service
+            .as_mut()
+            .and_then(|index| index.get_mut(&old.service))
+        {
+            keys.retain(|k| k != key);
+        }
         self.undo.push(Undo::Frontend(*key, Some(old)));
         self.delta.deleted_frontends.push(*key);
         self.delta.frontends_changed = true;
