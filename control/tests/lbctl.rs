@@ -294,13 +294,16 @@ fn errors_exit_non_zero_with_one_line() {
 /// refusal; a reader that closes the pipe early ends lbctl quietly.
 #[test]
 fn a_lost_connection_and_a_closed_pipe() {
+    let watch = |s: &Server| {
+        Command::new(env!("CARGO_BIN_EXE_lbctl"))
+            .args(["--server", &sock(s), "stats", "--watch", "1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
     let mut s = Server::start();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lbctl"))
-        .args(["--server", &sock(&s), "stats", "--watch", "1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = watch(&s);
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     assert!(lines.next().unwrap().unwrap().starts_with("--- every 1s"));
     s.stop().unwrap();
@@ -313,12 +316,7 @@ fn a_lost_connection_and_a_closed_pipe() {
     assert_eq!(err.lines().count(), 1, "{err}");
 
     let s = Server::start();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lbctl"))
-        .args(["--server", &sock(&s), "stats", "--watch", "1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = watch(&s);
     let mut first = String::new();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     out.read_line(&mut first).unwrap();
