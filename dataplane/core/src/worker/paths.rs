@@ -416,16 +416,6 @@ fn opens_connection(f: TcpFlags) -> bool {
     f.0 & TcpFlags::SYN.0 != 0 && f.0 & TcpFlags::ACK.0 == 0
 }
 
-/// A connection [`Worker::insert_opened`] opens: its key and translation
-/// as the general path has them, `(FlowKey, Nat)`, or as the IPv4 fast
-/// path does, `(FlowKeyV4, NatV4)`, which conntrack stores without
-/// building the general values ([`Conntrack::insert_missed_v4`]).
-/// An insert refused as [`InsertError::ReplyConflict`] made again if the
-/// entries in the way of its reply key had expired and are now evicted
-/// ([`Conntrack::take_expired_in_way`]): the sweep removes an expired
-/// entry up to one sweep late, and until then it would refuse every new
-/// connection whose replies it would take. Out of line, so the insert
-/// path keeps its code.
 impl Worker {
     /// An insert refused as [`InsertError::ReplyConflict`] made again if
     /// the entries in the way of its reply key had expired and are now
@@ -466,6 +456,10 @@ fn count_opened(counters: &WorkerCounters, tags: Tags) {
     }
 }
 
+/// A connection [`Worker::insert_opened`] opens: its key and translation
+/// as the general path has them, `(FlowKey, Nat)`, or as the IPv4 fast
+/// path does, `(FlowKeyV4, NatV4)`, which conntrack stores without
+/// building the general values ([`Conntrack::insert_missed_v4`]).
 pub(super) trait Opening: Copy {
     /// True for a full-NAT connection (it holds a SNAT pair).
     fn is_full_nat(&self) -> bool;
