@@ -15,7 +15,13 @@ COPY . .
 RUN cargo build --release -p lbd -p lb-control
 
 FROM debian:12-slim
-RUN apt-get update && apt-get install -y --no-install-recommends dpdk iproute2 \
+# The DPDK libraries lbd links (`ldd lbd`), the ring mempool driver, and the
+# NIC drivers EAL loads at start: Debian's `dpdk` package only recommends
+# them (its recommends are the common NIC drivers; ice is added for E810).
+RUN apt-get update && apt-get install -y \
+        dpdk librte-eal23 librte-ethdev23 librte-kvargs23 librte-mbuf23 librte-mempool23 \
+        librte-meter23 librte-net23 librte-ring23 librte-telemetry23 librte-mempool-ring23 \
+        librte-net-ice23 iproute2 \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/target/release/lbd /src/target/release/lbctl /usr/local/bin/
 ENTRYPOINT ["/usr/local/bin/lbd"]
