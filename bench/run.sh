@@ -33,12 +33,20 @@ PDR_LOSS=0.005
 ONLY=""
 CHURN_RATE_MPPS=0.2
 CHURN_SECONDS=10
+# The value of option $1, which must be a whole number (unless $3 is "text").
+value() { # OPTION VALUE [text]
+    [ -n "${2-}" ] || { echo "bench/run.sh: $1 needs a value (see --help)" >&2; exit 2; }
+    if [ "${3-}" != text ]; then
+        case $2 in *[!0-9]*) echo "bench/run.sh: $1 $2: not a whole number" >&2; exit 2 ;; esac
+    fi
+    printf '%s' "$2"
+}
 while [ $# -gt 0 ]; do
     case "$1" in
-        --rounds) ROUNDS=$2; shift 2 ;;
-        --seconds) SECONDS_MEASURED=$2; shift 2 ;;
-        --steps) SEARCH_STEPS=$2; shift 2 ;;
-        --only) ONLY=$2; shift 2 ;;
+        --rounds) ROUNDS=$(value "$1" "${2-}"); shift 2 ;;
+        --seconds) SECONDS_MEASURED=$(value "$1" "${2-}"); shift 2 ;;
+        --steps) SEARCH_STEPS=$(value "$1" "${2-}"); shift 2 ;;
+        --only) ONLY=$(value "$1" "${2-}" text); shift 2 ;;
         --quick) ROUNDS=1; SEARCH_STEPS=3; shift ;;
         -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
         *) echo "bench/run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -46,6 +54,10 @@ while [ $# -gt 0 ]; do
 done
 [ "$(id -u)" -eq 0 ] || { echo "bench/run.sh: run as root (hugepages, memif sockets)" >&2; exit 1; }
 [ "$(nproc)" -ge 2 ] || { echo "bench/run.sh: needs 2 CPUs (generator and device on their own)" >&2; exit 1; }
+# One run at a time: two would share the memif socket, the DPDK prefixes
+# and the hugepage files (and each other's CPUs).
+exec 9>/run/lb-bench.lock
+flock -n 9 || { echo "bench/run.sh: another bench/run.sh is running" >&2; exit 1; }
 
 scripts/setup.sh
 echo "bench: building lbd and lb-bench in release"
@@ -60,16 +72,26 @@ RUN=$(mktemp -d /tmp/lb-bench.XXXXXX)
 SOCK=/run/lb-bench-memif.sock
 DUT_PID=""
 GEN_PID=""
+churn_pid=""
+# Stops PID with TERM and waits for it, at most 15 s, then KILL: a process
+# that hangs while stopping must not hang the benchmark.
+stop_wait() { # PID
+    kill -TERM "$1" 2>/dev/null || return 0
+    for _ in $(seq 1 150); do
+        kill -0 "$1" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+}
 # DPDK leaves hugepage files of exited processes; clear ours before each
 # run and at the end (each left file holds a 2 MiB page until removed).
 clear_huge() { rm -f /dev/hugepages/lbb-* 2>/dev/null || true; }
 cleanup() {
+    [ -n "$churn_pid" ] && stop_wait "$churn_pid"
     [ -n "$GEN_PID" ] && kill -TERM "$GEN_PID" 2>/dev/null || true
-    if [ -n "$DUT_PID" ] && kill -0 "$DUT_PID" 2>/dev/null; then
-        kill -TERM "$DUT_PID" 2>/dev/null || true
-        wait "$DUT_PID" 2>/dev/null || true
-    fi
-    [ -n "$GEN_PID" ] && wait "$GEN_PID" 2>/dev/null || true
+    [ -n "$DUT_PID" ] && stop_wait "$DUT_PID"
+    [ -n "$GEN_PID" ] && stop_wait "$GEN_PID"
     clear_huge
     rm -rf "$RUN"
 }
@@ -156,8 +178,7 @@ start_dut() { # DUT LOG [RSIZE]
 }
 
 stop_dut() {
-    kill -TERM "$DUT_PID" 2>/dev/null || true
-    wait "$DUT_PID" 2>/dev/null || true
+    stop_wait "$DUT_PID"
     DUT_PID=""
 }
 
@@ -260,15 +281,17 @@ case ",$ONLY," in ",,"|*",churn,"*)
         --seconds "$((CHURN_SECONDS + WARMUP + 2))" > "$OUT/$tag.churn.log" 2>&1 &
     churn_pid=$!
     gen_ok=1
+    client_ok=1
     GEN_SECONDS=$CHURN_SECONDS GEN_RSIZE=14 gen churn fullnat "$OUT/$tag.json" "$OUT/$tag.gen.log" \
         --traffic established --clients 16 --ports 64 --size 64 --rate "$CHURN_RATE_MPPS" || gen_ok=0
-    wait "$churn_pid" || { echo "bench: churn: the gRPC client failed:"; tail -3 "$OUT/$tag.churn.log"; }
+    wait "$churn_pid" || { client_ok=0; echo "bench: churn: the gRPC client failed:"; tail -3 "$OUT/$tag.churn.log"; }
+    churn_pid=
     stop_dut
     gen_finish || gen_ok=0
     [ "$gen_ok" = 1 ] || { echo "bench: churn: lb-bench failed:"; tail -5 "$OUT/$tag.gen.log"; }
     echo "bench: churn: $(gen_summary "$OUT/$tag.gen.log")"
     echo "bench: churn: $(tail -1 "$OUT/$tag.churn.log")"
-    CHURN_OK=$(python3 - "$OUT/$tag.json" "$CHURN_RATE_MPPS" "$(tail -1 "$OUT/$tag.churn.log")" <<'EOF'
+    CHURN_OK=$(python3 - "$OUT/$tag.json" "$CHURN_RATE_MPPS" "$(tail -1 "$OUT/$tag.churn.log")" "$client_ok" <<'EOF'
 import json, sys
 try:
     s = json.load(open(sys.argv[1]))
@@ -277,7 +300,8 @@ except (OSError, ValueError):
     sys.exit()
 c = s["counters"]
 lost = c["tx_forward"] - c["rx_forward"] + c["tx_reply"] - c["rx_reply"]
-verdict = "pass" if lost == 0 and s["violations"] == 0 else "FAIL"
+# Without the client's toggles nothing was churned: not a pass.
+verdict = "pass" if lost == 0 and s["violations"] == 0 and sys.argv[4] == "1" else "FAIL"
 print(f"{verdict}: {sys.argv[2]} Mpps of clients over {s['seconds']:.1f} s, {lost} lost, "
       f"{s['violations']} violations, RTT p50/p99 {s['latency_us']['p50']:.0f}/{s['latency_us']['p99']:.0f} us ({sys.argv[3]})")
 EOF
@@ -342,3 +366,6 @@ for name, d in by.items():
 print(f"\nchurn (one backend of the service toggled 100 times a second): {sys.argv[2]}")
 EOF
 echo "bench: results in $OUT"
+case $CHURN_OK in
+    FAIL*) echo "bench: churn failed: $CHURN_OK" >&2; exit 1 ;;
+esac

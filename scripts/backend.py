@@ -77,15 +77,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def udp_echo():
-    s = dual_stack(socket.SOCK_DGRAM)
-    s.bind(("::", UDP_PORT))
+def udp_echo(s):
     while True:
         data, addr = s.recvfrom(65535)
         s.sendto(f"{NAME} {source(addr[0])} ".encode() + data, addr)
 
 
-threading.Thread(target=udp_echo, daemon=True).start()
+# Bound here, before the HTTP server listens: a caller that waits for the
+# HTTP port finds the UDP one ready too.
+udp = dual_stack(socket.SOCK_DGRAM)
+udp.bind(("::", UDP_PORT))
+threading.Thread(target=udp_echo, args=(udp,), daemon=True).start()
 class Server(http.server.ThreadingHTTPServer):
     address_family = socket.AF_INET6
 

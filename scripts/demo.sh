@@ -16,14 +16,21 @@ ROUNDS=0
 MODE=fullnat
 while [ $# -gt 0 ]; do
     case "$1" in
-        --seconds) ROUNDS="$2"; shift 2 ;;
-        --mode) MODE="$2"; shift 2 ;;
+        --seconds)
+            ROUNDS="${2-}"
+            case $ROUNDS in '' | *[!0-9]*) echo "demo: --seconds takes a whole number of rounds" >&2; exit 2 ;; esac
+            shift 2 ;;
+        --mode) MODE="${2-}"; shift $(($# > 1 ? 2 : 1)) ;;
         -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
         *) echo "demo: unknown argument $1 (try --help)" >&2; exit 2 ;;
     esac
 done
 case "$MODE" in fullnat|dnat) ;; *) echo "demo: --mode is fullnat or dnat" >&2; exit 2 ;; esac
 [ "$(id -u)" -eq 0 ] || { echo "demo: run as root (network namespaces need it): sudo $0" >&2; exit 1; }
+# One demo at a time: a second would take the first one's lab down (same
+# namespaces, veths and DPDK prefix).
+exec 9>/run/lbd-demo.lock
+flock -n 9 || { echo "demo: another demo is running" >&2; exit 1; }
 
 scripts/setup.sh
 echo "demo: building lbd and lbctl (release)"
@@ -41,7 +48,11 @@ LBD_PID=""
 cleanup() {
     set +e
     if [ -n "$LBD_PID" ] && kill -0 "$LBD_PID" 2>/dev/null; then
-        kill -TERM "$LBD_PID"; wait "$LBD_PID"
+        kill -TERM "$LBD_PID"
+        # Bounded: lbd gives in-flight calls 5 s; past 15 s it is stuck.
+        for _ in $(seq 1 150); do kill -0 "$LBD_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$LBD_PID" 2>/dev/null && echo "demo: lbd did not stop in 15 s; killed"
+        wait "$LBD_PID"
         echo "demo: lbd stopped; its final counters:"; sed -n '/final counters/,$p' "$WORK/lbd.log"
     fi
     scripts/lab.sh down "$TAG"
@@ -94,11 +105,13 @@ setsid "$LBD" --lcores 0 --no-huge --mem 512 --file-prefix lbd-demo --grpc "$SOC
     --vdev "net_af_packet0,iface=${TAG}c" --vdev "net_af_packet1,iface=${TAG}s" \
     --config "$WORK/lbd.toml" >"$WORK/lbd.log" 2>&1 &
 LBD_PID=$!
+started=0
 for _ in $(seq 1 100); do
-    grep -q "lbd running" "$WORK/lbd.log" && break
+    grep -q "lbd running" "$WORK/lbd.log" && { started=1; break; }
     kill -0 "$LBD_PID" 2>/dev/null || { cat "$WORK/lbd.log"; echo "demo: lbd failed to start" >&2; exit 1; }
     sleep 0.1
 done
+[ "$started" = 1 ] || { cat "$WORK/lbd.log"; echo "demo: lbd did not start in 10 s" >&2; exit 1; }
 sed 's/^/  lbd| /' "$WORK/lbd.log"
 echo "demo: lbctl --server $SOCK get backends"
 "$LBCTL" --server "$SOCK" get backends | sed 's/^/  /'

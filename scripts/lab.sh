@@ -48,6 +48,11 @@ down() {
     # Bridges a test may add between those ends and lbd's tap ports.
     ip link del "${tag}k0" 2>/dev/null || true
     ip link del "${tag}k1" 2>/dev/null || true
+    # Backend veths an `up` that failed half-way left in this namespace.
+    for i in 1 2 3; do
+        ip link del "${tag}b$i" 2>/dev/null || true
+        ip link del "${tag}b${i}p" 2>/dev/null || true
+    done
     for ns in "$tag-c" "$tag-br" "$tag-b1" "$tag-b2" "$tag-b3"; do
         ip netns pids "$ns" 2>/dev/null | xargs -r kill 2>/dev/null || true
         ip netns del "$ns" 2>/dev/null || true
@@ -111,13 +116,17 @@ up() {
         offloads_off "$dev"
     done
 
-    # The backends listen within a couple of seconds.
+    # The backends listen within a couple of seconds (TCP 8080; the UDP
+    # socket is bound before it); one that does not is an error, not a
+    # test failure later.
     for i in 1 2 3; do
+        local ok=0
         for _ in $(seq 1 50); do
             ip netns exec "$tag-b$i" python3 -c "import socket; socket.create_connection(('127.0.0.1', 8080), 1)" \
-                2>/dev/null && break
+                2>/dev/null && { ok=1; break; }
             sleep 0.1
         done
+        [ "$ok" = 1 ] || die "backend $i in $tag-b$i is not listening on 8080 after 5 s: $(tail -3 "$run/backend-$i.log" 2>/dev/null | tr '\n' ' ')"
     done
 }
 

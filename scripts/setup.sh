@@ -59,9 +59,19 @@ if [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n1)" != "$need" ]; t
     exit 1
 fi
 log "rustc $have (lbd needs $need or newer)"
+# The test suite runs cargo fmt and cargo clippy: both components, or a
+# one-line error now rather than an unclear one later.
 if command -v rustup >/dev/null 2>&1; then
-    rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt clippy || true
+    for c in rustfmt clippy; do
+        rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c" >/dev/null 2>&1 || true
+    done
 fi
+for c in fmt clippy; do
+    cargo "$c" --version >/dev/null 2>&1 || {
+        log "error: cargo $c is missing: install it (rustup component add rustfmt clippy), then run this again"
+        exit 1
+    }
+done
 
 # Hugepages: production and benchmarks use them; the demo and tests run with --no-huge.
 if [ "$(id -u)" -eq 0 ] && [ -w /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages ]; then

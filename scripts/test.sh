@@ -1,13 +1,31 @@
 #!/usr/bin/env bash
 # The whole test suite: set-up, formatting, lint and doc-link checks, then every test
 # of every crate (unit, DPDK wrapper tests on virtual devices, lbd end to end
-# on network namespaces). Needs root for namespaces; run it as
-#   sudo scripts/test.sh
+# on network namespaces). Needs root for namespaces: run it in a root shell
+# (`sudo -i`), with root's rustup toolchain.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
 scripts/setup.sh
+
+# DPDK keeps a runtime folder per --file-prefix under /var/run/dpdk (~8 MB
+# each, on a tmpfs on a stock Debian) and never removes it. The tests'
+# prefixes end in the test process's id: remove those of processes that
+# are gone, now and when this script ends, however it ends.
+clean_dpdk_runtime() {
+    local d pid
+    for d in /var/run/dpdk/dpdk-test-* /var/run/dpdk/lbdtest-* /var/run/dpdk/lbde2e-* /var/run/dpdk/lbbt-*; do
+        [ -d "$d" ] || continue
+        pid=${d##*-}
+        case $pid in '' | *[!0-9]*) continue ;; esac
+        kill -0 "$pid" 2>/dev/null || rm -rf "$d" 2>/dev/null || true
+    done
+}
+log=$(mktemp /tmp/lbd-test.XXXXXX.log)
+clean_dpdk_runtime
+trap 'clean_dpdk_runtime; rm -f "$log"' EXIT
+
 echo "test: cargo fmt --check"
 cargo fmt --all -- --check
 echo "test: cargo clippy"
@@ -19,9 +37,10 @@ echo "test: cargo test"
 # cargo test's exit status is taken from the pipe without letting set -e end
 # the script, so the summary line is printed on failure too.
 set +e
-cargo test --workspace --no-fail-fast 2>&1 | tee /tmp/lbd-test.log
+cargo test --workspace --no-fail-fast 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
-summary=$(grep -E '^test result:' /tmp/lbd-test.log | awk '{p+=$4; f+=$6; i+=$8} END {print p" passed, "f" failed, "i" skipped"}')
+# No `test result:` line at all (the build failed): still a summary.
+summary=$( (grep -E '^test result:' "$log" || true) | awk '{p+=$4; f+=$6; i+=$8} END {print p+0" passed, "f+0" failed, "i+0" skipped"}')
 echo "test: $summary"
 exit "$status"

@@ -41,6 +41,17 @@ fn gen_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_lb-bench"))
 }
 
+/// The log file of a device, opened for appending: stdout and stderr each
+/// get a handle, and appends from both land at the end instead of writing
+/// over each other from position 0.
+fn log_file(path: &std::path::Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("log")
+}
+
 /// lbd next to lb-bench, built (or brought up to date) once per run.
 fn lbd_bin() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
@@ -262,8 +273,8 @@ fn lbd(dir: &Dir, mode: &str) -> Device {
         .arg("--grpc")
         .arg(dir.0.join("lbd.sock"))
         .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&log).expect("log"))
-        .stderr(std::fs::File::create(&log).expect("log"))
+        .stdout(log_file(&log))
+        .stderr(log_file(&log))
         .spawn()
         .expect("spawn lbd");
     let mut d = Device {
@@ -303,8 +314,8 @@ fn testpmd(dir: &Dir) -> Device {
             "--disable-link-check",
         ])
         .stdin(Stdio::piped())
-        .stdout(std::fs::File::create(&log).expect("log"))
-        .stderr(std::fs::File::create(&log).expect("log"))
+        .stdout(log_file(&log))
+        .stderr(log_file(&log))
         .spawn()
         .expect("spawn dpdk-testpmd (installed by scripts/setup.sh)");
     let mut d = Device {
