@@ -59,18 +59,16 @@ if [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n1)" != "$need" ]; t
     exit 1
 fi
 log "rustc $have (lbd needs $need or newer)"
-# The test suite runs cargo fmt and cargo clippy: both components, or a
-# one-line error now rather than an unclear one later.
+# The test suite runs cargo fmt and cargo clippy (the demo and the
+# benchmarks do not): a missing one is said now rather than found later.
 if command -v rustup >/dev/null 2>&1; then
     for c in rustfmt clippy; do
         rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c" >/dev/null 2>&1 || true
     done
 fi
 for c in fmt clippy; do
-    cargo "$c" --version >/dev/null 2>&1 || {
-        log "error: cargo $c is missing: install it (rustup component add rustfmt clippy), then run this again"
-        exit 1
-    }
+    cargo "$c" --version >/dev/null 2>&1 ||
+        log "warning: cargo $c is missing (rustup component add rustfmt clippy): scripts/test.sh needs it"
 done
 
 # Hugepages: production and benchmarks use them; the demo and tests run with --no-huge.

@@ -64,7 +64,7 @@ pub struct Txn<'s> {
     /// Frontend keys by service: built by the first service delete (one
     /// pass over the frontends), kept current after it, so that deleting
     /// many services is not a pass over every frontend each.
-    frontends_by_service: Option<HashMap<String, Vec<FrontendKey>>>,
+    frontends_by_service: Option<HashMap<String, BTreeSet<FrontendKey>>>,
 }
 
 fn not_found(object: String, field: &str, message: impl Into<String>) -> ValidationError {
@@ -164,7 +164,7 @@ impl<'s> Txn<'s> {
         }
         let old = self.state.frontends.insert(f.key, f.clone());
         if let (None, Some(index)) = (&old, &mut self.frontends_by_service) {
-            index.entry(f.service.clone()).or_default().push(f.key);
+            index.entry(f.service.clone()).or_default().insert(f.key);
         }
         self.undo.push(Undo::Frontend(f.key, old));
         self.touched_frontends.push(f.key);
@@ -193,9 +193,9 @@ impl<'s> Txn<'s> {
         }
         let state = &*self.state;
         let index = self.frontends_by_service.get_or_insert_with(|| {
-            let mut index: HashMap<String, Vec<FrontendKey>> = HashMap::new();
+            let mut index: HashMap<String, BTreeSet<FrontendKey>> = HashMap::new();
             for f in state.frontends.values() {
-                index.entry(f.service.clone()).or_default().push(f.key);
+                index.entry(f.service.clone()).or_default().insert(f.key);
             }
             index
         });
@@ -224,7 +224,7 @@ impl<'s> Txn<'s> {
             .as_mut()
             .and_then(|index| index.get_mut(&old.service))
         {
-            keys.retain(|k| k != key);
+            keys.remove(key);
         }
         self.undo.push(Undo::Frontend(*key, Some(old)));
         self.delta.deleted_frontends.push(*key);

@@ -97,8 +97,10 @@ pub struct Control {
 }
 
 /// Runs the control thread until `stop` is set and the gRPC server has
-/// shut down.
-pub fn run(rt: tokio::runtime::Runtime, c: Control) -> anyhow::Result<Vec<Consumer>> {
+/// shut down. Returns the rings of frames waiting for a next hop (main
+/// counts what is left in them once every lcore has stopped), whatever
+/// the outcome, and the outcome.
+pub fn run(rt: tokio::runtime::Runtime, c: Control) -> (Vec<Consumer>, anyhow::Result<()>) {
     let Control {
         plane,
         info,
@@ -111,10 +113,13 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> anyhow::Result<Vec<Consum
         stats,
         ports,
     } = c;
-    let snapshots = plane
-        .lock()
-        .map_err(|_| anyhow::anyhow!("control plane lock poisoned"))?
-        .snapshot_handle();
+    let snapshots = match plane.lock() {
+        Ok(p) => p.snapshot_handle(),
+        Err(_) => {
+            stop.store(true, Ordering::Relaxed);
+            return (held_in, Err(anyhow::anyhow!("control plane lock poisoned")));
+        }
+    };
     let mut nb = Neighbors {
         plane: Arc::clone(&plane),
         snapshots,
@@ -137,7 +142,7 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> anyhow::Result<Vec<Consum
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
-    let held_in = rt.block_on(async move {
+    rt.block_on(async move {
         // A server that fails (e.g. its socket) stops lbd: the other two
         // loop until `stop`, so the thread would run on without the API.
         let server_stop = Arc::clone(&stop);
@@ -169,9 +174,8 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> anyhow::Result<Vec<Consum
             }
         };
         let (r, held_in, ()) = tokio::join!(server, neighbors, port_watch);
-        r.map(|()| held_in)
-    })?;
-    Ok(held_in)
+        (held_in, r.map_err(anyhow::Error::from))
+    })
 }
 
 /// Gives the plane the resolved neighbors unless a commit holds its lock;

@@ -125,10 +125,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
     // Signals first: a SIGTERM during start-up must still stop us cleanly.
     // A second SIGINT/SIGTERM while stopping exits at once with status 1.
+    // "Second" counts signals only (`signalled`), not a stop that a failed
+    // thread set (`StopOnExit`): after such a failure, one Ctrl-C during
+    // the shutdown must not skip the summary and the ports' cleanup.
     let stop = Arc::new(AtomicBool::new(false));
+    let signalled = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register_conditional_shutdown(sig, 1, stop.clone())
+        signal_hook::flag::register_conditional_shutdown(sig, 1, signalled.clone())
             .context("installing signal handler")?;
+        signal_hook::flag::register(sig, signalled.clone()).context("installing signal handler")?;
         signal_hook::flag::register(sig, stop.clone()).context("installing signal handler")?;
     }
 
@@ -499,10 +504,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     tracing::info!("stopping");
     let mut rings_in: Vec<Consumer> = Vec::new();
     match control_thread.join() {
-        Ok(Ok(held_in)) => rings_in.extend(held_in),
-        Ok(Err(e)) => {
-            tracing::error!("control thread: {e:#}");
-            failures.push(format!("control thread: {e:#}"));
+        Ok((held_in, r)) => {
+            rings_in.extend(held_in);
+            if let Err(e) = r {
+                tracing::error!("control thread: {e:#}");
+                failures.push(format!("control thread: {e:#}"));
+            }
         }
         Err(_) => {
             tracing::error!("the control thread panicked");

@@ -150,9 +150,16 @@ impl Worker {
             .map(|h| (h.key, h.reply));
         let id = match self.insert_opened(now, (k.key_v4(), nat), tags, hashes) {
             Ok(id) => id,
-            // Its SNAT port given back, nothing changed: the general path
-            // tries again past expired entries in the way, and drops it if
-            // one lives (`Worker::retry_past_expired`).
+            // Its SNAT port given back: the general path tries again past
+            // expired entries in the way, and drops it if one lives
+            // (`Worker::retry_past_expired`). Unlike the other declines,
+            // this one leaves two traces no verdict or counter shows: the
+            // conntrack's internal `insert_exists` counted the refused
+            // insert, and a full-NAT port given back goes to the end of
+            // its free list, so the general path may take another pair
+            // (any free pair is as good, and the reply tuple of a
+            // full-NAT connection, to a port just taken from the free
+            // list, is all but never in use).
             Err(DropReason::ConntrackConflict) => return None,
             Err(reason) => {
                 self.drop(reason);
