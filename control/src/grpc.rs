@@ -139,7 +139,7 @@ pub struct ControlCounters {
     /// Held frames sent once their next hop answered.
     pub released: AtomicU64,
     /// Held frames dropped: the next hop never answered, the hold queue was
-    /// full, or there is no next hop (`no_neighbor`).
+    /// full, or there is no next hop.
     pub neighbor_drops: AtomicU64,
     /// Frames the control thread could not pass to worker 0 (ring full) or
     /// could not build (no mbuf).
@@ -150,37 +150,12 @@ pub struct ControlCounters {
     pub neighbor_entries: AtomicU64,
 }
 
-/// [`ControlCounters`] read at one moment (each counter on its own: they
-/// are not read atomically together).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ControlSample {
-    /// ARP requests sent.
-    pub arp_requests: u64,
-    /// Gratuitous ARPs sent.
-    pub gratuitous_arps: u64,
-    /// Neighbor solicitations sent.
-    pub neighbor_solicitations: u64,
-    /// Unsolicited neighbor advertisements sent.
-    pub unsolicited_nas: u64,
-    /// Frames held for an unresolved next hop.
-    pub held: u64,
-    /// Held frames sent once their next hop answered.
-    pub released: u64,
-    /// Held frames dropped.
-    pub neighbor_drops: u64,
-    /// Frames the control thread could not send or build.
-    pub send_failures: u64,
-    /// Resolved neighbors (gauge).
-    pub neighbors: u64,
-    /// Neighbor table entries (gauge).
-    pub neighbor_entries: u64,
-}
-
 impl ControlCounters {
-    /// The counters' current values.
-    pub fn get(&self) -> ControlSample {
+    /// The counters' current values, as GetStats reports them (each read
+    /// on its own: they are not read atomically together).
+    pub fn get(&self) -> pb::ControlStats {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        ControlSample {
+        pb::ControlStats {
             arp_requests: g(&self.arp_requests),
             gratuitous_arps: g(&self.gratuitous_arps),
             neighbor_solicitations: g(&self.neighbor_solicitations),
@@ -399,21 +374,6 @@ fn stats_to_proto(s: PlaneStats) -> pb::GetStatsResponse {
         // Filled by GetStats from what lbd reports.
         ports: Vec::new(),
         control: None,
-    }
-}
-
-fn control_to_proto(c: ControlSample) -> pb::ControlStats {
-    pb::ControlStats {
-        arp_requests: c.arp_requests,
-        gratuitous_arps: c.gratuitous_arps,
-        neighbor_solicitations: c.neighbor_solicitations,
-        unsolicited_nas: c.unsolicited_nas,
-        held: c.held,
-        released: c.released,
-        neighbor_drops: c.neighbor_drops,
-        send_failures: c.send_failures,
-        neighbors: c.neighbors,
-        neighbor_entries: c.neighbor_entries,
     }
 }
 
@@ -654,7 +614,7 @@ impl LoadBalancer for LoadBalancerService {
             })
             .collect();
         // Atomics: read here, without the plane's lock.
-        r.control = Some(control_to_proto(self.info.control.get()));
+        r.control = Some(self.info.control.get());
         Ok(Response::new(r))
     }
 
