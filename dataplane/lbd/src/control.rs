@@ -90,8 +90,6 @@ pub struct Control {
     pub held_in: Vec<Consumer>,
     /// From every worker: ARP replies.
     pub news: Receiver<(IpAddr, [u8; 6])>,
-    /// Its counters.
-    pub stats: Arc<ControlCounters>,
     /// Each port with the status GetInfo and GetStats report.
     pub ports: Vec<(Port, Arc<PortStatus>)>,
 }
@@ -110,9 +108,10 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> (Vec<Consumer>, anyhow::R
         to_worker,
         held_in,
         news,
-        stats,
         ports,
     } = c;
+    // Its counters: the ones GetStats reports.
+    let stats = Arc::clone(&info.control);
     let snapshots = match plane.lock() {
         Ok(p) => p.snapshot_handle(),
         Err(_) => {

@@ -418,7 +418,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         to_worker: ctl_p,
         held_in,
         news: news_rx,
-        stats: Arc::clone(&ctl_stats),
         ports: port_status,
     };
     // Spawned from the main thread, it inherits the main lcore's CPU. If
