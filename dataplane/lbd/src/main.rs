@@ -560,18 +560,26 @@ impl StopOnExit {
     fn new(stop: Arc<AtomicBool>, what: &'static str) -> StopOnExit {
         StopOnExit { stop, what }
     }
+
+    /// Sets `stop`; true (and an error logged) when it was not set yet,
+    /// that is when this thread's end is what stops lbd.
+    fn stop_lbd(&self) -> bool {
+        if self.stop.swap(true, Ordering::Relaxed) {
+            return false;
+        }
+        let how = if std::thread::panicking() {
+            "panicked"
+        } else {
+            "ended"
+        };
+        tracing::error!("{} {how} while lbd was running; stopping lbd", self.what);
+        true
+    }
 }
 
 impl Drop for StopOnExit {
     fn drop(&mut self) {
-        if !self.stop.swap(true, Ordering::Relaxed) {
-            let how = if std::thread::panicking() {
-                "panicked"
-            } else {
-                "ended"
-            };
-            tracing::error!("{} {how} while lbd was running; stopping lbd", self.what);
-        }
+        self.stop_lbd();
     }
 }
 
@@ -749,10 +757,15 @@ mod tests {
         assert!(stop.load(Ordering::Relaxed), "a panic sets stop");
 
         let stop = Arc::new(AtomicBool::new(false));
-        drop(StopOnExit::new(stop.clone(), "the control thread"));
+        let g = StopOnExit::new(stop.clone(), "the control thread");
+        assert!(g.stop_lbd(), "an early return stops lbd");
         assert!(stop.load(Ordering::Relaxed), "an early return sets stop");
-        // Set already (the normal end): still set, nothing else.
-        drop(StopOnExit::new(stop.clone(), "the control thread"));
+        // Set already (the normal end, or another thread's failure): this
+        // thread's end is not reported as what stopped lbd.
+        assert!(!g.stop_lbd());
+        drop(g);
+        let g = StopOnExit::new(stop.clone(), "a worker");
+        assert!(!g.stop_lbd(), "a thread that returns because of stop");
         assert!(stop.load(Ordering::Relaxed));
     }
 }
