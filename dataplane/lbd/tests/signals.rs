@@ -1,5 +1,5 @@
 //! A second SIGINT/SIGTERM while lbd is stopping exits at once with status
-//! 1 (README, "Stopping"), skipping the summary; one signal alone is the
+//! 1 (README, "Starting and stopping"), skipping the summary; one signal alone is the
 //! clean stop that the other tests check.
 mod common;
 
