@@ -96,9 +96,13 @@ pub struct WorkerCounters {
     pub tx_packets: Counter,
     /// Replies made locally (ARP, ICMP echo, neighbor advertisements).
     pub local_replies: Counter,
-    /// ARP replies and neighbor advertisements passed to the neighbor table.
+    /// ARP replies and neighbor advertisements passed to the neighbor
+    /// table. The I/O shell counts it when the table took the news of a
+    /// [`Verdict::Neighbor`](crate::worker::Verdict::Neighbor) (`neighbor_channel_full` when it could not).
     pub neighbor_updates: Counter,
-    /// Packets handed over to the worker that owns their flow.
+    /// Packets handed over to the worker that owns their flow. The I/O
+    /// shell counts it when the ring to the owner took the frame of a
+    /// [`Verdict::HandOver`](crate::worker::Verdict::HandOver) (`handover_ring_full` when it did not).
     pub handed_over: Counter,
     /// TCP segments to a VIP port without a frontend answered with a RST.
     pub resets_sent: Counter,

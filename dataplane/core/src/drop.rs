@@ -80,11 +80,18 @@ pub enum DropReason {
     /// address and port, or a client sending from one of this worker's SNAT
     /// address and port pairs.
     ConntrackConflict,
+    /// A received frame spread over several mbufs (larger than one mbuf's
+    /// data room): lbd handles single-segment frames only. lbd counts it.
+    MultiSegment,
+    /// An ARP reply or neighbor advertisement whose news the control
+    /// thread's neighbor table could not take (its channel from the
+    /// workers was full). lbd counts it.
+    NeighborChannelFull,
 }
 
 impl DropReason {
     /// Number of reasons: the length of a per-worker drop counter array.
-    pub const COUNT: usize = DropReason::ConntrackConflict as usize + 1;
+    pub const COUNT: usize = DropReason::NeighborChannelFull as usize + 1;
 
     /// Every reason, in discriminant order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -118,6 +125,8 @@ impl DropReason {
         DropReason::TxFull,
         DropReason::NoRoute,
         DropReason::ConntrackConflict,
+        DropReason::MultiSegment,
+        DropReason::NeighborChannelFull,
     ];
 
     /// The stable snake_case name used in counters, logs and the API.
@@ -153,6 +162,8 @@ impl DropReason {
             DropReason::TxFull => "tx_full",
             DropReason::NoRoute => "no_route",
             DropReason::ConntrackConflict => "conntrack_conflict",
+            DropReason::MultiSegment => "multi_segment",
+            DropReason::NeighborChannelFull => "neighbor_channel_full",
         }
     }
 }

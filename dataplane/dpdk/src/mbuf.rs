@@ -282,7 +282,8 @@ impl Mbuf {
         self.len() == 0
     }
 
-    /// Number of segments (1 for everything lbd receives).
+    /// Number of segments (1 for everything lbd processes: it frees chained
+    /// frames at rx, [`Burst::free_chained`]).
     #[inline]
     pub fn segments(&self) -> u16 {
         // SAFETY: we own the mbuf; reads one plain field of the struct
@@ -529,6 +530,33 @@ impl Burst {
             ptrs: &self.ptrs[..n],
             next: 0,
         }
+    }
+
+    /// Frees the mbufs of more than one segment (a frame larger than one
+    /// mbuf's data room, which some PMDs chain whatever the port's
+    /// configuration: memif, pcap), keeping the others in order; returns
+    /// how many it freed. What [`Mbuf`] and [`Burst::frames_mut`] show of a
+    /// chained frame is its first segment only, so a pipeline that reads
+    /// frames whole must not see one.
+    #[inline]
+    pub fn free_chained(&mut self) -> usize {
+        let mut kept = 0;
+        for i in 0..self.len {
+            let p = self.ptrs[i];
+            // SAFETY: i < len, so p is a valid mbuf we own; reads one field.
+            if unsafe { (*p).nb_segs } > 1 {
+                // SAFETY: p is owned and leaves the burst here (it is not
+                // copied to `kept`), so it is freed once; the free takes
+                // every segment of the chain.
+                unsafe { dpdk_sys::lbd_rte_pktmbuf_free(p) };
+            } else {
+                self.ptrs[kept] = p;
+                kept += 1;
+            }
+        }
+        let freed = self.len - kept;
+        self.len = kept;
+        freed
     }
 
     /// Frees every mbuf held (bulk free).

@@ -2,16 +2,19 @@
 //! the only one).
 //!
 //! Each worker owns rx queue `q` and tx queue `q` of every port. A loop
-//! iteration loads the published snapshot once, then, per port: rx_burst,
+//! iteration loads the published snapshot once, then, per port: rx_burst
+//! (frames chained over several mbufs freed: `multi_segment`),
 //! [`Worker::handle_burst_with`] on the whole burst (its staged conntrack
 //! lookups warmed by [`dpdk::prefetch`]), and each frame where its verdict
 //! sends it:
 //!
 //! - `Transmit` → the tx burst of the verdict's port (this worker's queue);
-//! - `HandOver(w)` → the ring to worker `w` (full ring: `handover_ring_full`);
+//! - `HandOver(w)` → the ring to worker `w` (`handed_over`; full ring:
+//!   `handover_ring_full`);
 //! - `Resolve` → the ring to the control thread, which holds the frame
 //!   until the next hop answers ARP (full ring: `no_neighbor`);
-//! - `Neighbor` → the news goes to the control thread's neighbor table;
+//! - `Neighbor` → the news goes to the control thread's neighbor table
+//!   (`neighbor_updates`; full channel: `neighbor_channel_full`);
 //! - `ToHost` → there is no path to a host stack: `local_unhandled`;
 //! - `Drop` → freed (the pipeline counted it).
 //!
@@ -237,7 +240,7 @@ impl Out {
                 continue;
             }
             if let Some(r) = ring {
-                r.enqueue_burst(b);
+                c.handed_over.add(r.enqueue_burst(b) as u64);
             }
             for _ in 0..b.len() {
                 c.count_drop(DropReason::HandoverRingFull);
@@ -284,6 +287,9 @@ pub fn run(mut worker: Worker, io: WorkerIo, mut links: Links, shared: Shared) -
                 continue;
             }
             counters.rx_packets.add(n as u64);
+            for _ in 0..burst.free_chained() {
+                counters.count_drop(DropReason::MultiSegment);
+            }
             process(
                 &mut worker,
                 now,
@@ -386,7 +392,7 @@ fn process(
                 Some(b) => {
                     if b.is_full() {
                         if let Some(Some(r)) = links.handover_out.get_mut(usize::from(w.0)) {
-                            r.enqueue_burst(b);
+                            c.handed_over.add(r.enqueue_burst(b) as u64);
                         }
                         for _ in 0..b.len() {
                             c.count_drop(DropReason::HandoverRingFull);
@@ -412,7 +418,11 @@ fn process(
             }
             Verdict::Neighbor { ip, mac } => {
                 // A full channel loses only the news; the next reply brings it.
-                let _ = links.news.try_send((ip, mac.0));
+                if links.news.try_send((ip, mac.0)).is_ok() {
+                    c.neighbor_updates.inc();
+                } else {
+                    c.count_drop(DropReason::NeighborChannelFull);
+                }
             }
             Verdict::ToHost => c.count_drop(DropReason::LocalUnhandled),
         }

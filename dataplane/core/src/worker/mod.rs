@@ -326,10 +326,9 @@ impl Worker {
                     self.counters.local_replies.inc();
                     return Verdict::Transmit { port: meta.port, len };
                 }
-                LocalVerdict::Neighbor { ip, mac } => {
-                    self.counters.neighbor_updates.inc();
-                    return Verdict::Neighbor { ip, mac };
-                }
+                // `neighbor_updates` is the I/O shell's to count, as it
+                // passes the news on.
+                LocalVerdict::Neighbor { ip, mac } => return Verdict::Neighbor { ip, mac },
                 LocalVerdict::Drop(reason) => return self.drop(reason),
                 LocalVerdict::NotLocal => {}
             }

@@ -112,9 +112,10 @@ impl Worker {
         self.reply(now, snap, frame, p, proto, meta, found)
     }
 
+    /// `handed_over` is the I/O shell's to count: only it knows whether
+    /// the frame reached the owner (see [`WorkerCounters::handed_over`](crate::counters::WorkerCounters::handed_over)).
     #[inline]
     fn hand_over(&self, owner: WorkerId) -> Verdict {
-        self.counters.handed_over.inc();
         Verdict::HandOver(owner)
     }
 

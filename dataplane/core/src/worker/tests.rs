@@ -611,7 +611,8 @@ fn flows_of_other_workers_are_handed_over() {
         handed > 10 && handed < 54,
         "client ports spread over both workers: {handed}"
     );
-    assert_eq!(w0.counters().handed_over.get(), 2 * handed);
+    // Counted by the I/O shell, which knows whether the ring took them.
+    assert_eq!(w0.counters().handed_over.get(), 0);
 }
 
 #[test]
