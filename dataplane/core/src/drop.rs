@@ -87,11 +87,14 @@ pub enum DropReason {
     /// thread's neighbor table could not take (its channel from the
     /// workers was full). lbd counts it.
     NeighborChannelFull,
+    /// An ICMPv4 redirect or source quench: advice for the router that
+    /// forwarded the packet (lbd), never translated or passed on.
+    IcmpNotTranslated,
 }
 
 impl DropReason {
     /// Number of reasons: the length of a per-worker drop counter array.
-    pub const COUNT: usize = DropReason::NeighborChannelFull as usize + 1;
+    pub const COUNT: usize = DropReason::IcmpNotTranslated as usize + 1;
 
     /// Every reason, in discriminant order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -127,6 +130,7 @@ impl DropReason {
         DropReason::ConntrackConflict,
         DropReason::MultiSegment,
         DropReason::NeighborChannelFull,
+        DropReason::IcmpNotTranslated,
     ];
 
     /// The stable snake_case name used in counters, logs and the API.
@@ -164,6 +168,7 @@ impl DropReason {
             DropReason::ConntrackConflict => "conntrack_conflict",
             DropReason::MultiSegment => "multi_segment",
             DropReason::NeighborChannelFull => "neighbor_channel_full",
+            DropReason::IcmpNotTranslated => "icmp_not_translated",
         }
     }
 }

@@ -16,15 +16,29 @@ use crate::wire::{self, Parsed, TcpFlags, L3};
 const TCP_HEADER: usize = 20;
 const TTL: u8 = 64;
 
-/// Rewrites the TCP segment `p` (parsed from `frame`) into its reset,
-/// addressed back to the sender through the MAC it came from; returns the
-/// new frame length, or `None` when `p` must not be answered: a RST (never
-/// answered), not TCP, or a fragment.
-pub fn write_tcp_reset(frame: &mut [u8], p: &Parsed) -> Option<usize> {
+/// Rewrites the TCP segment `p` (parsed from `frame`, received on a port
+/// whose MAC is `port_mac`) into its reset, sent from `port_mac` back to
+/// the MAC it came from; returns the new frame length, or `None` when `p`
+/// must not be answered: a RST (never answered), not TCP, a fragment, a
+/// source that names no single host (unspecified, multicast or broadcast
+/// IP, multicast Ethernet: RFC 1122 §4.2.3.10), or a frame received on a
+/// link-layer multicast or broadcast address (RFC 1122 §3.3.6).
+pub fn write_tcp_reset(frame: &mut [u8], p: &Parsed, port_mac: [u8; 6]) -> Option<usize> {
     if p.protocol != wire::ip_proto::TCP
         || p.tcp_flags.0 & TcpFlags::RST.0 != 0
         || p.fragment != wire::Fragment::None
     {
+        return None;
+    }
+    // The group bit of either MAC: multicast or broadcast.
+    if frame.first()? & 1 != 0 || frame.get(6)? & 1 != 0 {
+        return None;
+    }
+    let no_host = match p.src {
+        IpAddr::V4(a) => a.is_unspecified() || a.is_multicast() || a.is_broadcast(),
+        IpAddr::V6(a) => a.is_unspecified() || a.is_multicast(),
+    };
+    if no_host {
         return None;
     }
     let l3 = usize::from(p.l3_offset);
@@ -48,9 +62,11 @@ pub fn write_tcp_reset(frame: &mut [u8], p: &Parsed) -> Option<usize> {
         (0, seq.wrapping_add(seg_len), TcpFlags::RST.0 | TcpFlags::ACK.0)
     };
 
-    // Layer 2: back to the sender.
+    // Layer 2: back to the sender, from the port (the frame's destination
+    // MAC need not be the port's: ports run promiscuous).
     let (dst, src) = frame.split_at_mut(6);
-    dst.swap_with_slice(&mut src[..6]);
+    dst.copy_from_slice(&src[..6]);
+    src[..6].copy_from_slice(&port_mac);
 
     // Layer 3: addresses swapped, no options, fresh TTL.
     let ip_len = match (p.l3, p.src, p.dst) {
@@ -115,6 +131,8 @@ mod tests {
 
     const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
     const LB_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
+    /// Another host's MAC: a promiscuous port sees frames to it.
+    const OTHER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 9];
 
     fn syn_v4(payload: &[u8], syn: bool, ack: Option<u32>) -> Vec<u8> {
         let b = PacketBuilder::ethernet2(CLIENT_MAC, LB_MAC)
@@ -132,7 +150,7 @@ mod tests {
 
     fn check(frame: &mut [u8], want_seq: u32, want_ack: Option<u32>) {
         let p = wire::parse(frame).unwrap();
-        let n = write_tcp_reset(frame, &p).expect("answered");
+        let n = write_tcp_reset(frame, &p, LB_MAC).expect("answered");
         let out = &frame[..n];
         assert_eq!(out[..6], CLIENT_MAC);
         assert_eq!(out[6..12], LB_MAC);
@@ -191,13 +209,71 @@ mod tests {
         let mut f = Vec::new();
         b.write(&mut f, &[]).unwrap();
         let p = wire::parse(&f).unwrap();
-        assert_eq!(write_tcp_reset(&mut f, &p), None);
+        assert_eq!(write_tcp_reset(&mut f, &p, LB_MAC), None);
         let b = PacketBuilder::ethernet2(CLIENT_MAC, LB_MAC)
             .ipv4([10, 0, 0, 2], [10, 0, 0, 100], 61)
             .udp(40000, 81);
         let mut f = Vec::new();
         b.write(&mut f, b"x").unwrap();
         let p = wire::parse(&f).unwrap();
-        assert_eq!(write_tcp_reset(&mut f, &p), None);
+        assert_eq!(write_tcp_reset(&mut f, &p, LB_MAC), None);
+    }
+
+    #[test]
+    fn the_reset_comes_from_the_ports_mac() {
+        let mut f = syn_v4(&[], true, None);
+        f[..6].copy_from_slice(&OTHER_MAC);
+        // `check` wants LB_MAC as the source, whatever the SYN was sent to.
+        check(&mut f, 0, Some(1001));
+    }
+
+    #[test]
+    fn sources_that_name_no_host_and_link_broadcasts_are_not_answered() {
+        let syn = |eth_dst: [u8; 6], eth_src: [u8; 6], src: [u8; 4]| {
+            let b = PacketBuilder::ethernet2(eth_src, eth_dst)
+                .ipv4(src, [10, 0, 0, 100], 61)
+                .tcp(40000, 81, 1000, 64240)
+                .syn();
+            let mut v = Vec::new();
+            b.write(&mut v, &[]).unwrap();
+            v
+        };
+        let cases = [
+            ("IPv4 broadcast source", syn(LB_MAC, CLIENT_MAC, [255; 4])),
+            ("multicast source", syn(LB_MAC, CLIENT_MAC, [224, 0, 0, 1])),
+            ("unspecified source", syn(LB_MAC, CLIENT_MAC, [0; 4])),
+            (
+                "multicast Ethernet source",
+                syn(LB_MAC, [1, 0, 0x5e, 0, 0, 1], [10, 0, 0, 2]),
+            ),
+            (
+                "to the Ethernet broadcast",
+                syn([0xff; 6], CLIENT_MAC, [10, 0, 0, 2]),
+            ),
+            (
+                "to an Ethernet multicast",
+                syn([0x33, 0x33, 0, 0, 0, 1], CLIENT_MAC, [10, 0, 0, 2]),
+            ),
+        ];
+        for (what, mut f) in cases {
+            let p = wire::parse(&f).unwrap();
+            assert_eq!(write_tcp_reset(&mut f, &p, LB_MAC), None, "{what}");
+        }
+        let b = PacketBuilder::ethernet2(CLIENT_MAC, LB_MAC)
+            .ipv6(
+                [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+                [0xfe; 16],
+                61,
+            )
+            .tcp(40000, 81, 5, 64240)
+            .syn();
+        let mut f = Vec::new();
+        b.write(&mut f, &[]).unwrap();
+        let p = wire::parse(&f).unwrap();
+        assert_eq!(write_tcp_reset(&mut f, &p, LB_MAC), None, "IPv6 multicast source");
+        // The same SYN from a unicast host is answered.
+        let mut f = syn(LB_MAC, CLIENT_MAC, [10, 0, 0, 2]);
+        let p = wire::parse(&f).unwrap();
+        assert!(write_tcp_reset(&mut f, &p, LB_MAC).is_some());
     }
 }

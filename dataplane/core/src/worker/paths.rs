@@ -12,7 +12,7 @@ use crate::maglev::{flow_hash_v4, flow_hash_v6};
 use crate::nat;
 use crate::reject;
 use crate::snapshot::{Family, ForwardMode, OwnerKind, Route, Service, Snapshot};
-use crate::wire::{Parsed, TcpFlags};
+use crate::wire::{icmpv4, Parsed, TcpFlags, L3};
 use crate::{DropReason, Tick};
 
 use super::{release_snat, PacketMeta, Verdict, Worker};
@@ -95,8 +95,8 @@ impl Worker {
             // A VIP or SNAT address, but no frontend on this port/protocol:
             // TCP is refused with a RST (as a host with no listener would),
             // the rest dropped.
-            if owned.contains(OwnerKind::VIP) {
-                if let Some(len) = reject::write_tcp_reset(frame, p) {
+            if let Some(port) = snap.port(meta.port).filter(|_| owned.contains(OwnerKind::VIP)) {
+                if let Some(len) = reject::write_tcp_reset(frame, p, port.mac()) {
                     self.counters.resets_sent.inc();
                     return Verdict::Transmit { port: meta.port, len };
                 }
@@ -334,10 +334,31 @@ impl Worker {
         p: &Parsed,
         meta: &PacketMeta,
     ) -> Verdict {
+        // A redirect is advice to the router that forwarded the packet, lbd
+        // (RFC 1812 §5.2.7.2), and source quench is deprecated (RFC 6633):
+        // neither is passed on.
+        if p.l3 == L3::Ipv4
+            && matches!(
+                p.icmp_type,
+                icmpv4::msg_type::REDIRECT | icmpv4::msg_type::SOURCE_QUENCH
+            )
+        {
+            return self.drop(DropReason::IcmpNotTranslated);
+        }
         let q = match p.quoted(frame) {
             Ok(q) => q,
+            // A quoted non-first fragment has no ports: like any quote of
+            // nothing tracked.
+            Err(DropReason::Fragment) => return self.drop(DropReason::IcmpErrorUntracked),
             Err(reason) => return self.drop(reason),
         };
+        // An error goes to the source of the packet it quotes (RFC 792,
+        // RFC 4443 §2.2); one addressed elsewhere that quotes a tracked
+        // connection is forged (the SNAT port of a full-NAT connection is
+        // one of 64,512 guesses).
+        if p.dst != q.src {
+            return self.drop(DropReason::IcmpErrorUntracked);
+        }
         let Some(proto) = Proto::from_u8(q.protocol) else {
             return self.drop(DropReason::IcmpErrorUntracked);
         };
@@ -363,10 +384,14 @@ impl Worker {
         let Some(flow_rw) = self.conntrack.rewrite(id, dir) else {
             return self.drop(DropReason::IcmpErrorUntracked);
         };
-        // Outer: keep the reporting router as the source unless it must be
-        // our SNAT address for the backend to answer us (full-NAT, towards
-        // the backend); the destination is the flow's far end.
+        // Outer: the far end itself reporting (a backend's port
+        // unreachable) speaks as the receiver knows it, the VIP towards the
+        // client (as Linux's NAT does), so backend addresses do not leak;
+        // otherwise the reporting router stays the source unless it must
+        // be our SNAT address for the backend to answer us (full-NAT,
+        // towards the backend). The destination is the flow's far end.
         let outer_src = match (dir, self.conntrack.nat(id)) {
+            _ if p.src == q.dst => flow_rw.src.0,
             (Direction::Original, Some(Nat::FullNat { snat, .. })) => snat.0,
             _ => p.src,
         };
