@@ -91,7 +91,7 @@ fn main() {
         .allowlist_function("lbd_.*")
         .allowlist_function("rte_eal_(init|cleanup|remote_launch|wait_lcore|mp_wait_lcore|process_type|has_hugepages)")
         .allowlist_function("rte_(lcore_count|get_main_lcore|get_next_lcore|lcore_is_enabled|socket_id|lcore_to_socket_id|get_tsc_hz|strerror|thread_register|thread_unregister)")
-        .allowlist_function("rte_eth_(dev_count_avail|dev_configure|dev_info_get|dev_start|dev_stop|dev_close|dev_socket_id|rx_queue_setup|tx_queue_setup|macaddr_get|link_get_nowait|stats_get|stats_reset|promiscuous_enable|dev_set_mtu|dev_get_mtu|dev_get_name_by_port|dev_get_port_by_name|find_next_owned_by|dev_is_valid_port|dev_adjust_nb_rx_tx_desc)")
+        .allowlist_function("rte_eth_(dev_count_avail|dev_configure|dev_info_get|dev_start|dev_stop|dev_close|dev_socket_id|rx_queue_setup|tx_queue_setup|macaddr_get|link_get_nowait|stats_get|stats_reset|promiscuous_enable|promiscuous_disable|promiscuous_get|allmulticast_enable|dev_set_mtu|dev_get_mtu|dev_get_name_by_port|dev_get_port_by_name|find_next_owned_by|dev_is_valid_port|dev_adjust_nb_rx_tx_desc)")
         .allowlist_function("rte_pktmbuf_pool_create")
         .allowlist_function("rte_mempool_free")
         .allowlist_function("rte_ring_(create|free)")

@@ -63,7 +63,8 @@ pub fn write_tcp_reset(frame: &mut [u8], p: &Parsed, port_mac: [u8; 6]) -> Optio
     };
 
     // Layer 2: back to the sender, from the port (the frame's destination
-    // MAC need not be the port's: ports run promiscuous).
+    // MAC need not be the port's: with `--promiscuous`, or on a virtual
+    // device, every frame on the segment arrives).
     let (dst, src) = frame.split_at_mut(6);
     dst.copy_from_slice(&src[..6]);
     src[..6].copy_from_slice(&port_mac);

@@ -94,8 +94,14 @@ pub struct PortConfig {
     pub tx_desc: u16,
     /// MTU to set, if any (a device that cannot set it only logs a warning).
     pub mtu: Option<u16>,
-    /// Receive every frame, not just those to the port's MAC.
+    /// Receive every frame, not just those to the port's MAC, broadcast
+    /// and (with `allmulticast`) multicast. Off, it is turned off on the
+    /// device too, whatever the PMD's default.
     pub promiscuous: bool,
+    /// Receive every multicast frame (IPv6 neighbor discovery needs the
+    /// solicited-node groups). A device that refuses it while
+    /// `promiscuous` is off is made promiscuous instead (logged).
+    pub allmulticast: bool,
     /// Have the NIC verify received IPv4 header checksums and fill those
     /// of sent frames that ask for it ([`crate::Mbuf::offload_ipv4_checksum`]),
     /// each where the device offers it ([`Port::checksum_offload`] says
@@ -112,6 +118,7 @@ impl Default for PortConfig {
             tx_desc: 1024,
             mtu: None,
             promiscuous: true,
+            allmulticast: true,
             ipv4_checksum_offload: true,
         }
     }
@@ -247,6 +254,7 @@ struct PortInner {
     info: PortInfo,
     rss: RssStatus,
     checksum: ChecksumOffload,
+    promiscuous: bool,
     started: AtomicBool,
     /// Live [`RxQueue`]s and [`TxQueue`]s. Its lock also serialises
     /// [`Port::start`] and [`Port::stop`] with taking a queue: `stop` is
@@ -405,17 +413,41 @@ impl Port {
                 tracing::warn!(port = id, mtu, "cannot set MTU: {}", strerror(-rc));
             }
         }
-        if conf.promiscuous {
+        let mut promiscuous = conf.promiscuous;
+        if conf.allmulticast && !promiscuous {
+            // SAFETY: the device is configured.
+            let rc = unsafe { dpdk_sys::rte_eth_allmulticast_enable(id) };
+            if rc < 0 {
+                // Virtual devices (af_packet, memif, null) have no such
+                // switch, and deliver every frame anyway: not a warning.
+                tracing::info!(
+                    port = id,
+                    "the device cannot receive all multicast ({}): promiscuous instead, which IPv6 neighbor discovery needs",
+                    strerror(-rc)
+                );
+                promiscuous = true;
+            }
+        }
+        if promiscuous {
             // SAFETY: the device is configured.
             let rc = unsafe { dpdk_sys::rte_eth_promiscuous_enable(id) };
             if rc < 0 {
                 tracing::warn!(port = id, "cannot enable promiscuous mode: {}", strerror(-rc));
             }
+        } else {
+            // SAFETY: the device is configured.
+            let rc = unsafe { dpdk_sys::rte_eth_promiscuous_disable(id) };
+            if rc < 0 {
+                tracing::warn!(port = id, "cannot disable promiscuous mode: {}", strerror(-rc));
+            }
         }
+        // SAFETY: the device is configured; a plain query.
+        let promiscuous = unsafe { dpdk_sys::rte_eth_promiscuous_get(id) } == 1;
         Ok(Port(Arc::new(PortInner {
             info,
             rss,
             checksum,
+            promiscuous,
             started: AtomicBool::new(false),
             live_queues: Mutex::new(0),
             rx_taken: Mutex::new(vec![false; conf.rx_queues as usize]),
@@ -445,6 +477,12 @@ impl Port {
     /// that the device has.
     pub fn checksum_offload(&self) -> ChecksumOffload {
         self.0.checksum
+    }
+
+    /// Whether the device receives frames to every MAC (as it reported
+    /// after [`Port::configure`]).
+    pub fn promiscuous(&self) -> bool {
+        self.0.promiscuous
     }
 
     /// Starts the device (nothing if it is started). Queue handles may be

@@ -91,6 +91,14 @@ pub struct Cli {
     #[arg(long)]
     pub no_checksum_offload: bool,
 
+    /// Receive frames to every MAC address, not just the port's (plus
+    /// broadcast and multicast). Off by default: a frame flooded to another
+    /// host, such as a peer balancer that shares the VIPs, is not handled
+    /// twice. For a segment that sends lbd's traffic to another MAC (a
+    /// shared virtual MAC).
+    #[arg(long)]
+    pub promiscuous: bool,
+
     /// Further arguments for EAL, passed through untouched.
     #[arg(last = true, value_name = "EAL ARGS")]
     pub eal_args: Vec<String>,

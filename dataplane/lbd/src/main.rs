@@ -197,6 +197,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             rx_queues: queues,
             tx_queues: queues,
             ipv4_checksum_offload: !cli.no_checksum_offload,
+            promiscuous: cli.promiscuous,
+            allmulticast: true,
             ..PortConfig::default()
         };
         let port = Port::configure(&eal, id, &conf, pool.clone())?;
@@ -220,7 +222,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 tracing::info!(
                     port = id, name = %info.name, driver = %info.driver, %mac, address = %addresses.join(","),
                     gateway = ?iface.gateways, queues, rx_ipv4_checksum_offload = csum.rx_ipv4,
-                    tx_ipv4_checksum_offload = csum.tx_ipv4, "port configured"
+                    tx_ipv4_checksum_offload = csum.tx_ipv4, promiscuous = port.promiscuous(), "port configured"
                 );
                 // One entry per prefix, each family's gateway with the
                 // first prefix of its family that holds it.

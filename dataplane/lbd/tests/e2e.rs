@@ -598,6 +598,16 @@ fn checksum_offload_on_tap_ports() {
         2,
         "both tap ports run with the offloads: {log}"
     );
+    // net_tap can receive all multicast, so without --promiscuous its
+    // ports take only frames to their MAC, broadcast and multicast (and
+    // IPv6 would still resolve neighbors).
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.contains("port configured") && l.contains("promiscuous=false"))
+            .count(),
+        2,
+        "tap ports are not promiscuous: {log}"
+    );
     let info = lab.lbctl_ok(&["info"]);
     assert_eq!(
         info.lines()
