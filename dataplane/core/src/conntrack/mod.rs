@@ -88,7 +88,7 @@ use crate::flow::{FlowKey, FlowKeyV4, FlowKeyV6, SnatPorts};
 use crate::prefetch::Prefetch;
 use crate::time::Tick;
 use reply_ports::ReplyPorts;
-use table::{Addr, Loc, RawKey, Slot, Table, FIN_BY_REPLY, FULL_NAT};
+use table::{Addr, HopCache, Loc, RawKey, Slot, Table, FIN_BY_REPLY, FULL_NAT};
 
 /// An address and port.
 pub type Endpoint = (IpAddr, u16);
@@ -588,6 +588,32 @@ impl Conntrack {
         self.v6.mark();
     }
 
+    /// Whether an entry was removed or evicted since the last
+    /// [`Conntrack::mark`]: a lookup that hit before it may name a slot
+    /// that another connection now holds.
+    #[inline(always)]
+    pub(crate) fn discarded_since_mark(&self) -> bool {
+        self.v4.discarded_since_mark() || self.v6.discarded_since_mark()
+    }
+
+    /// [`Conntrack::discarded_since_mark`] for IPv4 entries alone (the ids
+    /// of the two families never overlap).
+    #[inline(always)]
+    pub(crate) fn discarded_since_mark_v4(&self) -> bool {
+        self.v4.discarded_since_mark()
+    }
+
+    /// Whether a client SYN (without ACK) that found entry `id` in its
+    /// original direction opens a new connection instead, as Linux's
+    /// conntrack reopens one: the entry is closing (LAST_ACK, TIME_WAIT,
+    /// CLOSE). False for a stale id. Entries in those states keep no next
+    /// hop in the flow cache ([`Conntrack::set_cached_hop_v4`]), so the
+    /// IPv4 fast path meets them on its uncached branch only.
+    #[inline]
+    pub fn reopened_by_syn(&self, id: EntryId) -> bool {
+        with_slot!(self.get(id), |s| reopens(s.state)).unwrap_or(false)
+    }
+
     /// False only if `key` (with `hash` from
     /// [`Conntrack::lookup_burst_hashed`]) was not inserted, in either
     /// direction, since the last [`Conntrack::mark`]: a lookup that missed
@@ -725,6 +751,16 @@ impl Conntrack {
     }
 }
 
+/// Whether a client SYN on the ports of an entry in `state` opens a new
+/// connection ([`Conntrack::reopened_by_syn`]).
+#[inline]
+fn reopens(state: u8) -> bool {
+    matches!(
+        ConnState::from_u8(state),
+        ConnState::TcpLastAck | ConnState::TcpTimeWait | ConnState::TcpClose
+    )
+}
+
 /// One packet's effect on an entry: state machine and timeout.
 #[inline(always)]
 fn advance<A: Addr>(
@@ -752,6 +788,11 @@ fn advance<A: Addr>(
     s.state = st as u8;
     s.flags = (s.flags & !FIN_BY_REPLY) | if fin_by_reply { FIN_BY_REPLY } else { 0 };
     s.expires = now.0.saturating_add(timeout_ms[st as usize]);
+    // A state a client SYN reopens is met on the fast path's uncached
+    // branch only (`Conntrack::reopened_by_syn`).
+    if reopens(s.state) {
+        s.cache = HopCache::UNCACHED;
+    }
     st
 }
 

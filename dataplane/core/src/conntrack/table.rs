@@ -270,6 +270,9 @@ pub(crate) struct Table<A> {
     evict_hand: u32,
     /// The hashes indexed since the last [`Table::mark`].
     indexed: Indexed,
+    /// Whether a slot was freed since the last [`Table::mark`] (a lookup
+    /// that hit before it may name a slot another entry now holds).
+    discarded: Discarded,
     /// The reply keys routed to a cell.
     ports: ReplyPorts<A>,
     /// In-use slots whose original key is routed to a cell (kept in the
@@ -303,6 +306,17 @@ impl Indexed {
     }
 }
 
+/// [`Table::discarded_since_mark`]: like [`Indexed`], a hint for the
+/// burst path that two tables holding the same entries need not share.
+#[derive(Clone, Copy, Default)]
+struct Discarded(bool);
+
+impl core::fmt::Debug for Discarded {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("Discarded(..)")
+    }
+}
+
 impl core::fmt::Debug for Indexed {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str("Indexed(..)")
@@ -332,6 +346,7 @@ impl<A: Addr> Table<A> {
             seeds,
             evict_hand: 0,
             indexed: Indexed::default(),
+            discarded: Discarded(false),
             ports,
             routed_originals: 0,
         }
@@ -676,6 +691,14 @@ impl<A: Addr> Table<A> {
     #[inline]
     pub fn mark(&mut self) {
         self.indexed = Indexed::default();
+        self.discarded = Discarded(false);
+    }
+
+    /// Whether a slot was freed (an eviction, a removal) since the last
+    /// [`Table::mark`].
+    #[inline(always)]
+    pub fn discarded_since_mark(&self) -> bool {
+        self.discarded.0
     }
 
     /// False only if no key with hash `hash` was indexed since the last
@@ -714,6 +737,7 @@ impl<A: Addr> Table<A> {
         s.tags[0] = self.free_head;
         self.free_head = idx;
         self.len -= 1;
+        self.discarded = Discarded(true);
         true
     }
 

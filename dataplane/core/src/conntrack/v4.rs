@@ -14,7 +14,7 @@
 use std::net::Ipv4Addr;
 
 use super::table::{RawKey, FULL_NAT};
-use super::{advance, raw_rewrite, Conntrack, Direction, EntryId, KeyHash, Tags, BURST};
+use super::{advance, raw_rewrite, reopens, Conntrack, Direction, EntryId, KeyHash, Tags, BURST};
 use crate::flow::Proto;
 use crate::nat::NatDelta;
 use crate::prefetch::Prefetch;
@@ -275,7 +275,9 @@ impl Conntrack {
         let Some(s) = self.v4.get_mut(id.0) else {
             return false;
         };
-        if epoch != 0 {
+        // Nothing is cached for an entry a client SYN would reopen
+        // (`Conntrack::reopened_by_syn`).
+        if epoch != 0 && !reopens(s.state) {
             s.cache.set(dir, epoch, hop);
             s.delta = flip_for(dir, delta);
         }

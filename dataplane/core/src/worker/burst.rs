@@ -14,17 +14,19 @@
 //! each frame in turn (a test feeds random traffic through both). What makes
 //! that hold although the lookups run before earlier packets of the burst
 //! are processed: processing only changes the conntrack index through
-//! inserts (a new flow) and the evictions an insert may cause. An insert
+//! inserts (a new flow), the evictions an insert may cause, and the
+//! removal of an entry that a client SYN reopens. An insert
 //! moves no index slot, so a hit found ahead stays valid; a miss may not (an
 //! earlier packet of the burst may have opened that very flow, or have
 //! this key as its reply key), so a miss is looked up again if its key may
 //! have been inserted since stage 2: each table keeps a small filter of
 //! the hashes it indexed since the burst's mark
 //! ([`Conntrack::maybe_inserted_since_mark`](crate::conntrack::Conntrack::maybe_inserted_since_mark)).
-//! A removal never adds a key, so a miss needs nothing else. After an
-//! eviction (a slot freed and reused) every hit is looked up again,
-//! detected through the worker's own `conntrack_evictions` counter, which
-//! it alone writes. Looking up again starts from the key's hash kept from
+//! A removal never adds a key, so a miss needs nothing else. After a slot
+//! was freed (an eviction, or an entry a client SYN reopens) every hit is
+//! looked up again (the slot may hold another connection by now),
+//! detected through the tables' own flag
+//! ([`Conntrack::discarded_since_mark`](crate::conntrack::Conntrack::discarded_since_mark)). Looking up again starts from the key's hash kept from
 //! stage 2 ([`Conntrack::lookup_hashed`](crate::conntrack::Conntrack::lookup_hashed)),
 //! on index lines stage 2 warmed.
 //!
@@ -234,7 +236,6 @@ impl Worker {
         self.conntrack
             .warm_victims_v4(p, n_open, |a, port, proto| snat.warm_free_v4(p, a, port, proto));
         self.conntrack.mark();
-        let evictions = self.counters.conntrack_evictions.get();
         // Stage 3: each packet in order, with its lookup, done again (from
         // its hash, on a line stage 2 loaded) where it may have changed: a
         // hit after an eviction, a miss if its key may have been inserted.
@@ -245,7 +246,7 @@ impl Worker {
                 // Every frame the fast path read has a key (k < n4).
                 let f = found4[k];
                 let again = match f {
-                    Some(_) => self.counters.conntrack_evictions.get() != evictions,
+                    Some(_) => self.conntrack.discarded_since_mark_v4(),
                     None => self.conntrack.maybe_inserted_since_mark_v4(hashes4[k]),
                 };
                 let hint = if again {
@@ -269,7 +270,7 @@ impl Worker {
             let hint = match found.get(k) {
                 Some(&f)
                     if match f {
-                        Some(_) => self.counters.conntrack_evictions.get() != evictions,
+                        Some(_) => self.conntrack.discarded_since_mark(),
                         None => self.conntrack.maybe_inserted_since_mark(&keys[k], hashes[k]),
                     } =>
                 {

@@ -273,6 +273,14 @@ impl Worker {
         let (rw, hop, tags, delta, to_cache) = match cached {
             Some((rw, hop, tags, delta)) => (rw, hop, Some(tags), Some(delta), None),
             None => {
+                // A client SYN that reopens a closing entry (never cached)
+                // opens a new connection: the general path's business
+                // (`paths::forward`). UDP's `flags` are 0.
+                if k.flags & (TcpFlags::SYN.0 | TcpFlags::ACK.0) == TcpFlags::SYN.0
+                    && self.syn_reopens(id, dir)
+                {
+                    return None;
+                }
                 let rw = self.conntrack.rewrite_v4(id, dir)?;
                 let reply_only = self.fast_v4_dispatch(snap, k)?.is_none();
                 if reply_only && dir != Direction::Reply {
@@ -346,6 +354,15 @@ impl Worker {
             }
             Some(None)
         }
+    }
+
+    /// For a SYN without ACK that hit entry `id` travelling `dir`: whether
+    /// it reopens the entry ([`Conntrack::reopened_by_syn`](crate::conntrack::Conntrack::reopened_by_syn)). Out of line:
+    /// established traffic never calls it.
+    #[cold]
+    #[inline(never)]
+    fn syn_reopens(&self, id: crate::conntrack::EntryId, dir: Direction) -> bool {
+        dir == Direction::Original && self.conntrack.reopened_by_syn(id)
     }
 
     /// Whether this worker owns the flows of the client `addr:port`

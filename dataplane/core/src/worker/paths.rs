@@ -141,7 +141,13 @@ impl Worker {
         if p.ttl <= 1 {
             return self.drop(DropReason::TtlExceeded);
         }
-        let found = found.unwrap_or_else(|| self.conntrack.lookup(&key));
+        let mut found = found.unwrap_or_else(|| self.conntrack.lookup(&key));
+        if let Some((id, Direction::Original)) = found {
+            if proto == Proto::Tcp && opens_connection(p.tcp_flags) && self.conntrack.reopened_by_syn(id) {
+                self.end_reopened(id);
+                found = None;
+            }
+        }
         let (id, rw) = match found {
             Some((id, dir)) => match self.conntrack.rewrite(id, dir) {
                 Some(rw) => (Some((id, dir)), rw),
@@ -153,6 +159,20 @@ impl Worker {
             },
         };
         self.translate(now, snap, frame, p, id, &rw, meta)
+    }
+
+    /// Ends entry `id`, which a client SYN reopens
+    /// ([`Conntrack::reopened_by_syn`]): its SNAT pair goes back, and it
+    /// counts as expired. The SYN then opens a new connection, with a new
+    /// Maglev pick (a backend drained or deleted since takes no new
+    /// connection) and a new SNAT pair.
+    #[cold]
+    #[inline(never)]
+    fn end_reopened(&mut self, id: EntryId) {
+        if let Some(e) = self.conntrack.remove(id) {
+            release_snat(&mut self.snat, e.nat.snat(), e.original.proto());
+            self.counters.conntrack_expirations.inc();
+        }
     }
 
     /// A new connection to `svc`: source ranges, Maglev, SNAT, conntrack.

@@ -34,6 +34,14 @@ fn snapshot() -> Snapshot {
 /// Services: web (full-NAT TCP 10.0.0.100:80), web6 ([fd00::100]:80), dns (DNAT
 /// UDP 10.0.0.101:53), each with backends .11-.13.
 fn snapshot_with(extra: impl FnOnce(&mut SnapshotBuilder)) -> Snapshot {
+    snapshot_web_states(|_| BackendState::Active, extra)
+}
+
+/// [`snapshot_with`] whose web backend `10.1.0.i` is in `web_state(i)`.
+fn snapshot_web_states(
+    web_state: impl Fn(u8) -> BackendState,
+    extra: impl FnOnce(&mut SnapshotBuilder),
+) -> Snapshot {
     let mut b = SnapshotBuilder::new(1);
     b.interface(
         0,
@@ -77,8 +85,9 @@ fn snapshot_with(extra: impl FnOnce(&mut SnapshotBuilder)) -> Snapshot {
     )
     .unwrap();
     for i in 11..=13 {
-        b.backend(web, BackendSpec::new(v4(&format!("10.1.0.{i}")), 8080))
-            .unwrap();
+        let mut spec = BackendSpec::new(v4(&format!("10.1.0.{i}")), 8080);
+        spec.state = web_state(i);
+        b.backend(web, spec).unwrap();
         b.backend(web6, BackendSpec::new(v4(&format!("fd01::{i}")), 8080))
             .unwrap();
         b.backend(dns, BackendSpec::new(v4(&format!("10.1.0.{i}")), 53))
@@ -496,6 +505,87 @@ fn drops_are_counted_with_reasons() {
         assert_eq!(c.drops_of(r), 1, "{r:?}");
     }
     assert_eq!(w.conntrack().len(), 0, "no drop leaves an entry behind");
+}
+
+/// A client SYN on the ports of a connection in TIME_WAIT opens a new
+/// connection (as Linux's conntrack reopens one): a new Maglev pick, so a
+/// backend drained since gets none, and a new SNAT pair, the old one given
+/// back.
+#[test]
+fn a_syn_on_a_finished_connection_picks_again() {
+    let snap = snapshot();
+    let mut w = worker(1, 0);
+    let client = ("10.0.0.2", 40000);
+    let vip = ("10.0.0.100", 80);
+    let mut syn = tcp4(client, vip, "S", 64, b"");
+    assert!(matches!(
+        run(&mut w, &snap, 0, &mut syn, 0),
+        Verdict::Transmit { port: 1, .. }
+    ));
+    let sent = wire::parse(&syn).unwrap();
+    let (IpAddr::V4(backend), IpAddr::V4(snat)) = (sent.dst, sent.src) else {
+        panic!("{sent:?}")
+    };
+    let (b, s) = (backend.to_string(), snat.to_string());
+    let from_backend = |flags: &str| tcp4((&b, 8080), (&s, sent.src_port), flags, 64, b"");
+    // Handshake, then the client closes first: TIME_WAIT.
+    for (flags, port) in [("SA", 1), ("A", 0), ("FA", 0), ("FA", 1), ("A", 0)] {
+        let mut f = if port == 0 {
+            tcp4(client, vip, flags, 64, b"")
+        } else {
+            from_backend(flags)
+        };
+        assert!(
+            matches!(run(&mut w, &snap, 10, &mut f, port), Verdict::Transmit { .. }),
+            "{flags}"
+        );
+    }
+    let key = crate::flow::FlowKey::new((v4("10.0.0.2"), 40000), (v4("10.0.0.100"), 80), Proto::Tcp).unwrap();
+    let (id, _) = w.conntrack().lookup(&key).unwrap();
+    assert_eq!(w.conntrack().state(id), Some(ConnState::TcpTimeWait));
+    // The backend is drained; the client reuses its port.
+    let last = backend.octets()[3];
+    let drained = snapshot_web_states(
+        |i| {
+            if i == last {
+                BackendState::Terminating
+            } else {
+                BackendState::Active
+            }
+        },
+        |_| {},
+    );
+    let mut again = tcp4(client, vip, "S", 64, b"");
+    assert!(matches!(
+        run(&mut w, &drained, 20, &mut again, 0),
+        Verdict::Transmit { port: 1, .. }
+    ));
+    let resent = wire::parse(&again).unwrap();
+    assert_ne!(resent.dst, sent.dst, "a drained backend takes no new connection");
+    let (id2, _) = w.conntrack().lookup(&key).unwrap();
+    assert_eq!(w.conntrack().state(id2), Some(ConnState::TcpSynSent));
+    assert_eq!(w.conntrack().len(), 1, "the old entry is gone");
+    assert_eq!(w.counters().conntrack_expirations.get(), 1);
+    assert_eq!(w.counters().new_connections.get(), 2);
+    // Its SNAT pair went back: nothing answers to it any more.
+    let mut stale = from_backend("A");
+    assert_eq!(
+        run(&mut w, &drained, 20, &mut stale, 1),
+        Verdict::Drop(DropReason::NoConntrackReply)
+    );
+
+    // A retransmitted SYN of a connection being opened keeps its entry
+    // and backend.
+    let mut w = worker(1, 0);
+    let mut syn = tcp4(client, vip, "S", 64, b"");
+    run(&mut w, &snap, 0, &mut syn, 0);
+    let first = wire::parse(&syn).unwrap();
+    let mut syn = tcp4(client, vip, "S", 64, b"");
+    run(&mut w, &snap, 1000, &mut syn, 0);
+    let second = wire::parse(&syn).unwrap();
+    assert_eq!((first.src_port, first.dst), (second.src_port, second.dst));
+    assert_eq!(w.counters().new_connections.get(), 1);
+    assert_eq!(w.counters().conntrack_expirations.get(), 0);
 }
 
 #[test]
