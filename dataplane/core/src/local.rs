@@ -387,6 +387,11 @@ fn neighbor_solicit(
         return Err(DropReason::NdNotForUs);
     }
     let eth_src = EthernetFrame::new_checked(&*frame)?.src_addr();
+    // The answer goes to the source: it must be one host (RFC 4861 7.1.1:
+    // unspecified or unicast), as must the link-layer address it goes to.
+    if !dad && (src.is_multicast() || slla.unwrap_or(eth_src).is_multicast()) {
+        return Err(DropReason::MalformedIcmp);
+    }
     // A DAD probe is answered to all-nodes so the prober sees the conflict.
     let (reply_ip, reply_mac, flags) = if dad {
         let all_nodes = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
@@ -429,7 +434,16 @@ fn neighbor_solicit(
 }
 
 fn neighbor_advert(frame: &mut [u8], parsed: &Parsed) -> Result<LocalVerdict, DropReason> {
-    let (_, _, target, tlla) = nd_in(frame, parsed)?;
+    let (_, dst, target, tlla) = nd_in(frame, parsed)?;
+    // RFC 4861 7.1.2: to a multicast address, the Solicited flag is 0;
+    // an advertisement with both is invalid and not learned from.
+    let solicited = frame
+        .get(usize::from(parsed.l4_offset)..parsed.end as usize)
+        .and_then(|m| Icmpv6Packet::new_checked(m).ok())
+        .is_some_and(|na| na.na_flags() & na_flags::SOLICITED != 0);
+    if dst.is_multicast() && solicited {
+        return Err(DropReason::MalformedIcmp);
+    }
     match tlla {
         Some(mac) if !mac.is_multicast() => Ok(LocalVerdict::Neighbor {
             ip: IpAddr::V6(target),

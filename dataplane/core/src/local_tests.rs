@@ -376,6 +376,20 @@ fn neighbor_solicit_rejections() {
         handle_local(&mut f, &l),
         LocalVerdict::Drop(DropReason::MalformedIcmp)
     );
+    // A source that is no one host: a multicast address, or (without a
+    // source link-layer option) a multicast Ethernet source.
+    let group: Ipv6Addr = "ff05::2".parse().unwrap();
+    let mut f = ns_frame(group, solicited_node(&our_v6()), our_v6(), true, 255);
+    assert_eq!(
+        handle_local(&mut f, &l),
+        LocalVerdict::Drop(DropReason::MalformedIcmp)
+    );
+    let mut f = ns_frame(peer_v6(), solicited_node(&our_v6()), our_v6(), false, 255);
+    f[6] |= 1;
+    assert_eq!(
+        handle_local(&mut f, &l),
+        LocalVerdict::Drop(DropReason::MalformedIcmp)
+    );
     let mut f = ns_frame(peer_v6(), solicited_node(&our_v6()), our_v6(), true, 255);
     f[70] ^= 1; // inside the target: checksum no longer matches
     assert_eq!(
@@ -490,6 +504,17 @@ fn neighbor_solicitation_is_answered_and_the_answer_learned() {
             ip: IpAddr::V6(target),
             mac: their_mac
         }
+    );
+    // The same advertisement to all-nodes with its Solicited flag is
+    // invalid (RFC 4861 7.1.2): not learned.
+    let mut multi = buf[..len].to_vec();
+    let all_nodes: Ipv6Addr = "ff02::1".parse().unwrap();
+    multi[14 + 24..14 + 40].copy_from_slice(&all_nodes.octets());
+    Icmpv6Packet::new_unchecked(&mut multi[54..]).fill_checksum(&target, &all_nodes);
+    assert_checksums_valid(&multi);
+    assert_eq!(
+        handle_local(&mut multi, &ours),
+        LocalVerdict::Drop(DropReason::MalformedIcmp)
     );
     let n = write_neighbor_solicitation(&mut buf, OUR_MAC, &our_v6(), &target, Some(7)).unwrap();
     assert_eq!(n, 18 + 40 + 32);
