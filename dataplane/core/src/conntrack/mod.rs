@@ -607,7 +607,7 @@ impl Conntrack {
     /// original direction opens a new connection instead, as Linux's
     /// conntrack reopens one: the entry is closing (LAST_ACK, TIME_WAIT,
     /// CLOSE). False for a stale id. Entries in those states keep no next
-    /// hop in the flow cache ([`Conntrack::set_cached_hop_v4`]), so the
+    /// hop in the flow cache (`Conntrack::set_cached_hop_v4`), so the
     /// IPv4 fast path meets them on its uncached branch only.
     #[inline]
     pub fn reopened_by_syn(&self, id: EntryId) -> bool {
