@@ -34,9 +34,8 @@ pub enum ConnState {
     TcpSynSent = 0,
     /// The backend's SYN-ACK was seen; the client's ACK was not.
     TcpSynRecv,
-    /// Three-way handshake done (or the client ACKed: see [`Conntrack`]).
-    ///
-    /// [`Conntrack`]: super::Conntrack
+    /// Three-way handshake done, or the client's ACK after a SYN-ACK seen
+    /// or not, once the backend has sent anything.
     TcpEstablished,
     /// One side sent a FIN.
     TcpFinWait,
@@ -56,11 +55,17 @@ pub enum ConnState {
     IcmpUnreplied,
     /// ICMP echo, the backend answered.
     IcmpReplied,
+    /// The client ACKed with nothing seen from the backend (a mid-stream
+    /// pickup, or an ACK after a SYN-ACK lbd did not see): established
+    /// (its timeout), but evicted as embryonic until the backend's first
+    /// packet makes it [`ConnState::TcpEstablished`], as Linux's conntrack
+    /// protects only entries with traffic both ways ("assured").
+    TcpEstablishedUnreplied,
 }
 
 impl ConnState {
     /// Number of states.
-    pub const COUNT: usize = ConnState::IcmpReplied as usize + 1;
+    pub const COUNT: usize = ConnState::TcpEstablishedUnreplied as usize + 1;
 
     /// Every state, in discriminant order.
     pub const ALL: [ConnState; ConnState::COUNT] = [
@@ -76,6 +81,7 @@ impl ConnState {
         ConnState::UdpReplied,
         ConnState::IcmpUnreplied,
         ConnState::IcmpReplied,
+        ConnState::TcpEstablishedUnreplied,
     ];
 
     /// The state a new entry starts in.
@@ -92,7 +98,8 @@ impl ConnState {
     /// `tcp_flags`, ignored for UDP and ICMP) leaves it in
     /// [`ConnState::initial`]: accounting it on the new entry would then
     /// only restart the timeout the insert has just set. False for a TCP
-    /// RST (closes) and a bare ACK (a mid-stream pickup, established).
+    /// RST (closes) and an ACK without SYN (a mid-stream pickup:
+    /// established, or closing with a FIN).
     /// Agrees with the state machine for every flag byte (tested).
     #[inline]
     pub const fn first_packet_keeps_initial(proto: Proto, tcp_flags: u8) -> bool {
@@ -110,7 +117,8 @@ impl ConnState {
             ConnState::TcpSynSent
             | ConnState::TcpSynRecv
             | ConnState::UdpUnreplied
-            | ConnState::IcmpUnreplied => EvictClass::Embryonic,
+            | ConnState::IcmpUnreplied
+            | ConnState::TcpEstablishedUnreplied => EvictClass::Embryonic,
             ConnState::TcpFinWait
             | ConnState::TcpCloseWait
             | ConnState::TcpLastAck
@@ -211,7 +219,7 @@ impl Timeouts {
         match state {
             ConnState::TcpSynSent => self.tcp_syn_sent,
             ConnState::TcpSynRecv => self.tcp_syn_recv,
-            ConnState::TcpEstablished => self.tcp_established,
+            ConnState::TcpEstablished | ConnState::TcpEstablishedUnreplied => self.tcp_established,
             ConnState::TcpFinWait => self.tcp_fin_wait,
             ConnState::TcpCloseWait => self.tcp_close_wait,
             ConnState::TcpLastAck => self.tcp_last_ack,
@@ -238,7 +246,12 @@ impl Timeouts {
 /// Deliberate leniencies, because the balancer is a middlebox that may
 /// miss packets (asymmetric return paths, a restart mid-connection):
 /// - a client ACK (without SYN) in `TcpSynSent` or `TcpSynRecv` establishes
-///   the connection, as in IPVS, even if the SYN-ACK was not seen;
+///   the connection, as in IPVS, even if the SYN-ACK was not seen; from
+///   `TcpSynSent` (nothing seen from the backend) as
+///   `TcpEstablishedUnreplied`, evicted as embryonic until the backend's
+///   first packet (so a flood of SYN-then-ACK, or of bare ACKs picked up by
+///   DNAT, cannot fill the table with entries that are never evicted);
+///   with a FIN, it is closing instead;
 /// - a client SYN in `TcpLastAck`, `TcpTimeWait` or `TcpClose` reopens the
 ///   entry (port reuse by the client, the last ACK perhaps lost), as
 ///   nf_conntrack does; otherwise the new connection would live on in the
@@ -266,10 +279,18 @@ pub(crate) fn step(state: ConnState, dir: Direction, flags: u8, fin_by_reply: bo
     }
     // True when this packet comes from the side that sent the first FIN.
     let from_closer = orig != fin_by_reply;
+    // The backend's first packet on an entry the client alone established.
+    let state = if state == TcpEstablishedUnreplied && !orig {
+        TcpEstablished
+    } else {
+        state
+    };
     let next = match state {
         TcpSynSent if !orig && syn && ack => TcpSynRecv,
-        TcpSynSent if orig && ack && !syn => TcpEstablished,
-        TcpSynRecv | TcpEstablished if fin => return (TcpFinWait, !orig),
+        // A pickup that starts with the client's FIN is closing.
+        TcpSynSent if orig && ack && fin && !syn => return (TcpFinWait, false),
+        TcpSynSent if orig && ack && !syn => TcpEstablishedUnreplied,
+        TcpSynRecv | TcpEstablished | TcpEstablishedUnreplied if fin => return (TcpFinWait, !orig),
         TcpSynRecv if orig && ack && !syn => TcpEstablished,
         TcpFinWait | TcpCloseWait if !from_closer && fin => TcpLastAck,
         TcpFinWait if !from_closer && ack => TcpCloseWait,
@@ -370,7 +391,7 @@ mod tests {
         assert_eq!(
             got,
             [
-                TcpEstablished,
+                TcpEstablishedUnreplied,
                 TcpFinWait,
                 TcpFinWait,
                 TcpCloseWait,
@@ -383,7 +404,11 @@ mod tests {
 
     #[test]
     fn rst_closes_from_any_state_and_syn_reopens() {
-        for s in ConnState::ALL[..8].iter().copied() {
+        let tcp = ConnState::ALL[..8]
+            .iter()
+            .copied()
+            .chain([TcpEstablishedUnreplied]);
+        for s in tcp {
             for d in [O, R] {
                 assert_eq!(step(s, d, RST | ACK, false).0, TcpClose, "{s:?} {d:?}");
             }
@@ -401,8 +426,27 @@ mod tests {
 
     #[test]
     fn lenient_pickup_and_ignored_packets() {
-        // Client ACK without a seen SYN-ACK (asymmetric path) establishes.
-        assert_eq!(step(TcpSynSent, O, ACK, false).0, TcpEstablished);
+        // Client ACK without a seen SYN-ACK (asymmetric path) establishes,
+        // evictable as embryonic until the backend's first packet.
+        assert_eq!(step(TcpSynSent, O, ACK, false).0, TcpEstablishedUnreplied);
+        assert_eq!(TcpEstablishedUnreplied.class(), EvictClass::Embryonic);
+        assert_eq!(
+            step(TcpEstablishedUnreplied, O, ACK, false).0,
+            TcpEstablishedUnreplied
+        );
+        assert_eq!(step(TcpEstablishedUnreplied, R, ACK, false).0, TcpEstablished);
+        assert_eq!(
+            step(TcpEstablishedUnreplied, R, FIN | ACK, false),
+            (TcpFinWait, true)
+        );
+        assert_eq!(
+            step(TcpEstablishedUnreplied, O, FIN | ACK, false),
+            (TcpFinWait, false)
+        );
+        // After a SYN-ACK, the client's ACK establishes outright.
+        assert_eq!(step(TcpSynRecv, O, ACK, false).0, TcpEstablished);
+        // A pickup from the client's FIN is closing, the client the closer.
+        assert_eq!(step(TcpSynSent, O, FIN | ACK, false), (TcpFinWait, false));
         // A retransmitted SYN or a stray backend ACK keep the state.
         assert_eq!(step(TcpSynSent, O, SYN, false).0, TcpSynSent);
         assert_eq!(step(TcpSynSent, R, ACK, false).0, TcpSynSent);

@@ -486,6 +486,13 @@ fn remove_returns_the_entry_and_frees_the_slot() {
     ct.check();
 }
 
+/// The handshake's SYN-ACK and ACK on a new TCP entry, at `t` ms.
+fn establish(ct: &mut Conntrack, id: EntryId, t: u64) {
+    pkt(ct, id, Direction::Reply, SYN | ACK, t);
+    pkt(ct, id, Direction::Original, ACK, t);
+    assert_eq!(ct.state(id), Some(ConnState::TcpEstablished));
+}
+
 /// Fills a table of 8 with states by index: `established[i]` or embryonic.
 fn full_table(established: [bool; 8]) -> (Conntrack, Vec<EntryId>) {
     let mut ct = Conntrack::new(Config {
@@ -497,7 +504,7 @@ fn full_table(established: [bool; 8]) -> (Conntrack, Vec<EntryId>) {
         .map(|n| {
             let id = ins(&mut ct, key(client(n), VIP, Proto::Tcp), dnat(), 0).unwrap();
             if established[n as usize] {
-                pkt(&mut ct, id, Direction::Original, ACK, n as u64);
+                establish(&mut ct, id, n as u64);
             }
             id
         })
@@ -522,7 +529,7 @@ fn eviction_takes_embryonic_before_closing_before_established() {
     // The new flow is embryonic too; make it established, then the closing
     // entry is the only candidate.
     let (nid, _) = ct.lookup(&new).unwrap();
-    pkt(&mut ct, nid, Direction::Original, ACK, 20);
+    establish(&mut ct, nid, 20);
     ct.insert(
         key(client(101), VIP, Proto::Tcp),
         dnat(),
@@ -537,6 +544,43 @@ fn eviction_takes_embryonic_before_closing_before_established() {
         (st.evicted_embryonic, st.evicted_closing, st.occupancy_v4),
         (1, 1, 8)
     );
+    ct.check();
+}
+
+/// An entry the client alone established (SYN then ACK, nothing from the
+/// backend: a flood, or a DNAT pickup whose backend never answered) is
+/// evicted as embryonic; the backend's first packet protects it.
+#[test]
+fn an_entry_established_without_the_backend_is_evicted_as_embryonic() {
+    let (mut ct, ids) = full_table([true; 8]);
+    pkt(&mut ct, ids[3], Direction::Reply, RST, 5);
+    let (a, b) = (key(client(50), VIP, Proto::Tcp), key(client(51), VIP, Proto::Tcp));
+    // Slot 3 is closing (RST); both new entries are refused... until one
+    // was only ever ACKed by its client.
+    let mut evicted = Vec::new();
+    ct.insert(a, dnat(), Tags::default(), Tick(10), |e| evicted.push(e.original))
+        .unwrap();
+    let (aid, _) = ct.lookup(&a).unwrap();
+    pkt(&mut ct, aid, Direction::Original, ACK, 10);
+    assert_eq!(ct.state(aid), Some(ConnState::TcpEstablishedUnreplied));
+    ct.insert(b, dnat(), Tags::default(), Tick(20), |e| evicted.push(e.original))
+        .unwrap();
+    assert_eq!(evicted, [key(client(3), VIP, Proto::Tcp), a]);
+    assert_eq!(ct.stats().evicted_embryonic, 1);
+    // Answered by the backend, it is established and stays.
+    let (bid, _) = ct.lookup(&b).unwrap();
+    pkt(&mut ct, bid, Direction::Original, ACK, 20);
+    pkt(&mut ct, bid, Direction::Reply, ACK, 21);
+    assert_eq!(ct.state(bid), Some(ConnState::TcpEstablished));
+    assert!(ct
+        .insert(
+            key(client(52), VIP, Proto::Tcp),
+            dnat(),
+            Tags::default(),
+            Tick(30),
+            |_| {}
+        )
+        .is_err());
     ct.check();
 }
 
@@ -576,7 +620,7 @@ fn eviction_takes_the_first_expired_or_embryonic_from_the_hand() {
         };
         let id = ins(&mut ct, key(client(n), VIP, proto), dnat(), at).unwrap();
         if n != 2 && n != 5 {
-            pkt(&mut ct, id, Direction::Original, ACK, 0);
+            establish(&mut ct, id, 0);
         }
     }
     let mut evicted = Vec::new();
