@@ -90,11 +90,16 @@ pub enum DropReason {
     /// An ICMPv4 redirect or source quench: advice for the router that
     /// forwarded the packet (lbd), never translated or passed on.
     IcmpNotTranslated,
+    /// A new DNAT connection from one of the balancer's own addresses
+    /// (interface, VIP or SNAT): its replies would come back addressed to
+    /// the balancer (and may hold a full-NAT connection's reply port). Only
+    /// spoofed or looping traffic does this.
+    OwnSource,
 }
 
 impl DropReason {
     /// Number of reasons: the length of a per-worker drop counter array.
-    pub const COUNT: usize = DropReason::IcmpNotTranslated as usize + 1;
+    pub const COUNT: usize = DropReason::OwnSource as usize + 1;
 
     /// Every reason, in discriminant order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -131,6 +136,7 @@ impl DropReason {
         DropReason::MultiSegment,
         DropReason::NeighborChannelFull,
         DropReason::IcmpNotTranslated,
+        DropReason::OwnSource,
     ];
 
     /// The stable snake_case name used in counters, logs and the API.
@@ -169,6 +175,7 @@ impl DropReason {
             DropReason::MultiSegment => "multi_segment",
             DropReason::NeighborChannelFull => "neighbor_channel_full",
             DropReason::IcmpNotTranslated => "icmp_not_translated",
+            DropReason::OwnSource => "own_source",
         }
     }
 }

@@ -24,7 +24,7 @@ use crate::conntrack::{ConnState, Direction, KeyHash, NatV4, Tags};
 use crate::flow::{AllocGuess, Proto};
 use crate::maglev::flow_hash_v4;
 use crate::prefetch::Prefetch;
-use crate::snapshot::{Backend, Family, ForwardMode, Service, Snapshot};
+use crate::snapshot::{Backend, Family, ForwardMode, OwnerKind, Service, Snapshot};
 use crate::{DropReason, Tick};
 
 use super::fast::{write_v4, FastV4};
@@ -115,6 +115,14 @@ impl Worker {
         }
         let full_nat = svc.mode() == ForwardMode::FullNat;
         if k.proto == Proto::Tcp && full_nat && !k.is_syn() {
+            return None;
+        }
+        // The general path drops a DNAT client that is lbd itself.
+        if !full_nat
+            && snap
+                .owner_kind_v4(u32::from(client))
+                .is_some_and(|o| o != OwnerKind::default())
+        {
             return None;
         }
         let (backend, be_addr) = match picked {

@@ -195,6 +195,10 @@ impl Worker {
         if proto == Proto::Tcp && full_nat && !opens_connection(p.tcp_flags) {
             return Err(DropReason::TcpNotSyn);
         }
+        // A DNAT client is the replies' destination: never lbd itself.
+        if !full_nat && snap.owner_kind(p.src).is_some_and(|o| o != OwnerKind::default()) {
+            return Err(DropReason::OwnSource);
+        }
         let hash = svc.pick_hash(p.src, flow_hash(p));
         // The destination's family ring: never translate across families.
         let backend = svc.pick(hash, Family::of(p.dst)).ok_or(DropReason::NoBackend)?;

@@ -588,6 +588,29 @@ fn a_syn_on_a_finished_connection_picks_again() {
     assert_eq!(w.counters().conntrack_expirations.get(), 0);
 }
 
+/// A DNAT connection whose client would be one of lbd's own addresses
+/// (spoofed: its replies would come back to lbd, to a full-NAT
+/// connection's reply port if it is an SNAT address) is dropped.
+#[test]
+fn dnat_from_an_own_address_is_dropped() {
+    let snap = snapshot();
+    let mut w = worker(1, 0);
+    for own in ["10.1.0.100", "10.0.0.100", "10.0.0.1"] {
+        let mut q = udp4((own, 1030), ("10.0.0.101", 53), b"query");
+        assert_eq!(
+            run(&mut w, &snap, 0, &mut q, 0),
+            Verdict::Drop(DropReason::OwnSource),
+            "{own}"
+        );
+    }
+    assert_eq!(w.conntrack().len(), 0);
+    let mut q = udp4(("10.0.0.2", 1030), ("10.0.0.101", 53), b"query");
+    assert!(matches!(
+        run(&mut w, &snap, 0, &mut q, 0),
+        Verdict::Transmit { port: 1, .. }
+    ));
+}
+
 #[test]
 fn no_backend_source_ranges_and_affinity() {
     let snap = snapshot_with(|b| {
