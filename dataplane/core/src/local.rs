@@ -350,7 +350,8 @@ fn solicited_node(a: &Ipv6Addr) -> Ipv6Addr {
 }
 
 /// RFC 4861 §7.1 validity checks shared by NS and NA: hop limit 255, code 0,
-/// at least 24 bytes, a unicast target, well-formed options.
+/// at least 24 bytes, a unicast target, well-formed options; and for an NA
+/// to a multicast address, no Solicited flag (§7.1.2).
 fn nd_in(
     frame: &[u8],
     parsed: &Parsed,
@@ -362,6 +363,12 @@ fn nd_in(
     let icmp = Icmpv6Packet::new_checked(msg)?;
     icmp.check_nd_len()?;
     if parsed.ttl != ND_HOP_LIMIT || icmp.code() != 0 || icmp.nd_target().is_multicast() {
+        return Err(DropReason::MalformedIcmp);
+    }
+    if icmp.msg_type() == v6type::NEIGHBOR_ADVERT
+        && dst.is_multicast()
+        && icmp.na_flags() & na_flags::SOLICITED != 0
+    {
         return Err(DropReason::MalformedIcmp);
     }
     let kind = if icmp.msg_type() == v6type::NEIGHBOR_SOLICIT {
@@ -434,16 +441,7 @@ fn neighbor_solicit(
 }
 
 fn neighbor_advert(frame: &mut [u8], parsed: &Parsed) -> Result<LocalVerdict, DropReason> {
-    let (_, dst, target, tlla) = nd_in(frame, parsed)?;
-    // RFC 4861 7.1.2: to a multicast address, the Solicited flag is 0;
-    // an advertisement with both is invalid and not learned from.
-    let solicited = frame
-        .get(usize::from(parsed.l4_offset)..parsed.end as usize)
-        .and_then(|m| Icmpv6Packet::new_checked(m).ok())
-        .is_some_and(|na| na.na_flags() & na_flags::SOLICITED != 0);
-    if dst.is_multicast() && solicited {
-        return Err(DropReason::MalformedIcmp);
-    }
+    let (_, _, target, tlla) = nd_in(frame, parsed)?;
     match tlla {
         Some(mac) if !mac.is_multicast() => Ok(LocalVerdict::Neighbor {
             ip: IpAddr::V6(target),

@@ -11,7 +11,7 @@
 use std::net::IpAddr;
 
 use crate::checksum::{checksum, l4_checksum_v4, l4_checksum_v6};
-use crate::wire::{self, Parsed, TcpFlags, L3};
+use crate::wire::{self, EthernetFrame, Parsed, TcpFlags, L3};
 
 const TCP_HEADER: usize = 20;
 const TTL: u8 = 64;
@@ -30,8 +30,8 @@ pub fn write_tcp_reset(frame: &mut [u8], p: &Parsed, port_mac: [u8; 6]) -> Optio
     {
         return None;
     }
-    // The group bit of either MAC: multicast or broadcast.
-    if frame.first()? & 1 != 0 || frame.get(6)? & 1 != 0 {
+    let eth = EthernetFrame::new_checked(&*frame).ok()?;
+    if eth.dst_addr().is_multicast() || eth.src_addr().is_multicast() {
         return None;
     }
     let no_host = match p.src {

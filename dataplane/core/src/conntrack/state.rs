@@ -255,7 +255,9 @@ impl Timeouts {
 /// - a client SYN in `TcpLastAck`, `TcpTimeWait` or `TcpClose` reopens the
 ///   entry (port reuse by the client, the last ACK perhaps lost), as
 ///   nf_conntrack does; otherwise the new connection would live on in the
-///   closing states' 30 s and 120 s timeouts;
+///   closing states' 30 s and 120 s timeouts. The worker does not let it
+///   come to this: it ends such an entry and opens a new connection, with
+///   a new backend pick ([`Conntrack::reopened_by_syn`](super::Conntrack::reopened_by_syn));
 /// - a RST from either side closes, in any state.
 #[inline]
 pub(crate) fn step(state: ConnState, dir: Direction, flags: u8, fin_by_reply: bool) -> (ConnState, bool) {

@@ -24,7 +24,7 @@ use crate::conntrack::{ConnState, Direction, KeyHash, NatV4, Tags};
 use crate::flow::{AllocGuess, Proto};
 use crate::maglev::flow_hash_v4;
 use crate::prefetch::Prefetch;
-use crate::snapshot::{Backend, Family, ForwardMode, OwnerKind, Service, Snapshot};
+use crate::snapshot::{Backend, Family, ForwardMode, Service, Snapshot};
 use crate::{DropReason, Tick};
 
 use super::fast::{write_v4, FastV4};
@@ -118,11 +118,7 @@ impl Worker {
             return None;
         }
         // The general path drops a DNAT client that is lbd itself.
-        if !full_nat
-            && snap
-                .owner_kind_v4(u32::from(client))
-                .is_some_and(|o| o != OwnerKind::default())
-        {
+        if !full_nat && snap.owner_kind_v4(u32::from(client)).is_some() {
             return None;
         }
         let (backend, be_addr) = match picked {

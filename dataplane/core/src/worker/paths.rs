@@ -196,7 +196,7 @@ impl Worker {
             return Err(DropReason::TcpNotSyn);
         }
         // A DNAT client is the replies' destination: never lbd itself.
-        if !full_nat && snap.owner_kind(p.src).is_some_and(|o| o != OwnerKind::default()) {
+        if !full_nat && snap.is_owned(p.src) {
             return Err(DropReason::OwnSource);
         }
         let hash = svc.pick_hash(p.src, flow_hash(p));
