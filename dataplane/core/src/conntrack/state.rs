@@ -160,6 +160,7 @@ pub enum EvictClass {
 /// | `tcp_syn_sent` | 60 s | IPVS `SYN_RECV` (the state IPVS enters on a client SYN); nf_conntrack `syn_sent` is 120 s |
 /// | `tcp_syn_recv` | 60 s | nf_conntrack `syn_recv` / IPVS `SYN_RECV` |
 /// | `tcp_established` | 900 s | IPVS `ESTABLISHED` (nf_conntrack: 432000 s) |
+/// | `tcp_established_unreplied` | 300 s | nf_conntrack `unacknowledged`, which caps a mid-connection pickup's timeout |
 /// | `tcp_fin_wait` | 120 s | IPVS `FIN_WAIT` |
 /// | `tcp_close_wait` | 60 s | IPVS `CLOSE_WAIT` |
 /// | `tcp_last_ack` | 30 s | IPVS `LAST_ACK` |
@@ -176,6 +177,14 @@ pub struct Timeouts {
     pub tcp_syn_recv: Duration,
     /// Established.
     pub tcp_established: Duration,
+    /// Established by the client alone, nothing from the backend yet
+    /// (`ConnState::TcpEstablishedUnreplied`). Shorter than
+    /// `tcp_established` because a live connection's backend answers
+    /// within a round trip: an entry that stays unreplied is a pickup
+    /// whose backend is gone, or a SYN-then-ACK flood, which under
+    /// full-NAT would otherwise hold an SNAT port for the established
+    /// timeout.
+    pub tcp_established_unreplied: Duration,
     /// One FIN seen.
     pub tcp_fin_wait: Duration,
     /// First FIN acknowledged, second not yet sent.
@@ -201,6 +210,7 @@ impl Default for Timeouts {
             tcp_syn_sent: s(60),
             tcp_syn_recv: s(60),
             tcp_established: s(900),
+            tcp_established_unreplied: s(300),
             tcp_fin_wait: s(120),
             tcp_close_wait: s(60),
             tcp_last_ack: s(30),
@@ -219,7 +229,8 @@ impl Timeouts {
         match state {
             ConnState::TcpSynSent => self.tcp_syn_sent,
             ConnState::TcpSynRecv => self.tcp_syn_recv,
-            ConnState::TcpEstablished | ConnState::TcpEstablishedUnreplied => self.tcp_established,
+            ConnState::TcpEstablished => self.tcp_established,
+            ConnState::TcpEstablishedUnreplied => self.tcp_established_unreplied,
             ConnState::TcpFinWait => self.tcp_fin_wait,
             ConnState::TcpCloseWait => self.tcp_close_wait,
             ConnState::TcpLastAck => self.tcp_last_ack,
@@ -248,9 +259,11 @@ impl Timeouts {
 /// - a client ACK (without SYN) in `TcpSynSent` or `TcpSynRecv` establishes
 ///   the connection, as in IPVS, even if the SYN-ACK was not seen; from
 ///   `TcpSynSent` (nothing seen from the backend) as
-///   `TcpEstablishedUnreplied`, evicted as embryonic until the backend's
-///   first packet (so a flood of SYN-then-ACK, or of bare ACKs picked up by
-///   DNAT, cannot fill the table with entries that are never evicted);
+///   `TcpEstablishedUnreplied`, evicted as embryonic and with the shorter
+///   `tcp_established_unreplied` timeout until the backend's first packet
+///   (so a flood of SYN-then-ACK, or of bare ACKs picked up by DNAT, cannot
+///   fill the table with entries that are never evicted, nor hold full-NAT
+///   SNAT ports for the established timeout);
 ///   with a FIN, it is closing instead;
 /// - a client SYN in `TcpLastAck`, `TcpTimeWait` or `TcpClose` reopens the
 ///   entry (port reuse by the client, the last ACK perhaps lost), as
@@ -474,6 +487,7 @@ mod tests {
         let t = Timeouts::default();
         let ms = t.millis_table();
         assert_eq!(ms[TcpEstablished as usize], 900_000);
+        assert_eq!(ms[TcpEstablishedUnreplied as usize], 300_000);
         assert_eq!(ms[UdpUnreplied as usize], 30_000);
         assert_eq!(ms[TcpClose as usize], 10_000);
         for (i, s) in ConnState::ALL.iter().enumerate() {

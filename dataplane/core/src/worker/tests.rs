@@ -751,6 +751,62 @@ fn expiry_frees_snat_ports_and_entries() {
     assert_eq!(w.counters().conntrack_expirations.get(), 1);
 }
 
+/// A SYN-then-ACK that the backend never answered (a flood, or a client
+/// whose SYN-ACK went elsewhere) holds its SNAT port for the 300 s
+/// `tcp_established_unreplied`, not the 900 s established timeout; one the
+/// backend answered keeps the established timeout.
+#[test]
+fn a_client_only_establishment_gives_its_snat_port_back_early() {
+    let snap = snapshot();
+    let mut w = worker(1, 0);
+    let snat = v4("10.1.0.100");
+    let free0 = w.snat_ports().available(snat, Proto::Tcp);
+    for (sport, answered) in [(40000, false), (40001, true)] {
+        let mut syn = tcp4(("10.0.0.2", sport), ("10.0.0.100", 80), "S", 64, b"");
+        assert!(matches!(
+            run(&mut w, &snap, 0, &mut syn, 0),
+            Verdict::Transmit { .. }
+        ));
+        if answered {
+            let p = wire::parse(&syn).unwrap();
+            let mut sa = tcp4(
+                (&p.dst.to_string(), p.dst_port),
+                (&p.src.to_string(), p.src_port),
+                "SA",
+                64,
+                b"",
+            );
+            assert!(matches!(
+                run(&mut w, &snap, 1, &mut sa, 1),
+                Verdict::Transmit { .. }
+            ));
+        }
+        let mut ack = tcp4(("10.0.0.2", sport), ("10.0.0.100", 80), "A", 64, b"");
+        assert!(matches!(
+            run(&mut w, &snap, 2, &mut ack, 0),
+            Verdict::Transmit { .. }
+        ));
+    }
+    let states = [40000, 40001].map(|sport| {
+        let k =
+            crate::flow::FlowKey::new((v4("10.0.0.2"), sport), (v4("10.0.0.100"), 80), Proto::Tcp).unwrap();
+        w.conntrack().state(w.conntrack().lookup(&k).unwrap().0)
+    });
+    assert_eq!(
+        states,
+        [
+            Some(ConnState::TcpEstablishedUnreplied),
+            Some(ConnState::TcpEstablished)
+        ]
+    );
+    assert_eq!(w.snat_ports().available(snat, Proto::Tcp), free0 - 2);
+    assert_eq!(w.handle_tick(Tick(300_001), 1 << 20).expired, 0);
+    assert_eq!(w.handle_tick(Tick(300_002), 1 << 20).expired, 1);
+    assert_eq!(w.snat_ports().available(snat, Proto::Tcp), free0 - 1);
+    assert_eq!(w.handle_tick(Tick(900_002), 1 << 20).expired, 1);
+    assert_eq!(w.snat_ports().available(snat, Proto::Tcp), free0);
+}
+
 #[test]
 fn local_answers_still_work() {
     let snap = snapshot();
