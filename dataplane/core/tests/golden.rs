@@ -526,6 +526,18 @@ fn family_cases(f: Fam) -> Vec<Case> {
         format!("{n} {what} quoting an untracked flow is icmp_error_untracked"),
         vec![drop(1, &err, DropReason::IcmpErrorUntracked)],
     ));
+    if f.client != C4 {
+        // A quote whose chain lbd refuses (ESP here) is no packet lbd sent:
+        // untracked, not the error's own `ipv6_extension_header`.
+        let mut esp = quoted.clone();
+        esp[6] = 50;
+        let ty = Icmpv6Type::PacketTooBig { mtu: 1280 };
+        let err = Pkt::icmp6(f.router, f.snat, ty, esp).macs(ROUTER_MAC, MAC1);
+        cases.push(Case::new(
+            format!("{n} {what} quoting an IPv6 chain lbd refuses is icmp_error_untracked"),
+            vec![fwd(&syn, &syn_out), drop(1, &err, DropReason::IcmpErrorUntracked)],
+        ));
+    }
 
     // Hand-over (n_workers = 2): a full-NAT reply to an odd SNAT port
     // belongs to worker 1 (port & 1).

@@ -48,7 +48,7 @@
 
 use std::net::IpAddr;
 
-use super::{be128_at, be16_at, be32_at, check_no_pending_route, put16, PortChange, Wide, L4};
+use super::{be128_at, be16_at, be32_at, put16, PortChange, Wide, L4};
 use crate::checksum::ChecksumOffload;
 use crate::conntrack::Rewrite;
 use crate::wire::{icmpv4, icmpv6, ip_proto, ipv4, ipv6, Parsed, L3};
@@ -80,7 +80,6 @@ pub fn inner_rewrite(rw: &Rewrite) -> Rewrite {
 /// unreadable (and whatever [`Parsed::quoted`] returns); `TtlExceeded`;
 /// `UnsupportedProtocol` for a family mismatch between the packet and either
 /// rewrite, or a quote that is neither TCP, UDP nor ICMP(v6) echo;
-/// `Ipv6ExtensionHeader` for an outer routing header with segments left;
 /// `Truncated` if `p`'s offsets do not fit `frame`.
 pub fn rewrite_icmp_error(
     frame: &mut [u8],
@@ -143,10 +142,6 @@ pub fn rewrite_icmp_error(
     let ttl = frame[l3 + ttl_at];
     if ttl <= 1 {
         return Err(DropReason::TtlExceeded);
-    }
-    if v6 {
-        // The ICMPv6 pseudo-header would hold a routing header's final address.
-        check_no_pending_route(&frame[l3..l4_at])?;
     }
     // --- no error past this point: the frame is written from here on ---
 

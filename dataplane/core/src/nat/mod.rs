@@ -62,9 +62,9 @@
 //! the SNAT port and the reply's back to the client's identifier; with DNAT
 //! both stay the client's.
 //!
-//! IPv6 packets with a routing header that still has segments left are
-//! `Err(Ipv6ExtensionHeader)`: their pseudo-header holds the final
-//! destination from the routing header, not the IPv6 destination we rewrite.
+//! IPv6 packets with a routing header that still has segments left never
+//! get here: parsing refuses them (`Ipv6ExtensionHeader`, see
+//! [`walk_extensions`](crate::wire::ipv6::walk_extensions)).
 
 mod icmp_error;
 
@@ -100,7 +100,6 @@ pub fn set_l2(frame: &mut [u8], src_mac: [u8; 6], dst_mac: [u8; 6]) {
 /// TTL / hop limit is 1 or 0; `UnsupportedProtocol` for an address family
 /// mismatch between `p` and `rw`, ARP, an ICMP error (use
 /// [`rewrite_icmp_error`]) or an ICMP message other than echo;
-/// `Ipv6ExtensionHeader` for a routing header with segments left;
 /// `Truncated` if `p`'s offsets do not fit `frame`.
 #[inline]
 pub fn rewrite(
@@ -533,15 +532,6 @@ fn rewrite_v6(
     dst: (Ipv6Addr, u16),
     offload: &ChecksumOffload,
 ) -> Result<(), DropReason> {
-    let (l3, l4_at) = (usize::from(p.l3_offset), usize::from(p.l4_offset));
-    if l4_at != l3 + ipv6::HEADER_LEN {
-        // Extension headers between the fixed header and L4.
-        let ext = frame.get(l3..l4_at).ok_or(DropReason::Truncated)?;
-        if ext.len() < ipv6::HEADER_LEN {
-            return Err(DropReason::Truncated);
-        }
-        check_no_pending_route(ext)?;
-    }
     let (ip, l4) = split::<{ ipv6::HEADER_LEN }>(frame, p)?;
     let kind = L4::of(p.protocol, l4, true)?;
     let hop = ip[ipv6::field::HOP_LIMIT];
@@ -565,31 +555,6 @@ fn rewrite_v6(
     update_l4_checksum(l4, kind, addrs, all, p.fragment, offload, || {
         offload_pseudo_v6(&src.0, &dst.0, proto, len)
     });
-    Ok(())
-}
-
-/// `Err(Ipv6ExtensionHeader)` if the extension headers between the fixed
-/// header and the L4 header (`ip` spans both) contain a routing header with
-/// segments left: the L4 pseudo-header then uses its final destination.
-#[inline]
-fn check_no_pending_route(ip: &[u8]) -> Result<(), DropReason> {
-    let mut next = ip[ipv6::field::NEXT_HEADER];
-    let mut at = ipv6::HEADER_LEN;
-    // Each step advances at least 8 bytes, so this ends; parse walked the
-    // same chain, the bounds checks only guard against a foreign `Parsed`.
-    while at < ip.len() {
-        let h = ip.get(at..at + 4).ok_or(DropReason::Ipv6ExtensionHeader)?;
-        if next == ip_proto::IPV6_ROUTE && h[3] != 0 {
-            return Err(DropReason::Ipv6ExtensionHeader);
-        }
-        let len = if next == ip_proto::IPV6_FRAG {
-            8
-        } else {
-            (usize::from(h[1]) + 1) * 8
-        };
-        next = h[0];
-        at += len;
-    }
     Ok(())
 }
 

@@ -10,7 +10,11 @@
 //! and stops at the first header that is not one: the upper layer. It stops
 //! early at a non-first fragment, whose payload is not an upper-layer header.
 //! ESP, AH, "no next header", other known extension types, truncated and
-//! overlong chains are `Ipv6ExtensionHeader`.
+//! overlong chains are `Ipv6ExtensionHeader`, and so is a routing header with
+//! segments left: lbd is not the packet's final destination, does not
+//! forward source routes (RFC 8200 §4.4 discards an unrecognised one), and
+//! the L4 pseudo-header holds the route's last address, not the destination
+//! NAT would rewrite. Checked here, before any connection opens.
 
 use std::net::Ipv6Addr;
 
@@ -219,6 +223,14 @@ impl Ipv6Fragment {
     pub fn is_first(&self) -> bool {
         self.offset == 0
     }
+
+    /// An atomic fragment (offset 0, no more fragments): a whole datagram
+    /// with a fragment header, processed as unfragmented (RFC 8200 §4.5,
+    /// RFC 6946).
+    #[inline]
+    pub fn is_atomic(&self) -> bool {
+        self.offset == 0 && !self.more
+    }
 }
 
 /// Where the extension-header walk ended.
@@ -242,7 +254,15 @@ pub fn walk_extensions(mut next_header: u8, payload: &[u8]) -> Result<Ipv6Upper,
     for n in 0..=MAX_EXTENSION_HEADERS {
         let len = match next_header {
             ip_proto::HOPOPT if n == 0 => ext_len(payload, offset)?,
-            ip_proto::IPV6_ROUTE | ip_proto::IPV6_OPTS => ext_len(payload, offset)?,
+            ip_proto::IPV6_ROUTE => {
+                let len = ext_len(payload, offset)?;
+                // Segments left (`ext_len` checked the header's 8 bytes).
+                if payload[offset + 3] != 0 {
+                    return Err(DropReason::Ipv6ExtensionHeader);
+                }
+                len
+            }
+            ip_proto::IPV6_OPTS => ext_len(payload, offset)?,
             ip_proto::IPV6_FRAG => {
                 let h = payload.get(offset..offset + 8).ok_or(DropReason::Ipv6ExtensionHeader)?;
                 if fragment.is_some() {

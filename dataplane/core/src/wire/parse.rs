@@ -176,6 +176,7 @@ fn parse_ipv6(frame: &[u8], l3: usize, vlan: Option<u16>) -> Result<Parsed, Drop
             let up = ip.upper_layer()?;
             let fragment = match up.fragment {
                 None => Fragment::None,
+                Some(f) if f.is_atomic() => Fragment::None,
                 Some(f) if f.is_first() => Fragment::First,
                 Some(_) => return Err(DropReason::Fragment),
             };

@@ -179,6 +179,48 @@ fn ipv6_extension_headers_and_fragments() {
     assert_eq!(parse(&f), Err(DropReason::Ipv6ExtensionHeader));
 }
 
+/// An atomic fragment (offset 0, M = 0) is a whole datagram (RFC 8200
+/// §4.5, RFC 6946), UDP length checked; a routing header is walked when
+/// spent and refused while it has segments left.
+#[test]
+fn ipv6_atomic_fragments_and_routing_headers() {
+    let udp = || {
+        build(|v| {
+            PacketBuilder::ethernet2(SRC_MAC, DST_MAC)
+                .ipv6(C6, V6, 64)
+                .udp(1, 2)
+                .write(v, b"x")
+                .unwrap()
+        })
+    };
+    let insert = |f: &mut Vec<u8>, ext: [u8; 8], next: u8| {
+        f.splice(54..54, ext);
+        f[20] = next;
+        let pl = u16::from_be_bytes([f[18], f[19]]) + 8;
+        f[18..20].copy_from_slice(&pl.to_be_bytes());
+    };
+    let mut f = udp();
+    insert(&mut f, [ip_proto::UDP, 0, 0, 0, 0, 0, 0, 9], ip_proto::IPV6_FRAG);
+    let p = parse(&f).unwrap();
+    assert_eq!((p.l4_offset, p.fragment), (62, Fragment::None));
+    // Whole, so the UDP length must match.
+    f[62 + 4..62 + 6].copy_from_slice(&100u16.to_be_bytes());
+    assert_eq!(parse(&f), Err(DropReason::MalformedUdp));
+    // Offset 0 with more to come is a first fragment, as before.
+    let mut f = udp();
+    insert(&mut f, [ip_proto::UDP, 0, 0, 1, 0, 0, 0, 9], ip_proto::IPV6_FRAG);
+    assert_eq!(parse(&f).unwrap().fragment, Fragment::First);
+
+    // Routing header (type 4), segments left 0: spent, walked.
+    let mut f = udp();
+    insert(&mut f, [ip_proto::UDP, 0, 4, 0, 0, 0, 0, 0], ip_proto::IPV6_ROUTE);
+    let p = parse(&f).unwrap();
+    assert_eq!((p.protocol, p.l4_offset), (17, 62));
+    // One segment left: lbd is not the final destination.
+    f[54 + 3] = 1;
+    assert_eq!(parse(&f), Err(DropReason::Ipv6ExtensionHeader));
+}
+
 #[test]
 fn arp() {
     let mut buf = [0u8; 60];

@@ -371,9 +371,13 @@ impl Worker {
         }
         let q = match p.quoted(frame) {
             Ok(q) => q,
-            // A quoted non-first fragment has no ports: like any quote of
-            // nothing tracked.
-            Err(DropReason::Fragment) => return self.drop(DropReason::IcmpErrorUntracked),
+            // A quoted non-first fragment has no ports, and a quoted IPv6
+            // chain lbd refuses (or one the sender cut short) is no packet
+            // lbd sent: like any quote of nothing tracked. The error's own
+            // chain was parsed before (`ipv6_extension_header` there).
+            Err(DropReason::Fragment | DropReason::Ipv6ExtensionHeader) => {
+                return self.drop(DropReason::IcmpErrorUntracked)
+            }
             Err(reason) => return self.drop(reason),
         };
         // An error goes to the source of the packet it quotes (RFC 792,

@@ -401,6 +401,40 @@ fn key_of(frame: &[u8]) -> crate::flow::FlowKey {
     .reversed()
 }
 
+/// A SYN with a routing header that has segments left is refused before a
+/// connection opens (no entry, no SNAT port, no `new_connections`); an
+/// atomic fragment (offset 0, M = 0) is a whole SYN and opens one.
+#[test]
+fn ipv6_pending_route_opens_nothing_and_atomic_fragment_is_whole() {
+    let snap = snapshot();
+    let mut w = worker(1, 0);
+    let snat = v4("fd01::100");
+    let free0 = w.snat_ports().available(snat, Proto::Tcp);
+    let with_ext = |ext: [u8; 8], next: u8| {
+        let mut f = tcp6(("fd00::2", 40000), ("fd00::100", 80), "S", b"");
+        f.splice(54..54, ext);
+        f[20] = next;
+        let pl = u16::from_be_bytes([f[18], f[19]]) + 8;
+        f[18..20].copy_from_slice(&pl.to_be_bytes());
+        f
+    };
+    let mut routed = with_ext([6, 0, 4, 1, 0, 0, 0, 0], wire::ip_proto::IPV6_ROUTE);
+    assert_eq!(
+        run(&mut w, &snap, 0, &mut routed, 0),
+        Verdict::Drop(DropReason::Ipv6ExtensionHeader)
+    );
+    assert_eq!(w.conntrack().len(), 0);
+    assert_eq!(w.counters().new_connections.get(), 0);
+    assert_eq!(w.snat_ports().available(snat, Proto::Tcp), free0);
+    let mut atomic = with_ext([6, 0, 0, 0, 0, 0, 0, 7], wire::ip_proto::IPV6_FRAG);
+    assert!(matches!(
+        run(&mut w, &snap, 0, &mut atomic, 0),
+        Verdict::Transmit { port: 1, .. }
+    ));
+    assert_eq!(w.conntrack().len(), 1);
+    assert_checksums(&atomic);
+}
+
 #[test]
 fn full_nat_tcp_v6() {
     let snap = snapshot();
