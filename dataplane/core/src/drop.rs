@@ -95,11 +95,17 @@ pub enum DropReason {
     /// the balancer (and may hold a full-NAT connection's reply port). Only
     /// spoofed or looping traffic does this.
     OwnSource,
+    /// IPv6 link control lbd takes no part in: router solicitations and
+    /// advertisements, redirects, multicast listener discovery (MLD
+    /// queries, reports, done) and multicast router discovery. Ports
+    /// receive all multicast (for neighbor discovery), so any IPv6 segment
+    /// brings some; lbd is configured, not autoconfigured.
+    LinkControl,
 }
 
 impl DropReason {
     /// Number of reasons: the length of a per-worker drop counter array.
-    pub const COUNT: usize = DropReason::OwnSource as usize + 1;
+    pub const COUNT: usize = DropReason::LinkControl as usize + 1;
 
     /// Every reason, in discriminant order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -137,6 +143,7 @@ impl DropReason {
         DropReason::NeighborChannelFull,
         DropReason::IcmpNotTranslated,
         DropReason::OwnSource,
+        DropReason::LinkControl,
     ];
 
     /// The stable snake_case name used in counters, logs and the API.
@@ -176,6 +183,7 @@ impl DropReason {
             DropReason::NeighborChannelFull => "neighbor_channel_full",
             DropReason::IcmpNotTranslated => "icmp_not_translated",
             DropReason::OwnSource => "own_source",
+            DropReason::LinkControl => "link_control",
         }
     }
 }

@@ -29,7 +29,9 @@
 //! pipeline: TCP/UDP (a VIP is an owned address, and its connections are the
 //! balancer's business, not this module's) and ICMP errors (they must be
 //! translated for PMTU discovery). Other ICMP(v6) to an owned address (echo
-//! replies, timestamps, router discovery, redirects) is `Drop(LocalUnhandled)`.
+//! replies, timestamps, ICMPv4 router discovery) is `Drop(LocalUnhandled)`;
+//! IPv6 link control (router discovery, redirects, MLD, multicast router
+//! discovery), to whatever address, is `Drop(LinkControl)`.
 //! Echo and ND carrying IPv6 extension headers or fragmented are dropped too
 //! (`LocalUnhandled`/`Fragment`): rewriting around them buys nothing.
 
@@ -196,9 +198,17 @@ pub fn handle_parsed(frame: &mut [u8], parsed: &Parsed, local: &LocalAddrs) -> L
             match parsed.icmp_type {
                 v6type::NEIGHBOR_SOLICIT => neighbor_solicit(frame, parsed, local),
                 v6type::NEIGHBOR_ADVERT => neighbor_advert(frame, parsed),
-                v6type::ROUTER_SOLICIT | v6type::ROUTER_ADVERT | v6type::REDIRECT => {
-                    Err(DropReason::LocalUnhandled)
-                }
+                // Link control lbd takes no part in, to whatever address.
+                v6type::ROUTER_SOLICIT
+                | v6type::ROUTER_ADVERT
+                | v6type::REDIRECT
+                | v6type::MLD_QUERY
+                | v6type::MLD_REPORT
+                | v6type::MLD_DONE
+                | v6type::MLD2_REPORT
+                | v6type::MRD_ADVERT
+                | v6type::MRD_SOLICIT
+                | v6type::MRD_TERMINATE => Err(DropReason::LinkControl),
                 _ if !local.owns_ipv6(&dst) => return LocalVerdict::NotLocal,
                 v6type::ECHO_REQUEST => echo_v6(frame, parsed, local),
                 _ => Err(DropReason::LocalUnhandled),

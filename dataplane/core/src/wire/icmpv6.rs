@@ -33,6 +33,12 @@ pub mod msg_type {
     pub const ECHO_REQUEST: u8 = 128;
     /// Echo reply.
     pub const ECHO_REPLY: u8 = 129;
+    /// Multicast listener query (RFC 2710, RFC 3810).
+    pub const MLD_QUERY: u8 = 130;
+    /// Multicast listener report, version 1.
+    pub const MLD_REPORT: u8 = 131;
+    /// Multicast listener done.
+    pub const MLD_DONE: u8 = 132;
     /// Router solicitation.
     pub const ROUTER_SOLICIT: u8 = 133;
     /// Router advertisement.
@@ -43,6 +49,14 @@ pub mod msg_type {
     pub const NEIGHBOR_ADVERT: u8 = 136;
     /// Redirect.
     pub const REDIRECT: u8 = 137;
+    /// Multicast listener report, version 2 (RFC 3810).
+    pub const MLD2_REPORT: u8 = 143;
+    /// Multicast router advertisement (RFC 4286).
+    pub const MRD_ADVERT: u8 = 151;
+    /// Multicast router solicitation.
+    pub const MRD_SOLICIT: u8 = 152;
+    /// Multicast router termination.
+    pub const MRD_TERMINATE: u8 = 153;
 }
 
 /// ND option types.

@@ -435,6 +435,39 @@ fn ipv6_pending_route_opens_nothing_and_atomic_fragment_is_whole() {
     assert_checksums(&atomic);
 }
 
+/// IPv6 link control (MLD, router discovery), which the all-multicast
+/// ports receive on any IPv6 segment, counts as `link_control`, not as
+/// `no_frontend` or `local_unhandled`.
+#[test]
+fn ipv6_link_control_is_its_own_drop() {
+    let snap = snapshot();
+    let mut w = worker(1, 0);
+    for (ty, dst) in [
+        (143u8, "ff02::16"),
+        (131, "ff02::1:ff00:100"),
+        (134, "ff02::1"),
+        (133, "ff02::2"),
+        (133, "fd00::1"),
+    ] {
+        let d: Ipv6Addr = dst.parse().unwrap();
+        let mut f = Vec::new();
+        etherparse::PacketBuilder::ethernet2(
+            CLIENT_MAC,
+            wire::ethernet::MacAddr::ipv6_multicast(&d.octets()).0,
+        )
+        .ipv6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1).octets(), d.octets(), 1)
+        .icmpv6_raw(ty, 0, [0; 4])
+        .write(&mut f, &[0; 16])
+        .unwrap();
+        assert_eq!(
+            run(&mut w, &snap, 0, &mut f, 0),
+            Verdict::Drop(DropReason::LinkControl),
+            "type {ty} to {dst}"
+        );
+    }
+    assert_eq!(w.counters().drops_of(DropReason::LinkControl), 5);
+}
+
 #[test]
 fn full_nat_tcp_v6() {
     let snap = snapshot();
