@@ -567,6 +567,29 @@ impl<'p> SnapshotBuilder<'p> {
                 return Err(BuildError::SnatIsVip { addr });
             }
         }
+        // A gateway at one of lbd's own addresses: lbd would ask for its
+        // own MAC and hold every routed frame until it is dropped.
+        for (id, p) in ports.iter().enumerate() {
+            let Some(p) = p else { continue };
+            let gws = p
+                .gateway_v4
+                .map(IpAddr::V4)
+                .into_iter()
+                .chain(p.gateway_v6.map(IpAddr::V6));
+            for g in gws {
+                let kind = match g {
+                    IpAddr::V4(a) => owned_v4.get(&u32::from(a)),
+                    IpAddr::V6(a) => owned_v6.get(&u128::from(a)),
+                };
+                if kind.is_some_and(|k| *k != OwnerKind::default()) {
+                    return Err(BuildError::GatewayUnusable {
+                        port: id as u16, // id < MAX_PORTS
+                        gateway: g,
+                        what: "one of lbd's own addresses (interface, frontend or SNAT)",
+                    });
+                }
+            }
+        }
         // A backend lbd would forward to itself (and, with no host stack,
         // drop after looping through the router), or to loopback, which no
         // NIC reaches.

@@ -230,8 +230,10 @@ pub enum BuildError {
         /// The other MAC.
         second: String,
     },
-    /// An interface address that cannot be owned.
-    #[error("port {port}: field cidr: {addr} is unspecified, multicast or broadcast")]
+    /// An interface address that cannot be owned: unspecified, multicast,
+    /// broadcast, or the network or broadcast address of its own IPv4
+    /// prefix (/30 and shorter).
+    #[error("port {port}: field cidr: {addr} is unspecified, multicast, broadcast, or its prefix's network or broadcast address")]
     InterfaceAddress {
         /// The port id.
         port: u16,
@@ -245,6 +247,18 @@ pub enum BuildError {
         port: u16,
         /// The gateway.
         gateway: IpAddr,
+    },
+    /// A gateway no ARP or neighbor solicitation could ever resolve: one
+    /// of lbd's own addresses (interface, frontend or SNAT), or the network
+    /// or broadcast address of an IPv4 prefix (/30 and shorter).
+    #[error("port {port}: field gateway: {gateway} is {what}")]
+    GatewayUnusable {
+        /// The port id.
+        port: u16,
+        /// The gateway.
+        gateway: IpAddr,
+        /// Why.
+        what: &'static str,
     },
     /// Two different gateways of one family on one port.
     #[error("port {port}: field gateway: {first} and {second} given for the same family")]

@@ -40,7 +40,7 @@ pub(super) fn check_ports(interfaces: &[InterfaceSpec]) -> Result<Vec<Option<Por
                 mac: MacAddr(i.mac).to_string(),
             });
         }
-        if !is_unicast(i.cidr.addr()) {
+        if !is_unicast(i.cidr.addr()) || is_network_or_broadcast(&i.cidr, i.cidr.addr()) {
             return Err(BuildError::InterfaceAddress {
                 port: i.port,
                 addr: i.cidr.addr(),
@@ -95,9 +95,36 @@ pub(super) fn check_ports(interfaces: &[InterfaceSpec]) -> Result<Vec<Option<Por
                     gateway: g,
                 });
             }
+            if p.cidrs.iter().any(|c| is_network_or_broadcast(c, g)) {
+                return Err(BuildError::GatewayUnusable {
+                    port: id as u16,
+                    gateway: g,
+                    what: "the network or broadcast address of the port's prefix",
+                });
+            }
         }
     }
     Ok(ports)
+}
+
+/// Whether `ip` is the network or the broadcast address of the IPv4 prefix
+/// `c` (/30 and shorter; /31 and /32 have neither, RFC 3021). No IPv6
+/// prefix has a broadcast address, and its subnet-router anycast address
+/// (the network address) may be a router's: neither is refused.
+pub(super) fn is_network_or_broadcast(c: &Cidr, ip: IpAddr) -> bool {
+    match (c.addr(), ip) {
+        (IpAddr::V4(_), IpAddr::V4(a)) if c.prefix() <= 30 && c.contains(ip) => {
+            let host_bits = 32 - u32::from(c.prefix());
+            let host_mask = if host_bits == 32 {
+                u32::MAX
+            } else {
+                (1u32 << host_bits) - 1
+            };
+            let h = u32::from(a) & host_mask;
+            h == 0 || h == host_mask
+        }
+        _ => false,
+    }
 }
 
 /// Validates and deduplicates SNAT addresses, keeping the given order.

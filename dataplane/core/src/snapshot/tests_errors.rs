@@ -339,6 +339,51 @@ fn interface_and_neighbor_errors() {
         Ok(())
     });
     assert!(matches!(e, BuildError::GatewayConflict { port: 0, .. }), "{e}");
+    // Gateways no ARP could resolve: lbd's own addresses, a prefix's
+    // network or broadcast address.
+    for (port, cidr_s, gw) in [
+        (1, "10.9.0.1/24", "10.9.0.1"),
+        (1, "10.9.0.1/24", "10.9.0.0"),
+        (1, "10.9.0.1/24", "10.9.0.255"),
+        (1, "10.9.0.1/30", "10.9.0.3"),
+    ] {
+        let e = err(|b| {
+            b.interface(port, MAC1, cidr(cidr_s), Some(ip(gw)));
+            Ok(())
+        });
+        assert!(
+            matches!(e, BuildError::GatewayUnusable { port: 1, gateway, .. } if gateway == ip(gw)),
+            "{gw}: {e}"
+        );
+        assert!(e.to_string().starts_with("port 1: field gateway: "), "{e}");
+    }
+    // The SNAT address or a VIP as the gateway.
+    for gw in ["10.0.0.100", "10.0.0.200"] {
+        let e = err(|b| {
+            b.interface(1, MAC1, cidr("10.0.0.2/24"), Some(ip(gw)));
+            add_service(b, "default/web", "10.0.0.200", 1);
+            Ok(())
+        });
+        assert!(
+            matches!(e, BuildError::GatewayUnusable { port: 1, .. }),
+            "{gw}: {e}"
+        );
+    }
+    // /31 (RFC 3021) has no network or broadcast address.
+    let mut b = base();
+    b.interface(1, MAC1, cidr("10.9.0.0/31"), Some(ip("10.9.0.1")));
+    b.build().unwrap();
+    // Interface addresses that are their prefix's network or broadcast.
+    for bad in ["10.9.0.0/24", "10.9.0.255/24"] {
+        let e = err(|b| {
+            b.interface(1, MAC1, cidr(bad), None);
+            Ok(())
+        });
+        assert!(
+            matches!(e, BuildError::InterfaceAddress { port: 1, .. }),
+            "{bad}: {e}"
+        );
+    }
     let e = err(|b| {
         b.neighbor(ip("10.7.0.1"), NMAC);
         Ok(())
