@@ -225,6 +225,190 @@ fn state_file_error(path: &Path, e: PersistError) -> PlaneError {
     }
 }
 
+/// The objects one source is to own, for [`ControlPlane::open_with`].
+#[derive(Debug, Clone, Default)]
+pub struct InitialResync {
+    /// The source resynced.
+    pub source: Source,
+    /// Its services.
+    pub services: Vec<Service>,
+    /// Its frontends.
+    pub frontends: Vec<Frontend>,
+    /// Its backends.
+    pub backends: Vec<Backend>,
+}
+
+/// What a resync is to do to a state, checked against it.
+struct ResyncPlan {
+    /// Deletes first, then upserts.
+    changes: Vec<Change>,
+    /// `added` and `updated` (the rest is known after the commit).
+    outcome: ResyncOutcome,
+    /// Frontends deleted and re-created in another service.
+    moved_frontends: u32,
+}
+
+/// The deletes among committed changes (cascades included).
+fn deletes(committed: &[Change]) -> u32 {
+    committed
+        .iter()
+        .filter(|c| {
+            matches!(
+                c,
+                Change::DeleteService(_) | Change::DeleteFrontend(_) | Change::DeleteBackend(_)
+            )
+        })
+        .count() as u32
+}
+
+/// Validates a resync of `source` against `state` and lists its changes
+/// (see [`ControlPlane::resync`]).
+fn plan_resync(
+    state: &DesiredState,
+    source: Source,
+    services: Vec<Service>,
+    frontends: Vec<Frontend>,
+    backends: Vec<Backend>,
+) -> Result<ResyncPlan, PlaneError> {
+    let services: Vec<Service> = services.into_iter().map(|s| Service { source, ..s }).collect();
+    let frontends: Vec<Frontend> = frontends.into_iter().map(|f| Frontend { source, ..f }).collect();
+    let backends: Vec<Backend> = backends.into_iter().map(|b| Backend { source, ..b }).collect();
+    let conflict = |list: &str, i: usize, object: String, owner: Source| PlaneError::Conflict {
+        object: format!("{list}[{i}] {object}"),
+        owner: owner.name(),
+        requested: source.name(),
+    };
+    let twice = |list: &str, i: usize, object: String| {
+        PlaneError::from(ValidationError::invalid(
+            format!("{list}[{i}] {object}"),
+            "key",
+            "listed twice",
+        ))
+    };
+    let mut svc_names = BTreeSet::new();
+    for (i, s) in services.iter().enumerate() {
+        s.validate().map_err(|e| e.within(&format!("services[{i}]")))?;
+        if !svc_names.insert(s.name.as_str()) {
+            return Err(twice("services", i, format!("service {:?}", s.name)));
+        }
+        if let Some(old) = state.services.get(&s.name).filter(|o| o.source != source) {
+            return Err(conflict(
+                "services",
+                i,
+                format!("service {:?}", s.name),
+                old.source,
+            ));
+        }
+    }
+    let mut fe_keys = BTreeSet::new();
+    for (i, f) in frontends.iter().enumerate() {
+        f.validate().map_err(|e| e.within(&format!("frontends[{i}]")))?;
+        if !fe_keys.insert(f.key) {
+            return Err(twice("frontends", i, format!("frontend {}", f.key)));
+        }
+        if let Some(old) = state.frontends.get(&f.key).filter(|o| o.source != source) {
+            return Err(conflict(
+                "frontends",
+                i,
+                format!("frontend {}", f.key),
+                old.source,
+            ));
+        }
+    }
+    let mut be_keys = BTreeSet::new();
+    for (i, b) in backends.iter().enumerate() {
+        b.validate().map_err(|e| e.within(&format!("backends[{i}]")))?;
+        if !be_keys.insert(&b.key) {
+            return Err(twice("backends", i, format!("backend {}", b.key)));
+        }
+        if let Some(old) = state.backends.get(&b.key).filter(|o| o.source != source) {
+            return Err(conflict("backends", i, format!("backend {}", b.key), old.source));
+        }
+    }
+    let st = state;
+    let mut out = ResyncOutcome::default();
+    for s in &services {
+        match st.services.get(&s.name) {
+            None => out.added += 1,
+            Some(o) if o != s => out.updated += 1,
+            Some(_) => {}
+        }
+    }
+    for f in &frontends {
+        match st.frontends.get(&f.key) {
+            None => out.added += 1,
+            Some(o) if o != f => out.updated += 1,
+            Some(_) => {}
+        }
+    }
+    for b in &backends {
+        match st.backends.get(&b.key) {
+            None => out.added += 1,
+            Some(o) if o != b => out.updated += 1,
+            Some(_) => {}
+        }
+    }
+    // Deletes first (frontends and backends, then services), so that a
+    // cascade never deletes something listed twice.
+    let mut changes: Vec<Change> = Vec::new();
+    let mut moved_frontends = 0u32;
+    let listed: HashMap<FrontendKey, &str> = frontends.iter().map(|f| (f.key, f.service.as_str())).collect();
+    for f in st.frontends.values().filter(|f| f.source == source) {
+        let moved = listed.get(&f.key).is_some_and(|s| *s != f.service);
+        if !fe_keys.contains(&f.key) || moved {
+            moved_frontends += u32::from(moved);
+            changes.push(Change::DeleteFrontend(f.key));
+        }
+    }
+    for b in st.backends.values().filter(|b| b.source == source) {
+        if !be_keys.contains(&b.key) {
+            changes.push(Change::DeleteBackend(b.key.clone()));
+        }
+    }
+    for s in st.services.values().filter(|s| s.source == source) {
+        if !svc_names.contains(s.name.as_str()) {
+            changes.push(Change::DeleteService(s.name.clone()));
+        }
+    }
+    changes.extend(services.into_iter().map(Change::UpsertService));
+    changes.extend(frontends.into_iter().map(Change::UpsertFrontend));
+    changes.extend(backends.into_iter().map(Change::UpsertBackend));
+    Ok(ResyncPlan {
+        changes,
+        outcome: out,
+        moved_frontends,
+    })
+}
+
+/// A commit the state file refused: puts the file back at `prev_revision`
+/// (`prev_state`) as far as it can, logs, and says why.
+fn persist_failed(
+    file: &mut StateFile,
+    prev_revision: u64,
+    prev_state: &DesiredState,
+    revision: u64,
+    e: PersistError,
+) -> PlaneError {
+    if let Err(e) = file.restore(prev_revision, prev_state) {
+        tracing::error!(
+            revision,
+            "the state file may still hold the rejected commit, which a restart before the next commit would apply: {e}"
+        );
+    }
+    let (path, reason) = match e {
+        PersistError::Write { path, source } | PersistError::Read { path, source } => {
+            (path, source.to_string())
+        }
+        PersistError::Corrupt { path, reason } => (path, reason),
+    };
+    tracing::error!(path = %path.display(), revision, %reason, "commit rejected: state file not written");
+    PlaneError::Persist {
+        path,
+        revision,
+        reason,
+    }
+}
+
 impl ControlPlane {
     /// Loads and validates the persisted state, compiles and publishes it.
     /// A missing file (first start) is an empty state at revision 0; an
@@ -234,10 +418,34 @@ impl ControlPlane {
     /// compile even with an empty state is [`PlaneError::NodeConfig`],
     /// whatever the file holds. Without `state_file` nothing is persisted.
     pub fn open(node: NodeConfig, state_file: Option<&Path>) -> Result<ControlPlane, PlaneError> {
+        Self::open_with(node, state_file, None).map(|(p, _)| p)
+    }
+
+    /// [`open`](Self::open), with a first resync applied to the loaded
+    /// state before anything is compiled: lbd's `config` source at start.
+    /// The state file was compiled for the node configuration of the last
+    /// run; the objects of the source whose file changed with that
+    /// configuration (a service that needed the SNAT address just removed)
+    /// must be replaced before the result is judged. So the loaded state
+    /// and the resync are compiled once, together, and committed as one
+    /// revision (none if the resync changed nothing).
+    ///
+    /// Errors: as `open` for the node configuration and a file that cannot
+    /// be loaded or is invalid; the resync's own errors (malformed objects,
+    /// conflicts, a missing service) as [`resync`](Self::resync) returns
+    /// them, and so a result that does not compile although the loaded
+    /// state alone does. Only a result that does not compile while the
+    /// loaded state alone does not either is [`PlaneError::StateFile`].
+    /// Nothing is written unless everything succeeds.
+    pub fn open_with(
+        node: NodeConfig,
+        state_file: Option<&Path>,
+        initial: Option<InitialResync>,
+    ) -> Result<(ControlPlane, Option<ResyncOutcome>), PlaneError> {
         let (_, _) = Compiler::new(node.clone())
             .compile(&DesiredState::default(), 0, &Snapshot::empty(), None)
             .map_err(PlaneError::NodeConfig)?;
-        let (file, (revision, state)) = match state_file {
+        let (mut file, (revision, mut state)) = match state_file {
             None => (None, (0, DesiredState::default())),
             Some(p) => match StateFile::open(p) {
                 Ok((f, Some(x))) => (Some(f), x),
@@ -254,33 +462,82 @@ impl ControlPlane {
         };
         validate_state(&state).map_err(|e| invalid(format!("invalid state: {e}")))?;
         let start = Instant::now();
-        let mut compiler = Compiler::new(node);
-        let (snap, journal) = compiler
-            .compile(&state, revision, &Snapshot::empty(), None)
-            .map_err(|e| invalid(format!("state does not compile for this node: {e}")))?;
+        let source = initial.as_ref().map(|i| i.source);
+        let plan = initial
+            .map(|i| plan_resync(&state, i.source, i.services, i.frontends, i.backends))
+            .transpose()?;
+        let mut txn = Txn::new(&mut state);
+        let mut outcome = None;
+        if let Some(plan) = plan {
+            let applied = plan
+                .changes
+                .into_iter()
+                .try_for_each(|c| txn.change(c))
+                .and_then(|()| txn.check());
+            if let Err(e) = applied {
+                txn.rollback();
+                return Err(e.into());
+            }
+            outcome = Some(ResyncOutcome {
+                removed: deletes(&txn.committed).saturating_sub(plan.moved_frontends),
+                ..plan.outcome
+            });
+        }
+        let changed = !txn.is_empty();
+        let next = revision + u64::from(changed);
+        let mut compiler = Compiler::new(node.clone());
+        let (snap, journal) = match compiler.compile(txn.state(), next, &Snapshot::empty(), None) {
+            Ok(x) => x,
+            Err(e) => {
+                txn.rollback();
+                if changed {
+                    // Whose objects fail: the loaded state's, or the resync's?
+                    let alone = Compiler::new(node).compile(&state, revision, &Snapshot::empty(), None);
+                    if alone.is_ok() {
+                        return Err(e.into());
+                    }
+                    return Err(invalid(format!(
+                        "state does not compile for this node, even with the {} source's objects replaced: {e}",
+                        source.map_or("", Source::name)
+                    )));
+                }
+                return Err(invalid(format!("state does not compile for this node: {e}")));
+            }
+        };
+        if let (true, Some(f)) = (changed, &mut file) {
+            if let Err(e) = f.commit(next, txn.state(), &txn.committed) {
+                txn.rollback();
+                return Err(persist_failed(f, revision, &state, next, e));
+            }
+        }
+        let _ = txn.commit();
         compiler.commit(journal);
         let (events, _) = broadcast::channel(WATCH_CAPACITY);
+        if let Some(o) = &mut outcome {
+            o.revision = next;
+        }
         tracing::info!(
-            revision,
+            revision = next,
             services = state.services.len(),
             frontends = state.frontends.len(),
             backends = state.backends.len(),
             "desired state loaded and published"
         );
-        Ok(ControlPlane {
+        let plane = ControlPlane {
             state,
-            revision,
+            revision: next,
             state_file: file,
             compiler,
             current: Arc::new(ArcSwap::from_pointee(snap)),
             graveyard: Vec::new(),
-            published_revision: revision,
+            published_revision: next,
             last_publish: start.elapsed(),
             events,
             workers: Vec::new(),
             frontend_base: HashMap::new(),
             backend_base: HashMap::new(),
-        })
+        };
+        Ok((plane, outcome))
     }
 
     /// What workers load once per burst.
@@ -374,133 +631,22 @@ impl ControlPlane {
         frontends: Vec<Frontend>,
         backends: Vec<Backend>,
     ) -> Result<ResyncOutcome, PlaneError> {
-        let services: Vec<Service> = services.into_iter().map(|s| Service { source, ..s }).collect();
-        let frontends: Vec<Frontend> = frontends.into_iter().map(|f| Frontend { source, ..f }).collect();
-        let backends: Vec<Backend> = backends.into_iter().map(|b| Backend { source, ..b }).collect();
-        let conflict = |list: &str, i: usize, object: String, owner: Source| PlaneError::Conflict {
-            object: format!("{list}[{i}] {object}"),
-            owner: owner.name(),
-            requested: source.name(),
-        };
-        let twice = |list: &str, i: usize, object: String| {
-            PlaneError::from(ValidationError::invalid(
-                format!("{list}[{i}] {object}"),
-                "key",
-                "listed twice",
-            ))
-        };
-        let mut svc_names = BTreeSet::new();
-        for (i, s) in services.iter().enumerate() {
-            s.validate().map_err(|e| e.within(&format!("services[{i}]")))?;
-            if !svc_names.insert(s.name.as_str()) {
-                return Err(twice("services", i, format!("service {:?}", s.name)));
-            }
-            if let Some(old) = self.state.services.get(&s.name).filter(|o| o.source != source) {
-                return Err(conflict(
-                    "services",
-                    i,
-                    format!("service {:?}", s.name),
-                    old.source,
-                ));
-            }
-        }
-        let mut fe_keys = BTreeSet::new();
-        for (i, f) in frontends.iter().enumerate() {
-            f.validate().map_err(|e| e.within(&format!("frontends[{i}]")))?;
-            if !fe_keys.insert(f.key) {
-                return Err(twice("frontends", i, format!("frontend {}", f.key)));
-            }
-            if let Some(old) = self.state.frontends.get(&f.key).filter(|o| o.source != source) {
-                return Err(conflict(
-                    "frontends",
-                    i,
-                    format!("frontend {}", f.key),
-                    old.source,
-                ));
-            }
-        }
-        let mut be_keys = BTreeSet::new();
-        for (i, b) in backends.iter().enumerate() {
-            b.validate().map_err(|e| e.within(&format!("backends[{i}]")))?;
-            if !be_keys.insert(&b.key) {
-                return Err(twice("backends", i, format!("backend {}", b.key)));
-            }
-            if let Some(old) = self.state.backends.get(&b.key).filter(|o| o.source != source) {
-                return Err(conflict("backends", i, format!("backend {}", b.key), old.source));
-            }
-        }
-        let st = &self.state;
-        let mut out = ResyncOutcome::default();
-        for s in &services {
-            match st.services.get(&s.name) {
-                None => out.added += 1,
-                Some(o) if o != s => out.updated += 1,
-                Some(_) => {}
-            }
-        }
-        for f in &frontends {
-            match st.frontends.get(&f.key) {
-                None => out.added += 1,
-                Some(o) if o != f => out.updated += 1,
-                Some(_) => {}
-            }
-        }
-        for b in &backends {
-            match st.backends.get(&b.key) {
-                None => out.added += 1,
-                Some(o) if o != b => out.updated += 1,
-                Some(_) => {}
-            }
-        }
-        // Deletes first (frontends and backends, then services), so that a
-        // cascade never deletes something listed twice.
-        let mut changes: Vec<Change> = Vec::new();
-        let mut moved_frontends = 0u32;
-        let listed: HashMap<FrontendKey, &str> =
-            frontends.iter().map(|f| (f.key, f.service.as_str())).collect();
-        for f in st.frontends.values().filter(|f| f.source == source) {
-            let moved = listed.get(&f.key).is_some_and(|s| *s != f.service);
-            if !fe_keys.contains(&f.key) || moved {
-                moved_frontends += u32::from(moved);
-                changes.push(Change::DeleteFrontend(f.key));
-            }
-        }
-        for b in st.backends.values().filter(|b| b.source == source) {
-            if !be_keys.contains(&b.key) {
-                changes.push(Change::DeleteBackend(b.key.clone()));
-            }
-        }
-        for s in st.services.values().filter(|s| s.source == source) {
-            if !svc_names.contains(s.name.as_str()) {
-                changes.push(Change::DeleteService(s.name.clone()));
-            }
-        }
-        changes.extend(services.into_iter().map(Change::UpsertService));
-        changes.extend(frontends.into_iter().map(Change::UpsertFrontend));
-        changes.extend(backends.into_iter().map(Change::UpsertBackend));
+        let plan = plan_resync(&self.state, source, services, frontends, backends)?;
         let mut removed = 0u32;
         let revision = self.commit(source, |txn| {
-            for c in changes {
+            for c in plan.changes {
                 txn.change(c)?;
             }
-            removed = txn
-                .committed
-                .iter()
-                .filter(|c| {
-                    matches!(
-                        c,
-                        Change::DeleteService(_) | Change::DeleteFrontend(_) | Change::DeleteBackend(_)
-                    )
-                })
-                .count() as u32;
+            removed = deletes(&txn.committed);
             Ok(())
         })?;
         // A moved frontend is deleted and re-created: an update, not a removal.
-        out.removed = removed.saturating_sub(moved_frontends);
-        out.revision = revision;
-        Ok(out)
+        Ok(ResyncOutcome {
+            revision,
+            removed: removed.saturating_sub(plan.moved_frontends),
+            ..plan.outcome
+        })
     }
-
     /// Sets the state of every backend at `addr` (and `port`, and in
     /// `service`, when given), keeping each backend's source; the commit's
     /// source is [`Source::Api`]. Returns the revision and how many
@@ -632,24 +778,7 @@ impl ControlPlane {
             if let Err(e) = file.commit(revision, txn.state(), &txn.committed) {
                 self.compiler.rollback(journal);
                 txn.rollback();
-                if let Err(e) = file.restore(self.revision, &self.state) {
-                    tracing::error!(
-                        revision,
-                        "the state file may still hold the rejected commit, which a restart before the next commit would apply: {e}"
-                    );
-                }
-                let (path, reason) = match e {
-                    PersistError::Write { path, source } | PersistError::Read { path, source } => {
-                        (path, source.to_string())
-                    }
-                    PersistError::Corrupt { path, reason } => (path, reason),
-                };
-                tracing::error!(path = %path.display(), revision, %reason, "commit rejected: state file not written");
-                return Err(PlaneError::Persist {
-                    path,
-                    revision,
-                    reason,
-                });
+                return Err(persist_failed(file, self.revision, &self.state, revision, e));
             }
         }
         let (changes, _) = txn.commit();

@@ -654,6 +654,73 @@ fn a_state_that_does_not_compile_here_is_refused_at_open() {
     assert!(e.contains("does not compile") && e.contains("SNAT"), "{e}");
 }
 
+/// lbd's config resync at start is applied before the loaded state is
+/// compiled: config v1 has an SNAT address and a full-NAT service, v2
+/// drops the address and makes the service DNAT. The state file alone
+/// does not compile for v2, the state with v2's objects does.
+#[test]
+fn the_config_resync_at_open_comes_before_the_first_compile() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let config = |mode: Mode| InitialResync {
+        source: Source::Config,
+        services: vec![Service {
+            mode,
+            ..svc("default/web")
+        }],
+        frontends: vec![fe("default/web", "192.0.2.1", 80)],
+        backends: vec![be("default/web", "10.1.0.1", 8080)],
+    };
+    let (p, out) = ControlPlane::open_with(node(), Some(&path), Some(config(Mode::FullNat))).unwrap();
+    assert_eq!(out.unwrap().added, 3);
+    assert_eq!(p.revision(), 1);
+    drop(p);
+    let v2 = NodeConfig {
+        snat_addresses: vec![],
+        ..node()
+    };
+    let files = || {
+        (
+            fs::read(&path).ok(),
+            fs::read(dir.path().join("state.json.journal")).ok(),
+        )
+    };
+    let before = files();
+    // Still full-NAT: neither the state file nor v2 has what it needs,
+    // the file is blamed and left as it was.
+    let e = ControlPlane::open_with(v2.clone(), Some(&path), Some(config(Mode::FullNat))).unwrap_err();
+    assert!(matches!(e, PlaneError::StateFile { .. }), "{e}");
+    assert!(e.to_string().contains("SNAT"), "{e}");
+    assert_eq!(files(), before);
+
+    let (p, out) = ControlPlane::open_with(v2.clone(), Some(&path), Some(config(Mode::Dnat))).unwrap();
+    assert_eq!(
+        out.unwrap(),
+        ResyncOutcome {
+            revision: 2,
+            added: 0,
+            updated: 1,
+            removed: 0
+        }
+    );
+    assert_eq!((p.revision(), p.published_revision()), (2, 2));
+    assert_eq!(p.state().services["default/web"].mode, Mode::Dnat);
+    let s = p.snapshot();
+    assert_eq!(s.revision(), 2);
+    assert!(s.lookup(ip("192.0.2.1"), 80, Proto::Tcp).is_some());
+    drop(p);
+    // Persisted: a restart with the same config changes nothing.
+    let (p, out) = ControlPlane::open_with(v2.clone(), Some(&path), Some(config(Mode::Dnat))).unwrap();
+    assert_eq!(out.unwrap().revision, 2);
+    assert_eq!(p.revision(), 2);
+    drop(p);
+    // A resync that breaks a state that compiles is the resync's error.
+    let e = ControlPlane::open_with(v2, Some(&path), Some(config(Mode::FullNat))).unwrap_err();
+    assert!(matches!(e, PlaneError::Validation(_)), "{e}");
+    assert!(e.to_string().contains("SNAT"), "{e}");
+    assert_eq!(ControlPlane::open(node(), Some(&path)).unwrap().revision(), 2);
+}
+
 fn backend_slot(p: &ControlPlane, service: &str, addr: &str, port: u16) -> u32 {
     let s = p.snapshot();
     let id = s.service_by_name(service).unwrap();

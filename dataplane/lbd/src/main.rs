@@ -3,8 +3,9 @@
 //! Start-up order: parse flags and config (errors are one line and exit 1),
 //! check PCI devices and hugepages, initialise EAL, check that every
 //! `--pci`/`--vdev` became a port, configure each port with one rx and one
-//! tx queue per worker, open the control plane (restoring `--state-file`)
-//! and resync the config file's services, bind the gRPC listener, and only
+//! tx queue per worker, open the control plane (restoring `--state-file`,
+//! with the config file's services resynced into it before the first
+//! compile), bind the gRPC listener, and only
 //! then start the ports, launch the workers and the control thread. The
 //! main thread forwards too when it is the only lcore; otherwise it waits
 //! for SIGINT/SIGTERM. Shutdown reverses it: workers stop and are joined,
@@ -31,7 +32,7 @@ use dpdk::{Eal, Mempool, Port, PortConfig, RssStatus};
 use lb_control::grpc::{ControlCounters, PortInfo, PortStatus, ServerInfo};
 use lb_control::listen::{ListenConfig, TlsPaths};
 use lb_control::model::Source;
-use lb_control::plane::{ControlPlane, InterfaceConfig, NodeConfig, PlaneError};
+use lb_control::plane::{ControlPlane, InitialResync, InterfaceConfig, NodeConfig, PlaneError};
 use lb_dataplane::conntrack;
 use lb_dataplane::flow::WorkerId;
 use lb_dataplane::worker::{Worker, WorkerConfig};
@@ -268,21 +269,26 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .config
         .as_ref()
         .map_or_else(|| "(none)".to_string(), |p| p.display().to_string());
-    let mut plane = ControlPlane::open(node, cli.state_file.as_deref()).map_err(|e| match e {
-        // The interfaces and SNAT addresses come from the config file (on
-        // the ports lbd found).
-        PlaneError::NodeConfig(_) => anyhow::anyhow!("config {config_name}: {e}"),
-        e => e.into(),
-    })?;
+    // One step: the state file's objects of the config source were
+    // compiled for the last run's node configuration, so the config file's
+    // (which changed with it) replace them before anything is compiled.
     let sf = &config.services;
-    let out = plane
-        .resync(
-            Source::Config,
-            sf.services.clone(),
-            sf.frontends.clone(),
-            sf.backends.clone(),
-        )
-        .map_err(|e| anyhow::anyhow!("config {config_name}: {e}"))?;
+    let initial = InitialResync {
+        source: Source::Config,
+        services: sf.services.clone(),
+        frontends: sf.frontends.clone(),
+        backends: sf.backends.clone(),
+    };
+    let (mut plane, out) =
+        ControlPlane::open_with(node, cli.state_file.as_deref(), Some(initial)).map_err(|e| match e {
+            // A state file that cannot be loaded, or does not compile even
+            // with the config's objects replaced, is the file's fault.
+            e @ PlaneError::StateFile { .. } => e.into(),
+            // The interfaces and SNAT addresses come from the config file
+            // (on the ports lbd found), and so do the resynced objects.
+            e => anyhow::anyhow!("config {config_name}: {e}"),
+        })?;
+    let out = out.unwrap_or_default();
     tracing::info!(
         revision = out.revision,
         added = out.added,
