@@ -379,7 +379,7 @@ fn backend_spec(b: &Backend, slot: u32) -> BackendSpec {
         addr: b.key.addr,
         port: b.key.port,
         weight: b.weight,
-        state: match b.state {
+        state: match b.effective_state() {
             BackendState::Active => SnapBackendState::Active,
             BackendState::Terminating => SnapBackendState::Terminating,
             BackendState::Quarantined => SnapBackendState::Quarantined,

@@ -311,6 +311,11 @@ pub fn backend_from_proto(p: &pb::Backend) -> Result<Backend, ValidationError> {
         },
         weight,
         state: backend_state_from_proto(p.state, &obj, "state")?,
+        // Output only: Apply and Resync keep the stored one.
+        operator_state: match p.operator_state {
+            0 => None,
+            v => Some(backend_state_from_proto(v, &obj, "operator_state")?),
+        },
         node: label(&p.node),
         zone: label(&p.zone),
         source: source_from_proto(p.source, &obj, "source")?,
@@ -330,6 +335,7 @@ pub fn backend_to_proto(b: &Backend) -> pb::Backend {
         node: b.node.clone().unwrap_or_default(),
         zone: b.zone.clone().unwrap_or_default(),
         source: source_to_proto(b.source),
+        operator_state: b.operator_state.map_or(0, backend_state_to_proto),
     }
 }
 
@@ -538,6 +544,7 @@ mod tests {
             },
             weight: 0,
             state: BackendState::Maintenance,
+            operator_state: None,
             node: Some("node-1".into()),
             zone: Some("a".into()),
             source: Source::Api,

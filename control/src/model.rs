@@ -253,8 +253,14 @@ pub struct Backend {
     pub key: BackendKey,
     /// Relative share of new connections, 0..=MAX_WEIGHT.
     pub weight: u32,
-    /// Lifecycle state.
+    /// Lifecycle state, as its source wrote it.
     pub state: BackendState,
+    /// The state an operator set with `SetBackendState`, if any: it takes
+    /// precedence over `state` (see [`effective_state`](Self::effective_state)).
+    /// Apply and Resync keep it (they write `state`); only
+    /// `SetBackendState` sets or clears it. Absent from older state files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator_state: Option<BackendState>,
     /// Node name (for the local traffic policy).
     pub node: Option<String>,
     /// Topology zone.
@@ -466,6 +472,12 @@ impl Frontend {
 }
 
 impl Backend {
+    /// The state the data plane uses: the operator's, when set, else the
+    /// source's.
+    pub fn effective_state(&self) -> BackendState {
+        self.operator_state.unwrap_or(self.state)
+    }
+
     /// Checks the backend on its own.
     pub fn validate(&self) -> Result<(), ValidationError> {
         let obj = format!("backend {}", self.key);
@@ -636,6 +648,7 @@ mod tests {
             },
             weight: 1,
             state: BackendState::Active,
+            operator_state: None,
             node: None,
             zone: None,
             source: Source::Api,

@@ -568,6 +568,7 @@ mod tests {
             },
             weight: 1,
             state: BackendState::Active,
+            operator_state: None,
             node: None,
             zone: None,
             source: Source::Api,

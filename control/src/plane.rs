@@ -53,8 +53,8 @@ use tokio::sync::broadcast;
 
 use crate::compile::{Compiler, SlotJournal};
 use crate::model::{
-    Backend, BackendState, Change, DesiredState, ErrorKind, Frontend, FrontendKey, Service, Source,
-    ValidationError, MAX_CHANGES,
+    Backend, BackendKey, BackendState, Change, DesiredState, ErrorKind, Frontend, FrontendKey, Service,
+    Source, ValidationError, MAX_CHANGES,
 };
 use crate::persist::{PersistError, StateFile};
 use crate::stats;
@@ -248,6 +248,12 @@ struct ResyncPlan {
     moved_frontends: u32,
 }
 
+/// The operator's state of the backend at `key`: an upsert through Apply
+/// or Resync writes the source's `state` and keeps it.
+fn operator_state(state: &DesiredState, key: &BackendKey) -> Option<BackendState> {
+    state.backends.get(key).and_then(|b| b.operator_state)
+}
+
 /// The deletes among committed changes (cascades included).
 fn deletes(committed: &[Change]) -> u32 {
     committed
@@ -272,7 +278,14 @@ fn plan_resync(
 ) -> Result<ResyncPlan, PlaneError> {
     let services: Vec<Service> = services.into_iter().map(|s| Service { source, ..s }).collect();
     let frontends: Vec<Frontend> = frontends.into_iter().map(|f| Frontend { source, ..f }).collect();
-    let backends: Vec<Backend> = backends.into_iter().map(|b| Backend { source, ..b }).collect();
+    let backends: Vec<Backend> = backends
+        .into_iter()
+        .map(|b| Backend {
+            source,
+            operator_state: operator_state(state, &b.key),
+            ..b
+        })
+        .collect();
     let conflict = |list: &str, i: usize, object: String, owner: Source| PlaneError::Conflict {
         object: format!("{list}[{i}] {object}"),
         owner: owner.name(),
@@ -608,7 +621,11 @@ impl ControlPlane {
                 let c = match c {
                     Change::UpsertService(s) => Change::UpsertService(Service { source, ..s }),
                     Change::UpsertFrontend(f) => Change::UpsertFrontend(Frontend { source, ..f }),
-                    Change::UpsertBackend(b) => Change::UpsertBackend(Backend { source, ..b }),
+                    Change::UpsertBackend(b) => Change::UpsertBackend(Backend {
+                        source,
+                        operator_state: operator_state(txn.state(), &b.key),
+                        ..b
+                    }),
                     other => other,
                 };
                 txn.change(c).map_err(|e| e.within(&format!("changes[{i}]")))?;
@@ -647,11 +664,16 @@ impl ControlPlane {
             ..plan.outcome
         })
     }
-    /// Sets the state of every backend at `addr` (and `port`, and in
-    /// `service`, when given), keeping each backend's source; the commit's
-    /// source is [`Source::Api`]. Returns the revision and how many
-    /// backends matched (also those already in `state`: then nothing is
-    /// committed). No match is NOT_FOUND.
+    /// Sets the operator's state of every backend at `addr` (and `port`,
+    /// and in `service`, when given), keeping each backend's source and
+    /// source state; the commit's source is [`Source::Api`]. The
+    /// operator's state takes precedence over the source's and survives
+    /// its Apply and Resync (and so lbd's restarts, which resync the
+    /// `config` source) until the operator sets another: `Active` on a
+    /// backend whose source says active clears it (the backend follows its
+    /// source again), on one whose source says otherwise holds it active.
+    /// Returns the revision and how many backends matched (also those
+    /// already so: then nothing is committed). No match is NOT_FOUND.
     pub fn set_backend_state(
         &mut self,
         addr: IpAddr,
@@ -683,7 +705,11 @@ impl ControlPlane {
         let n = matched.len() as u32;
         let revision = self.commit(Source::Api, |txn| {
             for b in matched {
-                txn.upsert_backend(Backend { state, ..b })?;
+                // Active where the source says active too: no hold, the
+                // backend follows its source again.
+                let operator_state =
+                    (state != BackendState::Active || b.state != BackendState::Active).then_some(state);
+                txn.upsert_backend(Backend { operator_state, ..b })?;
             }
             Ok(())
         })?;

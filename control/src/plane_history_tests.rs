@@ -163,6 +163,7 @@ fn backend() -> impl Strategy<Value = Backend> {
             key,
             weight,
             state,
+            operator_state: None,
             node: node.map(str::to_string),
             zone: None,
             source: Source::Api,

@@ -80,6 +80,7 @@ fn be(service: &str, addr: &str, port: u16) -> Backend {
         key: bkey(service, addr, port),
         weight: 1,
         state: BackendState::Active,
+        operator_state: None,
         node: None,
         zone: None,
         source: Source::Api,
@@ -483,6 +484,133 @@ fn set_backend_state_counts_matches() {
     assert_eq!(p.revision(), 4);
 }
 
+fn eligible(p: &ControlPlane, service: &str) -> usize {
+    let s = p.snapshot();
+    s.service(s.service_by_name(service).unwrap()).eligible_count()
+}
+
+/// An operator's state is kept apart from the source's: a Resync or an
+/// Apply of the owning source (lbd resyncs `config` at every start) writes
+/// `state` and leaves the operator's alone, until the operator sets
+/// another.
+#[test]
+fn the_operators_backend_state_survives_resync_apply_and_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let config = |state: BackendState| InitialResync {
+        source: Source::Config,
+        services: vec![svc("default/web")],
+        frontends: vec![fe("default/web", "192.0.2.1", 80)],
+        backends: vec![
+            Backend {
+                state,
+                ..be("default/web", "10.1.0.11", 8080)
+            },
+            be("default/web", "10.1.0.12", 8080),
+        ],
+    };
+    let key = bkey("default/web", "10.1.0.11", 8080);
+    let (mut p, _) =
+        ControlPlane::open_with(node(), Some(&path), Some(config(BackendState::Active))).unwrap();
+    assert_eq!(eligible(&p, "default/web"), 2);
+    let (rev, n) = p
+        .set_backend_state(ip("10.1.0.11"), None, None, BackendState::Maintenance)
+        .unwrap();
+    assert_eq!((rev, n), (2, 1));
+    let b = &p.state().backends[&key];
+    assert_eq!((b.source, b.state), (Source::Config, BackendState::Active));
+    assert_eq!(b.effective_state(), BackendState::Maintenance);
+    assert_eq!(eligible(&p, "default/web"), 1);
+
+    // The same resync: nothing to do, the operator's state stays.
+    let c = config(BackendState::Active);
+    let out = p
+        .resync(Source::Config, c.services, c.frontends, c.backends)
+        .unwrap();
+    assert_eq!((out.revision, out.added, out.updated, out.removed), (2, 0, 0, 0));
+    assert_eq!(eligible(&p, "default/web"), 1);
+    // The source changes its own state: written, the operator's still wins.
+    let c = config(BackendState::Terminating);
+    let out = p
+        .resync(Source::Config, c.services, c.frontends, c.backends)
+        .unwrap();
+    assert_eq!((out.revision, out.updated), (3, 1));
+    let b = &p.state().backends[&key];
+    assert_eq!(
+        (b.state, b.effective_state()),
+        (BackendState::Terminating, BackendState::Maintenance)
+    );
+    drop(p);
+
+    // A restart resyncs the config (source state active again) and keeps it.
+    let (mut p, out) =
+        ControlPlane::open_with(node(), Some(&path), Some(config(BackendState::Active))).unwrap();
+    assert_eq!(out.unwrap().updated, 1);
+    let b = &p.state().backends[&key];
+    assert_eq!(
+        (b.state, b.operator_state),
+        (BackendState::Active, Some(BackendState::Maintenance))
+    );
+    assert_eq!(eligible(&p, "default/web"), 1);
+    // Enabled where the source says active: no hold left.
+    p.set_backend_state(ip("10.1.0.11"), None, None, BackendState::Active)
+        .unwrap();
+    assert_eq!(p.state().backends[&key].operator_state, None);
+    assert_eq!(eligible(&p, "default/web"), 2);
+    drop(p);
+    // Enabled where the source says otherwise: held active.
+    let (mut p, _) =
+        ControlPlane::open_with(node(), Some(&path), Some(config(BackendState::Quarantined))).unwrap();
+    assert_eq!(eligible(&p, "default/web"), 1);
+    p.set_backend_state(ip("10.1.0.11"), None, None, BackendState::Active)
+        .unwrap();
+    assert_eq!(
+        p.state().backends[&key].operator_state,
+        Some(BackendState::Active)
+    );
+    assert_eq!(eligible(&p, "default/web"), 2);
+    drop(p);
+    let mut p = ControlPlane::open(node(), Some(&path)).unwrap();
+    assert_eq!(eligible(&p, "default/web"), 2);
+    // An Apply that takes the backend over keeps it too.
+    p.apply(
+        Source::Api,
+        vec![Change::UpsertBackend(Backend {
+            state: BackendState::Maintenance,
+            ..be("default/web", "10.1.0.11", 8080)
+        })],
+        None,
+    )
+    .unwrap();
+    let b = &p.state().backends[&key];
+    assert_eq!(
+        (b.source, b.operator_state),
+        (Source::Api, Some(BackendState::Active))
+    );
+    assert_eq!(eligible(&p, "default/web"), 2);
+}
+
+/// State files written before the operator's state existed load: the
+/// field is absent, and written only when set.
+#[test]
+fn state_files_without_operator_state_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    fs::write(
+        &path,
+        r#"{"version":1,"revision":7,"state":{"services":[{"name":"default/web","mode":"fullnat","traffic_policy":"cluster","affinity_timeout_seconds":null,"source_ranges":[],"source":"config"}],"frontends":[],"backends":[{"key":{"service":"default/web","addr":"10.1.0.11","port":8080},"weight":1,"state":"maintenance","node":null,"zone":null,"source":"config"}]}}"#,
+    )
+    .unwrap();
+    let p = ControlPlane::open(node(), Some(&path)).unwrap();
+    let b = &p.state().backends[&bkey("default/web", "10.1.0.11", 8080)];
+    assert_eq!(
+        (p.revision(), b.state, b.operator_state),
+        (7, BackendState::Maintenance, None)
+    );
+    let text = serde_json::to_string(p.state()).unwrap();
+    assert!(!text.contains("operator_state"), "{text}");
+}
+
 #[test]
 fn watchers_receive_committed_changes() {
     let mut p = ControlPlane::open(node(), None).unwrap();
@@ -511,9 +639,10 @@ fn state_file_round_trip_corruption_and_failed_write() {
     let mut p = ControlPlane::open(node(), Some(&path)).unwrap();
     assert_eq!(p.revision(), 2);
     assert_eq!(p.published_revision(), 2);
+    let b = &p.state().backends[&bkey("default/web", "10.1.0.2", 8080)];
     assert_eq!(
-        p.state().backends[&bkey("default/web", "10.1.0.2", 8080)].state,
-        BackendState::Terminating
+        (b.state, b.operator_state),
+        (BackendState::Active, Some(BackendState::Terminating))
     );
     assert!(p.snapshot().lookup(ip("192.0.2.1"), 80, Proto::Tcp).is_some());
 

@@ -529,6 +529,7 @@ impl Parser<'_> {
             },
             weight,
             state,
+            operator_state: None,
             node,
             zone,
             source: self.source,

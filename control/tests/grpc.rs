@@ -454,7 +454,7 @@ async fn set_backend_state_by_address_port_and_service() {
     let terminating: Vec<String> = st
         .backends
         .values()
-        .filter(|b| b.state == lb_control::model::BackendState::Terminating)
+        .filter(|b| b.effective_state() == lb_control::model::BackendState::Terminating)
         .map(|b| b.key.to_string())
         .collect();
     assert_eq!(
@@ -477,12 +477,14 @@ async fn set_backend_state_by_address_port_and_service() {
         .await
         .unwrap()
         .into_inner();
-    let states: Vec<i32> = g.backends.iter().map(|b| b.state).collect();
+    // `state` is the source's, `operator_state` what SetBackendState set.
+    let states: Vec<(i32, i32)> = g.backends.iter().map(|b| (b.state, b.operator_state)).collect();
+    let active = i32::from(pb::BackendState::Active);
     assert_eq!(
         states,
         vec![
-            i32::from(pb::BackendState::Terminating),
-            i32::from(pb::BackendState::Maintenance)
+            (active, i32::from(pb::BackendState::Terminating)),
+            (active, i32::from(pb::BackendState::Maintenance))
         ]
     );
     rejected(
@@ -560,7 +562,8 @@ async fn watch_receives_every_commit() {
     assert_eq!(e3.revision, 3);
     assert!(matches!(
         &e3.changes[..],
-        [pb::Change { change: Some(C::UpsertBackend(b)) }] if b.state == i32::from(pb::BackendState::Terminating)
+        [pb::Change { change: Some(C::UpsertBackend(b)) }]
+            if b.operator_state == i32::from(pb::BackendState::Terminating)
     ));
 }
 

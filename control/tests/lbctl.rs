@@ -145,20 +145,21 @@ fn apply_get_drain_and_delete() {
     assert_eq!(out, "revision 2: 2 backends at 10.1.0.11 set to terminating\n");
     let table = ok(&s, &["get", "backends", "--service", "default/web"]);
     let row = table.lines().find(|l| l.contains("10.1.0.11:8080")).unwrap();
-    assert!(row.contains("terminating"), "{table}");
+    assert!(row.contains("terminating (operator)"), "{table}");
     let json: serde_json::Value = serde_json::from_str(&ok(
         &s,
         &["get", "backends", "-o", "json", "--service", "kube-system/dns"],
     ))
     .unwrap();
-    assert_eq!(json[0]["state"], "terminating");
+    assert_eq!(json[0]["state"], "active", "the source's");
+    assert_eq!(json[0]["operator_state"], "terminating");
     ok(
         &s,
         &["backend", "enable", "10.1.0.11:8080", "--service", "default/web"],
     );
     ok(&s, &["backend", "maintenance", "10.1.0.12:8080"]);
     let st = s.state();
-    let states: Vec<BackendState> = st.backends.values().map(|b| b.state).collect();
+    let states: Vec<BackendState> = st.backends.values().map(|b| b.effective_state()).collect();
     assert_eq!(
         states,
         vec![

@@ -86,8 +86,11 @@ pub struct BackendRow {
     pub address: String,
     /// Weight.
     pub weight: u32,
-    /// e.g. `terminating`.
+    /// e.g. `terminating`: the state its source wrote.
     pub state: BackendState,
+    /// The state an operator set (`lbctl backend ...`), which takes
+    /// precedence over `state`; `None`: none.
+    pub operator_state: Option<BackendState>,
     /// Node name.
     pub node: Option<String>,
     /// Zone.
@@ -144,6 +147,7 @@ pub fn backend_rows(l: &pb::ListResponse) -> Result<Vec<BackendRow>, OutputError
                 service: b.key.service,
                 weight: b.weight,
                 state: b.state,
+                operator_state: b.operator_state,
                 node: b.node,
                 zone: b.zone,
                 source: b.source,
@@ -276,7 +280,12 @@ pub fn backends_table(rows: &[BackendRow]) -> String {
                 r.service.clone(),
                 r.address.clone(),
                 r.weight.to_string(),
-                name(&r.state),
+                // The state in effect; an operator's is marked, since its
+                // source's state no longer decides.
+                match r.operator_state {
+                    Some(s) => format!("{} (operator)", name(&s)),
+                    None => name(&r.state),
+                },
                 or_dash(&r.node),
                 or_dash(&r.zone),
                 name(&r.source),
@@ -652,16 +661,29 @@ mod tests {
                 r#type: 3,
                 source: 2,
             }],
-            backends: vec![pb::Backend {
-                service: "default/web".into(),
-                address: "10.1.0.11".into(),
-                port: 8080,
-                weight: Some(2),
-                state: 2,
-                node: "node-1".into(),
-                zone: "".into(),
-                source: 3,
-            }],
+            backends: vec![
+                pb::Backend {
+                    service: "default/web".into(),
+                    address: "10.1.0.11".into(),
+                    port: 8080,
+                    weight: Some(2),
+                    state: 2,
+                    node: "node-1".into(),
+                    zone: "".into(),
+                    source: 3,
+                    operator_state: 0,
+                },
+                pb::Backend {
+                    service: "default/web".into(),
+                    address: "10.1.0.12".into(),
+                    port: 8080,
+                    weight: Some(1),
+                    state: 1,
+                    source: 3,
+                    operator_state: 4,
+                    ..Default::default()
+                },
+            ],
             revision: 4,
         }
     }
@@ -673,7 +695,7 @@ mod tests {
         assert_eq!(
             services_table(&s),
             "NAME         MODE     POLICY   AFFINITY  SOURCE-RANGES  FRONTENDS  BACKENDS  SOURCE\n\
-             default/web  fullnat  cluster  3h        10.0.0.0/8     1          1         api\n"
+             default/web  fullnat  cluster  3h        10.0.0.0/8     1          2         api\n"
         );
         let f = frontend_rows(&l).unwrap();
         assert_eq!(
@@ -685,14 +707,20 @@ mod tests {
         let text = render(&b, Format::Table, backends_table).unwrap();
         assert_eq!(
             text,
-            "SERVICE      ADDRESS         WEIGHT  STATE        NODE    ZONE  SOURCE\n\
-             default/web  10.1.0.11:8080  2       terminating  node-1  -     config\n"
+            "SERVICE      ADDRESS         WEIGHT  STATE                   NODE    ZONE  SOURCE\n\
+             default/web  10.1.0.11:8080  2       terminating             node-1  -     config\n\
+             default/web  10.1.0.12:8080  1       maintenance (operator)  -       -     config\n"
         );
         let json: serde_json::Value =
             serde_json::from_str(&render(&b, Format::Json, backends_table).unwrap()).unwrap();
         assert_eq!(json[0]["state"], "terminating");
         assert_eq!(json[0]["address"], "10.1.0.11:8080");
         assert_eq!(json[0]["zone"], serde_json::Value::Null);
+        assert_eq!(json[0]["operator_state"], serde_json::Value::Null);
+        assert_eq!(
+            (&json[1]["state"], &json[1]["operator_state"]),
+            (&"active".into(), &"maintenance".into())
+        );
         let yaml = render(&f, Format::Yaml, frontends_table).unwrap();
         assert!(yaml.contains("type: load-balancer"), "{yaml}");
         let json: serde_json::Value =
