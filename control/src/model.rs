@@ -404,12 +404,12 @@ pub fn check_service_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A frontend's or backend's address: the dataplane's rule
+/// A frontend's, backend's or SNAT address: the dataplane's rule
 /// ([`lb_dataplane::snapshot::is_unicast`]), and neither loopback (no
 /// packet from the network is addressed to it, nor can one be sent to it)
 /// nor IPv4-mapped IPv6 (`::ffff:10.0.0.1` would be a second name of an
 /// IPv4 address, which the data plane sees as another family).
-fn check_unicast(addr: IpAddr) -> Result<(), String> {
+pub fn check_unicast(addr: IpAddr) -> Result<(), String> {
     if !lb_dataplane::snapshot::is_unicast(addr) {
         return Err(format!("{addr} is not a unicast address"));
     }

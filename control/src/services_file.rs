@@ -272,6 +272,10 @@ impl Parser<'_> {
                 if !lb_dataplane::snapshot::is_unicast(a) {
                     return Err(self.err(loc, &field, format!("{a} is unspecified, multicast or broadcast")));
                 }
+                // As for frontends and backends: a loopback source address
+                // reaches no backend, and an IPv4-mapped one would pool an
+                // IPv4 address as IPv6.
+                crate::model::check_unicast(a).map_err(|m| self.err(loc, &field, m))?;
                 if self.out.snat.contains(&a) {
                     return Err(self.err(loc, &field, format!("{a} is listed twice")));
                 }
@@ -696,6 +700,18 @@ type = "cluster-ip"
             (
                 "[snat]\naddresses = [\"::\"]\n".into(),
                 "svc.toml: snat: addresses[0]: :: is unspecified, multicast or broadcast",
+            ),
+            (
+                "[snat]\naddresses = [\"10.9.0.1\", \"127.0.0.1\"]\n".into(),
+                "svc.toml: snat: addresses[1]: 127.0.0.1 is a loopback address",
+            ),
+            (
+                "[snat]\naddresses = [\"::1\"]\n".into(),
+                "svc.toml: snat: addresses[0]: ::1 is a loopback address",
+            ),
+            (
+                "[snat]\naddresses = [\"::ffff:10.9.0.1\"]\n".into(),
+                "svc.toml: snat: addresses[0]: ::ffff:10.9.0.1 is an IPv4-mapped address: write 10.9.0.1",
             ),
             (
                 "[snat]\naddresses = [\"10.9.0.1\", \"fd00::1\", \"10.9.0.1\"]\n".into(),

@@ -86,6 +86,10 @@ fn bad_snat_addresses() {
             "[snat]\naddresses = [\"10.9.0.1\", \"10.9.0.1\"]\n",
             "snat: addresses[1]: 10.9.0.1 is listed twice",
         ),
+        (
+            "[snat]\naddresses = [\"10.9.0.1\", \"127.0.0.1\"]\n",
+            "snat: addresses[1]: 127.0.0.1 is a loopback address",
+        ),
     ] {
         let f = TempFile::new("snat.toml", text);
         let (code, out) = run_lbd(&["--no-huge", "--vdev", "net_null0", "--config", f.path()], T);
