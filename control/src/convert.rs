@@ -614,7 +614,7 @@ mod tests {
                     session_affinity_timeout_seconds: 100_000,
                     ..svc()
                 }),
-                "session_affinity_timeout",
+                "session_affinity_timeout_seconds",
                 "86400",
             ),
             (

@@ -29,6 +29,10 @@ pub const MAX_CHANGES: usize = 1_000_000;
 pub const MAX_AFFINITY_SECONDS: u32 = 86_400;
 /// Longest node or zone name.
 pub const MAX_LABEL_LEN: usize = 253;
+/// The field [`Service::validate`] names for a bad affinity timeout: the
+/// proto's (Apply, Resync); the services file names its own key
+/// (`session_affinity_timeout`) instead.
+pub const AFFINITY_FIELD: &str = "session_affinity_timeout_seconds";
 
 /// Who wrote an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default)]
@@ -442,7 +446,7 @@ impl Service {
             if t == 0 || t > MAX_AFFINITY_SECONDS {
                 return Err(ValidationError::invalid(
                     &obj,
-                    "session_affinity_timeout",
+                    AFFINITY_FIELD,
                     format!("{t} s is not within 1..={MAX_AFFINITY_SECONDS} s"),
                 ));
             }
@@ -587,7 +591,7 @@ mod tests {
         let e = s.validate().unwrap_err();
         assert_eq!(
             e.to_string(),
-            "service \"default/web\": session_affinity_timeout: 0 s is not within 1..=86400 s"
+            "service \"default/web\": session_affinity_timeout_seconds: 0 s is not within 1..=86400 s"
         );
         let f = Frontend {
             service: "default/web".into(),

@@ -404,7 +404,14 @@ impl Parser<'_> {
                 }
             }
         }
-        svc.validate().map_err(|e| self.err(&loc, &e.field, e.message))?;
+        svc.validate().map_err(|e| {
+            // The model names the proto's field; this file's key differs.
+            let key = match e.field.as_str() {
+                crate::model::AFFINITY_FIELD => "session_affinity_timeout",
+                f => f,
+            };
+            self.err(&loc, key, e.message)
+        })?;
         self.out.services.push(svc);
         if let Some(v) = frontends {
             let Value::Array(items) = v else {
@@ -732,7 +739,8 @@ type = "cluster-ip"
             (format!("{svc}mode = \"nat\"\n"), "svc.toml: service[0] \"default/web\": mode: \"nat\" is not one of fullnat, dnat"),
             (format!("{svc}traffic_policy = 1\n"), "traffic_policy: must be a string, not integer"),
             (format!("{svc}session_affinity_timeout = \"3x\"\n"), "session_affinity_timeout: \"3x\" is not a duration"),
-            (format!("{svc}session_affinity_timeout = \"2d\"\n"), "session_affinity_timeout: 172800 s is not within"),
+            (format!("{svc}session_affinity_timeout = \"2d\"\n"), "\"default/web\": session_affinity_timeout: 172800 s is not within"),
+            (format!("{svc}session_affinity_timeout = 0\n"), "\"default/web\": session_affinity_timeout: 0 s is not within"),
             (format!("{svc}source_ranges = [\"10.0.0.0/8\", \"10.0.0.0\"]\n"), "source_ranges[1]: \"10.0.0.0\" has no prefix length (write e.g. 10.0.0.0/24)"),
             (format!("{svc}[[service.frontend]]\naddress = \"10.0.0.1\"\n"), "service[0] \"default/web\": frontend[0]: address: \"10.0.0.1\" is not an address:port"),
             (format!("{svc}[[service.frontend]]\nprotocol = \"tcp\"\n"), "frontend[0]: address: is required"),
