@@ -263,13 +263,52 @@ fn errors_exit_non_zero_with_one_line() {
     assert!(err.contains("10.0.0.100:80/tcp"), "{err}");
     assert_eq!(s.revision(), 1);
 
-    // Bad arguments: usage error, exit 2.
-    let out = lbctl(&server, &["delete", "frontend", "10.0.0.100:80"]);
-    assert_eq!(out.status.code(), Some(2));
+    // Bad arguments: exit 2, one line naming what is wrong, no usage block.
+    let err = fails(&server, &["delete", "frontend", "10.0.0.100:80"], 2);
+    assert_eq!(
+        err,
+        "lbctl: invalid value '10.0.0.100:80' for '<ADDR:PORT/PROTO>': \"10.0.0.100:80\" is not ADDR:PORT/PROTO (e.g. 10.0.0.100:80/tcp) (see lbctl --help)"
+    );
     // `--watch 0` would print "every 0s" and busy-poll: refused.
-    let out = lbctl(&server, &["stats", "--watch", "0"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--watch"));
+    let err = fails(&server, &["stats", "--watch", "0"], 2);
+    assert!(err.contains("--watch"), "{err}");
+    let err = fails(&server, &["backend", "drain"], 2);
+    assert_eq!(
+        err,
+        "lbctl: the following required arguments were not provided: <ADDR[:PORT]> (see lbctl --help)"
+    );
+    let err = fails(&server, &["bogus"], 2);
+    assert!(err.contains("unrecognized subcommand 'bogus'"), "{err}");
+    let err = fails(&server, &["--timeout", "0", "info"], 2);
+    assert!(err.contains("--timeout"), "{err}");
+    let err = fails(&server, &[], 2);
+    assert!(
+        err.contains("'lbctl' requires a subcommand but one was not provided"),
+        "{err}"
+    );
+    let err = fails(&server, &["delete"], 2);
+    assert_eq!(
+        err,
+        "lbctl: a command is missing: usage: lbctl delete [OPTIONS] <COMMAND> (see lbctl --help)"
+    );
+    // No argument at all: clap would print the whole help, on stderr.
+    let out = Command::new(env!("CARGO_BIN_EXE_lbctl")).output().unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(
+        err,
+        "lbctl: a command is missing: usage: lbctl [OPTIONS] <COMMAND> (see lbctl --help)\n"
+    );
+    // --help and --version print as usual, on stdout, exit 0.
+    for (flag, want) in [("--help", "Usage: lbctl"), ("--version", "lbctl ")] {
+        let out = lbctl(&server, &[flag]);
+        assert_eq!(out.status.code(), Some(0), "{flag}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(want), "{flag}: {text}");
+    }
+    let out = lbctl(&server, &["backend", "--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).lines().count() > 3);
 
     // No server: exit 3, naming the socket and suggesting lbd is down.
     let gone = s.dir.path().join("nothing.sock");

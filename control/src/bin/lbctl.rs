@@ -228,7 +228,18 @@ fn one_line(s: &str) -> String {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        // One line like every other error, exit 2; --help and --version
+        // print as usual.
+        Err(e) => match cli::clap_error_line(&e) {
+            None => e.exit(),
+            Some(line) => {
+                eprintln!("lbctl: {line} (see lbctl --help)");
+                return ExitCode::from(2);
+            }
+        },
+    };
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -198,6 +198,43 @@ pub fn is_local_failure(s: &tonic::Status) -> bool {
     std::error::Error::source(s).is_some()
 }
 
+/// A clap error as one line, for `lbctl` and `lbd`, whose errors are one
+/// line: clap's first paragraph without `error: ` and without its usage
+/// block. The paragraph can run over several lines (a missing argument is
+/// named on the line after "the following required arguments were not
+/// provided:"), so its lines are joined. A missing subcommand, for which
+/// clap prints the whole help, is its usage line. `None` for `--help` and
+/// `--version`, which print as clap prints them (`clap::Error::exit`).
+pub fn clap_error_line(e: &clap::Error) -> Option<String> {
+    use clap::error::ErrorKind;
+    let text = e.render().to_string();
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => None,
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => Some(
+            text.lines()
+                .find_map(|l| l.trim().strip_prefix("Usage: "))
+                .map_or_else(
+                    || "a command is missing".to_string(),
+                    |u| format!("a command is missing: usage: {}", u.trim()),
+                ),
+        ),
+        _ => {
+            let first = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect::<Vec<_>>()
+                .join(" ");
+            let first = first.trim_start_matches("error: ");
+            Some(if first.is_empty() {
+                "invalid arguments".to_string()
+            } else {
+                first.to_string()
+            })
+        }
+    }
+}
+
 /// The canonical name of a gRPC code, as in `INVALID_ARGUMENT`.
 pub fn code_name(code: tonic::Code) -> &'static str {
     use tonic::Code::*;

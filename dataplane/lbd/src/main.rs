@@ -55,30 +55,14 @@ const CONTROL_RING: u32 = 1024;
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
-        Err(e) => {
-            use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-                e.exit();
+        // One line: clap's first paragraph, without its usage block.
+        Err(e) => match lb_control::cli::clap_error_line(&e) {
+            None => e.exit(),
+            Some(line) => {
+                eprintln!("lbd: {line} (see lbd --help)");
+                return ExitCode::from(2);
             }
-            // One line: clap's first paragraph, without its usage block.
-            // The paragraph can run over several lines (a missing flag is
-            // named on the line after "the following required arguments
-            // were not provided:"), so its lines are joined.
-            let text = e.render().to_string();
-            let first = text
-                .lines()
-                .take_while(|l| !l.trim().is_empty())
-                .map(str::trim)
-                .collect::<Vec<_>>()
-                .join(" ");
-            let first = if first.is_empty() {
-                "invalid arguments"
-            } else {
-                &first
-            };
-            eprintln!("lbd: {} (see lbd --help)", first.trim_start_matches("error: "));
-            return ExitCode::from(2);
-        }
+        },
     };
     init_logging();
     match run(cli) {
