@@ -94,7 +94,7 @@ enum Command {
         #[arg(long, value_parser = cli::parse_service_name)]
         service: Option<String>,
     },
-    /// Traffic counters per worker, frontend and backend, and drops.
+    /// Counters per worker, port, control thread, frontend and backend, and drops.
     Stats {
         /// Repeat every SECS seconds (default 2) with rates, until interrupted.
         #[arg(
