@@ -483,6 +483,15 @@ impl LoadBalancer for LoadBalancerService {
         if let Some(s) = &service {
             check_service_name(s).map_err(|m| invalid(ValidationError::invalid(obj, "service", m)))?;
         }
+        // UNSPECIFIED is "active" in an object, but here a request without
+        // a state would enable whatever it matched.
+        if req.state == i32::from(pb::BackendState::Unspecified) {
+            return Err(invalid(ValidationError::invalid(
+                obj,
+                "state",
+                "must be set (BACKEND_STATE_ACTIVE to enable)",
+            )));
+        }
         let state = convert::backend_state_from_proto(req.state, obj, "state").map_err(invalid)?;
         let (revision, matched) = self
             .write(move |p| p.set_backend_state(addr, port, service.as_deref(), state))

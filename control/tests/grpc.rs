@@ -525,6 +525,17 @@ async fn set_backend_state_by_address_port_and_service() {
         }),
     )
     .await;
+    // Without a state: refused, not taken as active.
+    rejected(
+        &s,
+        Code::InvalidArgument,
+        &["request: state: must be set"],
+        c.set_backend_state(pb::SetBackendStateRequest {
+            state: pb::BackendState::Unspecified.into(),
+            ..drain("10.1.0.11", 0, "")
+        }),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
