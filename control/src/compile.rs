@@ -391,8 +391,13 @@ fn backend_spec(b: &Backend, slot: u32) -> BackendSpec {
     }
 }
 
-/// A build error as a FAILED_PRECONDITION naming object and field: the
-/// builder's messages read `<object>: field <field>: <what>`.
+/// A build error as a FAILED_PRECONDITION naming object and field. The
+/// errors a request can cause name the object as the API does (`backend
+/// 10.1.0.1:8080 of default/web`, `frontend 10.0.0.1:80/tcp`, `service
+/// "default/web"`, so that the plane can find the change that wrote it) and
+/// the proto's field (`address`, not the data plane's `addr`); the others
+/// are split from the builder's messages, which read `<object>: field
+/// <field>: <what>`.
 pub fn build_error(e: BuildError) -> ValidationError {
     let kind = match e {
         BuildError::DuplicateFrontend { .. } | BuildError::DuplicateService { .. } => {
@@ -400,6 +405,79 @@ pub fn build_error(e: BuildError) -> ValidationError {
         }
         _ => ErrorKind::Precondition,
     };
+    let named = |object: String, field: &str, message: String| ValidationError {
+        kind,
+        object,
+        field: field.into(),
+        message,
+    };
+    let backend = |service: &str, addr: IpAddr, port: u16| {
+        format!("backend {} of {service}", crate::model::endpoint(addr, port))
+    };
+    match &e {
+        BuildError::BackendIsLocal {
+            service,
+            addr,
+            port,
+            what,
+        } => {
+            return named(
+                backend(service, *addr, *port),
+                "address",
+                format!("{addr} is {what}"),
+            )
+        }
+        BuildError::BackendAddress { service, addr, port } => {
+            return named(
+                backend(service, *addr, *port),
+                "address",
+                "unspecified, multicast or broadcast".into(),
+            )
+        }
+        BuildError::BackendWeight {
+            service,
+            addr,
+            port,
+            weight,
+            max,
+        } => {
+            return named(
+                backend(service, *addr, *port),
+                "weight",
+                format!("{weight} exceeds {max}"),
+            )
+        }
+        BuildError::FrontendAddress { frontend, .. } => {
+            return named(
+                format!("frontend {frontend}"),
+                "address",
+                "unspecified, multicast or broadcast".into(),
+            )
+        }
+        BuildError::NoSnatAddress {
+            service,
+            frontend,
+            family,
+        } => {
+            return named(
+                format!("frontend {frontend}"),
+                "address",
+                format!("service {service:?} is full-NAT, and this node has no {family} SNAT address"),
+            )
+        }
+        BuildError::SourceRangeFamily {
+            service,
+            frontend,
+            family,
+        } => {
+            return named(
+                format!("service {service:?}"),
+                "source_ranges",
+                format!("no {family} range for frontend {frontend}, so every client would be denied"),
+            )
+        }
+        _ => {}
+    }
     let text = e.to_string();
     let (object, field, message) = match text.split_once(": field ") {
         Some((object, rest)) => match rest.split_once(": ") {

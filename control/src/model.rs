@@ -523,6 +523,20 @@ pub fn check_label(s: &str) -> Result<(), String> {
 }
 
 impl Change {
+    /// The object the change writes or deletes, as errors name it
+    /// (`service "default/web"`, `frontend 10.0.0.1:80/tcp`, `backend
+    /// 10.1.0.1:8080 of default/web`).
+    pub fn object_name(&self) -> String {
+        match self {
+            Change::UpsertService(s) => format!("service {:?}", s.name),
+            Change::DeleteService(n) => format!("service {n:?}"),
+            Change::UpsertFrontend(f) => format!("frontend {}", f.key),
+            Change::DeleteFrontend(k) => format!("frontend {k}"),
+            Change::UpsertBackend(b) => format!("backend {}", b.key),
+            Change::DeleteBackend(k) => format!("backend {k}"),
+        }
+    }
+
     /// Checks what can be checked without the state.
     pub fn validate(&self) -> Result<(), ValidationError> {
         match self {

@@ -246,6 +246,58 @@ struct ResyncPlan {
     outcome: ResyncOutcome,
     /// Frontends deleted and re-created in another service.
     moved_frontends: u32,
+    /// Which request list each upsert of `changes` comes from.
+    lists: ResyncLists,
+}
+
+/// The layout of a resync's changes: deletes, then the request's services,
+/// frontends and backends in order.
+#[derive(Debug, Clone, Copy)]
+struct ResyncLists {
+    first_upsert: usize,
+    services: usize,
+    frontends: usize,
+}
+
+impl ResyncLists {
+    /// `services[i]`, `frontends[i]` or `backends[i]` for the change at
+    /// `index`; `None` for a delete (of something the request left out).
+    fn label(&self, index: usize) -> Option<String> {
+        let i = index.checked_sub(self.first_upsert)?;
+        Some(if i < self.services {
+            format!("services[{i}]")
+        } else if i < self.services + self.frontends {
+            format!("frontends[{}]", i - self.services)
+        } else {
+            format!("backends[{}]", i - self.services - self.frontends)
+        })
+    }
+}
+
+/// Which request item each committed change of a transaction came from:
+/// `(end, index)` entries, in order, saying that the committed changes
+/// before `end` (and from the previous entry's `end`) came from item
+/// `index` of the request (cascaded deletes with the delete that caused
+/// them).
+#[derive(Debug, Default)]
+struct Origins(Vec<(usize, u32)>);
+
+impl Origins {
+    /// Records that the changes `txn` committed since the last call came
+    /// from item `index`.
+    fn note(&mut self, txn: &Txn<'_>, index: usize) {
+        let n = txn.committed.len();
+        if self.0.last().map_or(0, |o| o.0) < n {
+            self.0.push((n, index as u32));
+        }
+    }
+
+    /// The request item that last wrote or deleted `object` (as
+    /// [`Change::object_name`] names it).
+    fn locate(&self, committed: &[Change], object: &str) -> Option<u32> {
+        let j = committed.iter().rposition(|c| c.object_name() == object)?;
+        self.0.iter().find(|o| o.0 > j).map(|o| o.1)
+    }
 }
 
 /// The operator's state of the backend at `key`: an upsert through Apply
@@ -383,6 +435,11 @@ fn plan_resync(
             changes.push(Change::DeleteService(s.name.clone()));
         }
     }
+    let lists = ResyncLists {
+        first_upsert: changes.len(),
+        services: services.len(),
+        frontends: frontends.len(),
+    };
     changes.extend(services.into_iter().map(Change::UpsertService));
     changes.extend(frontends.into_iter().map(Change::UpsertFrontend));
     changes.extend(backends.into_iter().map(Change::UpsertBackend));
@@ -390,6 +447,7 @@ fn plan_resync(
         changes,
         outcome: out,
         moved_frontends,
+        lists,
     })
 }
 
@@ -481,11 +539,19 @@ impl ControlPlane {
             .transpose()?;
         let mut txn = Txn::new(&mut state);
         let mut outcome = None;
+        let mut origins = Origins::default();
+        let mut lists = None;
         if let Some(plan) = plan {
+            lists = Some(plan.lists);
             let applied = plan
                 .changes
                 .into_iter()
-                .try_for_each(|c| txn.change(c))
+                .enumerate()
+                .try_for_each(|(i, c)| {
+                    txn.change(c)?;
+                    origins.note(&txn, i);
+                    Ok(())
+                })
                 .and_then(|()| txn.check());
             if let Err(e) = applied {
                 txn.rollback();
@@ -502,6 +568,13 @@ impl ControlPlane {
         let (snap, journal) = match compiler.compile(txn.state(), next, &Snapshot::empty(), None) {
             Ok(x) => x,
             Err(e) => {
+                let e = match origins
+                    .locate(&txn.committed, &e.object)
+                    .and_then(|i| lists.and_then(|l| l.label(i as usize)))
+                {
+                    Some(prefix) => e.within(&prefix),
+                    None => e,
+                };
                 txn.rollback();
                 if changed {
                     // Whose objects fail: the loaded state's, or the resync's?
@@ -616,22 +689,28 @@ impl ControlPlane {
         for (i, c) in changes.iter().enumerate() {
             c.validate().map_err(|e| e.within(&format!("changes[{i}]")))?;
         }
-        self.commit(source, |txn| {
-            for (i, c) in changes.into_iter().enumerate() {
-                let c = match c {
-                    Change::UpsertService(s) => Change::UpsertService(Service { source, ..s }),
-                    Change::UpsertFrontend(f) => Change::UpsertFrontend(Frontend { source, ..f }),
-                    Change::UpsertBackend(b) => Change::UpsertBackend(Backend {
-                        source,
-                        operator_state: operator_state(txn.state(), &b.key),
-                        ..b
-                    }),
-                    other => other,
-                };
-                txn.change(c).map_err(|e| e.within(&format!("changes[{i}]")))?;
-            }
-            Ok(())
-        })
+        self.commit(
+            source,
+            |txn| {
+                let mut origins = Origins::default();
+                for (i, c) in changes.into_iter().enumerate() {
+                    let c = match c {
+                        Change::UpsertService(s) => Change::UpsertService(Service { source, ..s }),
+                        Change::UpsertFrontend(f) => Change::UpsertFrontend(Frontend { source, ..f }),
+                        Change::UpsertBackend(b) => Change::UpsertBackend(Backend {
+                            source,
+                            operator_state: operator_state(txn.state(), &b.key),
+                            ..b
+                        }),
+                        other => other,
+                    };
+                    txn.change(c).map_err(|e| e.within(&format!("changes[{i}]")))?;
+                    origins.note(txn, i);
+                }
+                Ok(origins)
+            },
+            |i| Some(format!("changes[{i}]")),
+        )
     }
 
     /// Replaces exactly what `source` owns by the given objects (which
@@ -649,14 +728,21 @@ impl ControlPlane {
         backends: Vec<Backend>,
     ) -> Result<ResyncOutcome, PlaneError> {
         let plan = plan_resync(&self.state, source, services, frontends, backends)?;
+        let lists = plan.lists;
         let mut removed = 0u32;
-        let revision = self.commit(source, |txn| {
-            for c in plan.changes {
-                txn.change(c)?;
-            }
-            removed = deletes(&txn.committed);
-            Ok(())
-        })?;
+        let revision = self.commit(
+            source,
+            |txn| {
+                let mut origins = Origins::default();
+                for (i, c) in plan.changes.into_iter().enumerate() {
+                    txn.change(c)?;
+                    origins.note(txn, i);
+                }
+                removed = deletes(&txn.committed);
+                Ok(origins)
+            },
+            |i| lists.label(i as usize),
+        )?;
         // A moved frontend is deleted and re-created: an update, not a removal.
         Ok(ResyncOutcome {
             revision,
@@ -703,16 +789,20 @@ impl ControlPlane {
             .into());
         }
         let n = matched.len() as u32;
-        let revision = self.commit(Source::Api, |txn| {
-            for b in matched {
-                // Active where the source says active too: no hold, the
-                // backend follows its source again.
-                let operator_state =
-                    (state != BackendState::Active || b.state != BackendState::Active).then_some(state);
-                txn.upsert_backend(Backend { operator_state, ..b })?;
-            }
-            Ok(())
-        })?;
+        let revision = self.commit(
+            Source::Api,
+            |txn| {
+                for b in matched {
+                    // Active where the source says active too: no hold, the
+                    // backend follows its source again.
+                    let operator_state =
+                        (state != BackendState::Active || b.state != BackendState::Active).then_some(state);
+                    txn.upsert_backend(Backend { operator_state, ..b })?;
+                }
+                Ok(Origins::default())
+            },
+            |_| None,
+        )?;
         Ok((revision, n))
     }
 
@@ -773,18 +863,26 @@ impl ControlPlane {
 
     /// Runs `f` as one transaction and, if it changed anything, compiles,
     /// persists, publishes and notifies (see the module doc).
+    ///
+    /// `f` returns where its changes came from ([`Origins`]); a compile
+    /// error on an object one of them wrote is prefixed with what `label`
+    /// makes of its request index (`changes[3]`), as validation errors are.
     fn commit(
         &mut self,
         source: Source,
-        f: impl FnOnce(&mut Txn<'_>) -> Result<(), ValidationError>,
+        f: impl FnOnce(&mut Txn<'_>) -> Result<Origins, ValidationError>,
+        label: impl Fn(u32) -> Option<String>,
     ) -> Result<u64, PlaneError> {
         let start = Instant::now();
         let prev = self.current.load_full();
         let mut txn = Txn::new(&mut self.state);
-        if let Err(e) = f(&mut txn).and_then(|()| txn.check()) {
-            txn.rollback();
-            return Err(e.into());
-        }
+        let origins = match f(&mut txn).and_then(|o| txn.check().map(|()| o)) {
+            Ok(o) => o,
+            Err(e) => {
+                txn.rollback();
+                return Err(e.into());
+            }
+        };
         if txn.is_empty() {
             let _ = txn.commit();
             return Ok(self.revision);
@@ -796,6 +894,10 @@ impl ControlPlane {
         {
             Ok(x) => x,
             Err(e) => {
+                let e = match origins.locate(&txn.committed, &e.object).and_then(label) {
+                    Some(prefix) => e.within(&prefix),
+                    None => e,
+                };
                 txn.rollback();
                 return Err(e.into());
             }

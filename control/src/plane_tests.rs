@@ -227,21 +227,59 @@ fn every_error_kind_leaves_everything_unchanged() {
         ErrorKind::AlreadyExists,
     );
     assert!(e.contains("belongs to service \"default/web\""), "{e}");
-    // Compile errors: full-NAT without an IPv6 SNAT address.
+    // Compile errors name the change that wrote the object, the object as
+    // the API does and the proto's field: full-NAT without an IPv6 SNAT
+    // address.
     let e = rejected(
         &mut p,
-        vec![Change::UpsertFrontend(fe("default/web", "2001:db8:1::1", 80))],
+        vec![
+            Change::UpsertBackend(be("default/web", "10.1.0.9", 8080)),
+            Change::UpsertFrontend(fe("default/web", "2001:db8:1::1", 80)),
+        ],
         ErrorKind::Precondition,
     );
-    assert!(
-        e.contains("service default/web frontend [2001:db8:1::1]:80/tcp: mode: full-NAT needs an IPv6 SNAT"),
-        "{e}"
+    assert_eq!(
+        e,
+        "changes[1] frontend [2001:db8:1::1]:80/tcp: address: service \"default/web\" is full-NAT, and this node has no IPv6 SNAT address"
     );
     // Source ranges with no range of the frontend's family.
     let mut s = svc("default/web");
     s.source_ranges = vec!["2001:db8::/32".parse().unwrap()];
     let e = rejected(&mut p, vec![Change::UpsertService(s)], ErrorKind::Precondition);
-    assert!(e.contains("source_ranges: no IPv4 range"), "{e}");
+    assert_eq!(
+        e,
+        "changes[0] service \"default/web\": source_ranges: no IPv4 range for frontend 192.0.2.1:80/tcp, so every client would be denied"
+    );
+    // A backend at the SNAT address: `address`, not the data plane's `addr`.
+    let e = rejected(
+        &mut p,
+        vec![
+            Change::UpsertService(svc("default/other")),
+            Change::UpsertBackend(be("default/other", "10.0.0.100", 8080)),
+        ],
+        ErrorKind::Precondition,
+    );
+    assert_eq!(
+        e,
+        "changes[1] backend 10.0.0.100:8080 of default/other: address: 10.0.0.100 is one of lbd's own addresses (interface, frontend or SNAT)"
+    );
+    // The same through Resync names the list and index.
+    let e = p
+        .resync(
+            Source::K8s,
+            vec![svc("ns/a")],
+            vec![],
+            vec![be("ns/a", "10.1.0.1", 80), be("ns/a", "10.0.0.1", 80)],
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with(
+            "backends[1] backend 10.0.0.1:80 of ns/a: address: 10.0.0.1 is one of lbd's own addresses"
+        ),
+        "{e}"
+    );
+    assert_eq!(p.revision(), 1);
     // A VIP equal to the SNAT address.
     let e = rejected(
         &mut p,
