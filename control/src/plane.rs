@@ -504,9 +504,9 @@ impl ControlPlane {
     /// Errors: as `open` for the node configuration and a file that cannot
     /// be loaded or is invalid; the resync's own errors (malformed objects,
     /// conflicts, a missing service) as [`resync`](Self::resync) returns
-    /// them, and so a result that does not compile although the loaded
-    /// state alone does. Only a result that does not compile while the
-    /// loaded state alone does not either is [`PlaneError::StateFile`].
+    /// them, and so a result that does not compile on an object the resync
+    /// wrote, or although the loaded state alone compiles. Only a result
+    /// that does not compile otherwise is [`PlaneError::StateFile`].
     /// Nothing is written unless everything succeeds.
     pub fn open_with(
         node: NodeConfig,
@@ -568,26 +568,26 @@ impl ControlPlane {
         let (snap, journal) = match compiler.compile(txn.state(), next, &Snapshot::empty(), None) {
             Ok(x) => x,
             Err(e) => {
-                let e = match origins
+                let written = origins
                     .locate(&txn.committed, &e.object)
-                    .and_then(|i| lists.and_then(|l| l.label(i as usize)))
-                {
-                    Some(prefix) => e.within(&prefix),
-                    None => e,
-                };
+                    .and_then(|i| lists.and_then(|l| l.label(i as usize)));
                 txn.rollback();
-                if changed {
-                    // Whose objects fail: the loaded state's, or the resync's?
-                    let alone = Compiler::new(node).compile(&state, revision, &Snapshot::empty(), None);
-                    if alone.is_ok() {
-                        return Err(e.into());
+                // Whose objects fail: the resync's, or the loaded state's?
+                return Err(match written {
+                    Some(item) => e.within(&item).into(),
+                    None if changed
+                        && Compiler::new(node)
+                            .compile(&state, revision, &Snapshot::empty(), None)
+                            .is_ok() =>
+                    {
+                        e.into()
                     }
-                    return Err(invalid(format!(
+                    None if changed => invalid(format!(
                         "state does not compile for this node, even with the {} source's objects replaced: {e}",
                         source.map_or("", Source::name)
-                    )));
-                }
-                return Err(invalid(format!("state does not compile for this node: {e}")));
+                    )),
+                    None => invalid(format!("state does not compile for this node: {e}")),
+                });
             }
         };
         if let (true, Some(f)) = (changed, &mut file) {

@@ -859,6 +859,20 @@ fn the_config_resync_at_open_comes_before_the_first_compile() {
     assert!(matches!(e, PlaneError::StateFile { .. }), "{e}");
     assert!(e.to_string().contains("SNAT"), "{e}");
     assert_eq!(files(), before);
+    // The state is fixed by v2, but v2 adds a full-NAT service of its own:
+    // the config's error, naming its entry.
+    let mut broken = config(Mode::Dnat);
+    broken.services.push(svc("default/api"));
+    broken.frontends.push(fe("default/api", "192.0.2.2", 80));
+    let e = ControlPlane::open_with(v2.clone(), Some(&path), Some(broken)).unwrap_err();
+    assert!(matches!(e, PlaneError::Validation(_)), "{e}");
+    assert!(
+        e.to_string().starts_with(
+            "frontends[1] frontend 192.0.2.2:80/tcp: address: service \"default/api\" is full-NAT"
+        ),
+        "{e}"
+    );
+    assert_eq!(files(), before);
 
     let (p, out) = ControlPlane::open_with(v2.clone(), Some(&path), Some(config(Mode::Dnat))).unwrap();
     assert_eq!(
