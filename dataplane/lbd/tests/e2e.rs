@@ -427,6 +427,52 @@ fn state_file_survives_sigkill() {
     assert_eq!(code, Some(0), "{}", lbd.log_text());
 }
 
+/// A restart with a config that drops `[snat]` and turns its full-NAT
+/// services into DNAT starts from the old state file (the config's resync
+/// is applied before the first compile), and an operator's maintenance of
+/// a config backend survives the restart's resync.
+#[test]
+fn restart_with_a_changed_config_keeps_the_operators_maintenance() {
+    let _g = serial();
+    let lab = Lab::new("erc", 70);
+    let v1 = lab.file(
+        "v1.toml",
+        &(lab.interfaces_toml() + &lab.services_toml("fullnat")),
+    );
+    let state = lab.dir.join("state.json").display().to_string();
+    let mut lbd = lab.start_lbd("0", 1, &["--config", &v1, "--state-file", &state]);
+    lab.wait_for_service(Duration::from_secs(15));
+    let b1 = lab.backend_addr(1);
+    lab.lbctl_ok(&["backend", "maintenance", &b1]);
+    let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{}", lbd.log_text());
+    drop(lbd);
+
+    let no_snat = lab.interfaces_toml().split("[snat]").next().unwrap().to_string();
+    assert!(!no_snat.contains("snat"), "{no_snat}");
+    let v2 = lab.file("v2.toml", &(no_snat + &lab.services_toml("dnat")));
+    let mut lbd = lab.start_lbd("0", 1, &["--config", &v2, "--state-file", &state]);
+    lab.wait_for_service(Duration::from_secs(15));
+    let answers = lab.requests(60);
+    assert_eq!(
+        spread(&answers).len(),
+        2,
+        "the backend in maintenance gets none: {answers:?}"
+    );
+    assert!(
+        answers.iter().all(|(_, src)| *src == lab.client_addr()),
+        "dnat: {:?}",
+        &answers[..5]
+    );
+    let table = lab.lbctl_ok(&["get", "backends", "--service", "default/web", "--address", &b1]);
+    assert!(
+        table.contains("maintenance (operator)") && table.contains("config"),
+        "{table}"
+    );
+    let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{}", lbd.log_text());
+}
+
 /// `traffic_policy = "local"`: new connections go only to the backends on
 /// this node (`--node-name`, which overrides the config file's `node`).
 #[test]
