@@ -20,6 +20,8 @@
 //!
 //! Upserts through `apply` record the request's source on the object, so
 //! an operator's write takes an object over from, e.g., the k8s sync.
+//! Upserts through `apply` and `resync` write a backend's `state` and keep
+//! its `operator_state`, which only `set_backend_state` sets or clears.
 //!
 //! # Publication and the graveyard
 //!
