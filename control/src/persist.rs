@@ -227,6 +227,40 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     path.with_file_name(name)
 }
 
+/// Creates the directory of `path` if missing, then `<path>.tmp` in it
+/// (removed again): `Write` naming the directory or the file otherwise.
+fn check_writable(path: &Path) -> Result<(), PersistError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|source| PersistError::Write {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        tracing::info!(dir = %dir.display(), "created the state file's directory");
+    }
+    let tmp = with_suffix(path, ".tmp");
+    let probe = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp);
+    match probe {
+        Ok(_) => {
+            let _ = fs::remove_file(&tmp);
+            Ok(())
+        }
+        Err(source) => Err(PersistError::Write { path: tmp, source }),
+    }
+}
+
 /// The base and the journal of one state file (module doc).
 #[derive(Debug)]
 pub struct StateFile {
@@ -261,7 +295,13 @@ struct Fail {
 
 impl StateFile {
     /// Loads the base and replays the journal. `None`: no state file yet.
+    /// First makes sure commits can be written: the directory is created
+    /// (mode 0700) if missing, and `<file>.tmp`, which every compaction
+    /// writes, is created and removed again, so that a path lbd cannot
+    /// write fails at start, naming the directory, instead of at the first
+    /// commit.
     pub fn open(path: &Path) -> Result<(StateFile, Option<(u64, DesiredState)>), PersistError> {
+        check_writable(path)?;
         let journal = with_suffix(path, ".journal");
         let loaded = load(path)?;
         let base_exists = loaded.is_some();
@@ -516,6 +556,31 @@ mod tests {
             },
         );
         st
+    }
+
+    /// A state file in a directory that does not exist yet gets it; one
+    /// that cannot be written fails at open, not at the first commit.
+    #[test]
+    fn open_creates_the_directory_and_checks_it_is_writable() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("var/lib/lbd/state.json");
+        let (mut f, loaded) = StateFile::open(&p).unwrap();
+        assert!(loaded.is_none());
+        let dir = d.path().join("var/lib/lbd");
+        assert_eq!(fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+        assert!(!with_suffix(&p, ".tmp").exists(), "the probe is removed");
+        f.commit(1, &state(), &[]).unwrap();
+        assert_eq!(load(&p).unwrap(), Some((1, state())));
+        // Under a regular file: no directory can be made there.
+        let blocker = d.path().join("file");
+        fs::write(&blocker, b"x").unwrap();
+        let e = StateFile::open(&blocker.join("state.json")).unwrap_err();
+        assert!(
+            matches!(&e, PersistError::Write { path, .. } if path == &blocker),
+            "{e}"
+        );
+        assert!(e.to_string().contains("cannot write"), "{e}");
     }
 
     #[test]
