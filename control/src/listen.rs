@@ -306,6 +306,80 @@ fn bind_unix(path: &Path) -> Result<Socket, ListenError> {
     r
 }
 
+/// What [`bind`] would refuse, found without binding or creating anything,
+/// so that lbd can refuse to start before it touches a device: TLS on a
+/// unix socket; TLS files that cannot be read or parsed; a unix socket
+/// whose directory cannot exist (a file in the way), that is not a socket,
+/// or that another process accepts on; a TCP address that cannot be bound.
+/// [`bind`] checks again: the host can change in between.
+pub fn check(cfg: &ListenConfig) -> Result<(), ListenError> {
+    match &cfg.addr {
+        ListenAddr::Unix(path) => {
+            if cfg.tls.is_some() {
+                return Err(ListenError::TlsOnUnix {
+                    addr: cfg.addr.clone(),
+                });
+            }
+            let dir = match path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            // The nearest ancestor that exists must be a directory, or
+            // `bind` could not create the socket's directory.
+            let mut d = dir;
+            loop {
+                match std::fs::metadata(d) {
+                    Ok(m) if m.is_dir() => break,
+                    Ok(_) => {
+                        return Err(ListenError::CreateDir {
+                            path: dir.to_path_buf(),
+                            source: std::io::Error::new(
+                                std::io::ErrorKind::NotADirectory,
+                                format!("{} is not a directory", d.display()),
+                            ),
+                        })
+                    }
+                    Err(_) => match d.parent() {
+                        Some(p) if !p.as_os_str().is_empty() => d = p,
+                        _ => break,
+                    },
+                }
+            }
+            let meta = match std::fs::symlink_metadata(path) {
+                Ok(m) => m,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                // Not a directory on the way, or no permission: `bind`
+                // could not use it either.
+                Err(source) => {
+                    return Err(ListenError::Socket {
+                        path: path.clone(),
+                        what: "inspect",
+                        source,
+                    })
+                }
+            };
+            if !meta.file_type().is_socket() {
+                return Err(ListenError::NotASocket { path: path.clone() });
+            }
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(ListenError::InUse { path: path.clone() });
+            }
+            Ok(())
+        }
+        ListenAddr::Tcp(addr) => {
+            if let Some(t) = &cfg.tls {
+                Server::builder()
+                    .tls_config(tls_config(t)?)
+                    .map_err(|e| ListenError::Tls(crate::cli::root_cause(&e)))?;
+            }
+            // Bound and closed at once (std sets SO_REUSEADDR, as tokio
+            // does, so `bind` can take the address right after).
+            std::net::TcpListener::bind(addr).map_err(|source| ListenError::Bind { addr: *addr, source })?;
+            Ok(())
+        }
+    }
+}
+
 /// Binds the listener; must run inside a tokio runtime.
 pub async fn bind(cfg: &ListenConfig) -> Result<Listener, ListenError> {
     match &cfg.addr {

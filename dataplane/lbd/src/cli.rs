@@ -20,27 +20,30 @@ pub struct Cli {
     #[arg(long, value_name = "LIST", default_value = "0", value_parser = lcores_arg)]
     pub lcores: Lcores,
 
-    /// A PCI device to drive, e.g. `0000:03:00.0` (repeatable). It must be
-    /// bound to a DPDK-capable driver (vfio-pci, uio_pci_generic, or a
-    /// bifurcated driver such as mlx5_core).
-    #[arg(long = "pci", value_name = "BDF")]
+    /// A PCI device to drive, e.g. `0000:03:00.0` or `03:00.0` (repeatable,
+    /// each device once). It must be bound to a DPDK-capable driver
+    /// (vfio-pci, uio_pci_generic, or a bifurcated driver such as
+    /// mlx5_core).
+    #[arg(long = "pci", value_name = "BDF", value_parser = pci_arg)]
     pub pci: Vec<String>,
 
-    /// A DPDK virtual device, e.g. `net_af_packet0,iface=veth0` (repeatable).
-    #[arg(long = "vdev", value_name = "SPEC")]
+    /// A DPDK virtual device, e.g. `net_af_packet0,iface=veth0` (repeatable,
+    /// each device name once).
+    #[arg(long = "vdev", value_name = "SPEC", value_parser = vdev_arg)]
     pub vdev: Vec<String>,
 
     /// Run without hugepages (ordinary memory; for labs and tests).
     #[arg(long)]
     pub no_huge: bool,
 
-    /// Memory for DPDK in MiB (default with --no-huge: 512; otherwise as
-    /// needed from the hugepages).
-    #[arg(long = "mem", value_name = "MB")]
+    /// Memory for DPDK in MiB, 64 to 1048576 (default with --no-huge: 512;
+    /// otherwise as needed from the hugepages).
+    #[arg(long = "mem", value_name = "MB", value_parser = clap::value_parser!(u32).range(MEM_MIN_MB as i64..=MEM_MAX_MB as i64))]
     pub mem: Option<u32>,
 
-    /// Prefix for DPDK's runtime files; distinct per lbd on one host.
-    #[arg(long, value_name = "NAME", default_value = "lbd")]
+    /// Prefix for DPDK's runtime files; distinct per lbd on one host. 1 to
+    /// 64 letters, digits, `-`, `_` or `.`, not starting with `.`.
+    #[arg(long, value_name = "NAME", default_value = "lbd", value_parser = file_prefix_arg)]
     pub file_prefix: String,
 
     /// Configuration file (TOML).
@@ -119,6 +122,38 @@ fn lcores_arg(s: &str) -> Result<Lcores, String> {
 
 fn grpc_arg(s: &str) -> Result<ListenAddr, String> {
     s.parse()
+}
+
+/// The smallest `--mem`: EAL turns anything less (0 included) into its own
+/// 64 MiB floor without a word.
+pub const MEM_MIN_MB: u32 = 64;
+/// The largest `--mem` (1 TiB): EAL reads `-m` with `atoi`, and a value past
+/// `i32::MAX` would wrap instead of failing.
+pub const MEM_MAX_MB: u32 = 1 << 20;
+
+/// `--pci`, normalised (`03:00.0` is `0000:03:00.0`): a malformed address
+/// is a usage error (exit 2), one that names no device on this host is
+/// found later, by `preflight::check_pci` (exit 1).
+fn pci_arg(s: &str) -> Result<String, String> {
+    normalise_bdf(s).ok_or_else(|| "not a PCI address (expected e.g. 0000:03:00.0 or 03:00.0)".to_string())
+}
+
+/// `--vdev`: a device name before any arguments.
+fn vdev_arg(s: &str) -> Result<String, String> {
+    if vdev_name(s).is_empty() {
+        return Err("no device name (expected e.g. net_af_packet0,iface=veth0)".into());
+    }
+    Ok(s.to_string())
+}
+
+/// `--file-prefix`: EAL makes it a directory name under /var/run/dpdk and
+/// the start of its hugepage files' names, so it must be a plain name.
+fn file_prefix_arg(s: &str) -> Result<String, String> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if s.is_empty() || s.len() > 64 || !s.chars().all(ok) || s.starts_with('.') {
+        return Err("expected 1 to 64 letters, digits, '-', '_' or '.', not starting with '.'".into());
+    }
+    Ok(s.to_string())
 }
 
 /// The lcores of `--lcores`, in the order given.
@@ -262,6 +297,37 @@ pub fn vdev_name(spec: &str) -> &str {
 }
 
 impl Cli {
+    /// Checks between flags that clap cannot make, each a usage error
+    /// (exit 2) naming the flag: a device given twice, TLS on a unix
+    /// socket, no device at all.
+    pub fn check(&self) -> Result<(), String> {
+        // `--pci` values are normalised already: two spellings of one
+        // device compare equal.
+        for (i, p) in self.pci.iter().enumerate() {
+            if self.pci[..i].contains(p) {
+                return Err(format!("--pci {p}: given twice (each device once)"));
+            }
+        }
+        for (i, v) in self.vdev.iter().enumerate() {
+            let name = vdev_name(v);
+            if self.vdev[..i].iter().any(|w| vdev_name(w) == name) {
+                return Err(format!(
+                    "--vdev {name}: device name given twice (each device once)"
+                ));
+            }
+        }
+        if self.pci.is_empty() && self.vdev.is_empty() {
+            return Err("no ports: pass --pci BDF for a NIC or --vdev SPEC for a virtual device".into());
+        }
+        if let (ListenAddr::Unix(_), Some(_)) = (&self.grpc, &self.grpc_tls_cert) {
+            return Err(format!(
+                "--grpc-tls-cert: TLS applies to a TCP --grpc only ({} is a unix socket, protected by its mode 0600)",
+                self.grpc
+            ));
+        }
+        Ok(())
+    }
+
     /// The EAL command line for these flags.
     pub fn eal_args(&self, lcores: &Lcores, pci: &[String]) -> Vec<String> {
         let mut a = vec!["lbd".to_string()];
@@ -353,6 +419,47 @@ mod tests {
         assert_eq!(normalise_bdf("0000:03:00"), None);
         assert_eq!(normalise_bdf("eth0"), None);
         assert_eq!(vdev_name("net_af_packet0,iface=veth0"), "net_af_packet0");
+    }
+
+    #[test]
+    fn flag_values() {
+        let parse = |a: &[&str]| Cli::try_parse_from([&["lbd", "--vdev", "net_null0"][..], a].concat());
+        for ok in ["lbd", "lbdtest-vdev-123", "lb_d.2"] {
+            assert_eq!(parse(&["--file-prefix", ok]).unwrap().file_prefix, ok);
+        }
+        for bad in ["", "a/b", ".", "..", ".x", "a b", &"x".repeat(65)] {
+            assert!(parse(&["--file-prefix", bad]).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse(&["--mem", "64"]).unwrap().mem, Some(MEM_MIN_MB));
+        assert_eq!(parse(&["--mem", "1048576"]).unwrap().mem, Some(MEM_MAX_MB));
+        for bad in ["0", "63", "1048577", "4294967295"] {
+            assert!(parse(&["--mem", bad]).is_err(), "{bad:?}");
+        }
+        // Two spellings of one device: the same device.
+        let c = parse(&["--pci", "03:00.0", "--pci", "0000:03:00.0"]).unwrap();
+        assert_eq!(c.pci, vec!["0000:03:00.0", "0000:03:00.0"]);
+        assert!(c.check().unwrap_err().contains("--pci 0000:03:00.0"));
+        let c = parse(&["--pci", "03:00.0", "--pci", "0000:03:00.1"]).unwrap();
+        c.check().unwrap();
+        let c = parse(&["--vdev", "net_null0,size=64"]).unwrap();
+        assert!(c.check().unwrap_err().contains("--vdev net_null0"));
+        let c = parse(&["--grpc-tls-cert", "c", "--grpc-tls-key", "k"]).unwrap();
+        assert!(c.check().unwrap_err().contains("--grpc-tls-cert"));
+        let c = parse(&[
+            "--grpc",
+            "127.0.0.1:1",
+            "--grpc-tls-cert",
+            "c",
+            "--grpc-tls-key",
+            "k",
+        ])
+        .unwrap();
+        c.check().unwrap();
+        assert!(Cli::try_parse_from(["lbd"])
+            .unwrap()
+            .check()
+            .unwrap_err()
+            .contains("no ports"));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! lbd: a userspace DPDK L4 load balancer.
 //!
-//! Start-up order: parse flags and config (errors are one line and exit 1),
-//! check PCI devices and hugepages, initialise EAL, check that every
+//! Start-up order: parse and check flags (errors are one line and exit 2),
+//! load the config, check the gRPC listener's files and socket, PCI
+//! devices and hugepages (errors are one line and exit 1), initialise EAL, check that every
 //! `--pci`/`--vdev` became a port, configure each port with one rx and one
 //! tx queue per worker, open the control plane (restoring `--state-file`,
 //! with the config file's services resynced into it before the first
@@ -30,7 +31,7 @@ use dpdk::flow::{FlowRule, L4};
 use dpdk::ring::Consumer;
 use dpdk::{Eal, Mempool, Port, PortConfig, RssStatus};
 use lb_control::grpc::{ControlCounters, PortInfo, PortStatus, ServerInfo};
-use lb_control::listen::{ListenConfig, TlsPaths};
+use lb_control::listen::{ListenConfig, ListenError, TlsPaths};
 use lb_control::model::Source;
 use lb_control::plane::{ControlPlane, InitialResync, InterfaceConfig, NodeConfig, PlaneError};
 use lb_dataplane::conntrack;
@@ -64,6 +65,11 @@ fn main() -> ExitCode {
             }
         },
     };
+    // Between flags: a usage error like clap's, before anything starts.
+    if let Err(e) = cli.check() {
+        eprintln!("lbd: {e} (see lbd --help)");
+        return ExitCode::from(2);
+    }
     init_logging();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -100,10 +106,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         None => Config::default(),
     };
     let listen = listen_config(&cli)?;
+    // What the listener would refuse (files, the socket), found before
+    // EAL, the ports or the state file are touched; bound for real later.
+    lb_control::listen::check(&listen).map_err(|e| anyhow::anyhow!("{}: {e}", listen_flag(&cli, &e)))?;
     let pci = preflight::check_pci(&cli.pci)?;
-    if pci.is_empty() && cli.vdev.is_empty() {
-        bail!("no ports: pass --pci BDF for a NIC or --vdev SPEC for a virtual device");
-    }
     if !cli.no_huge {
         preflight::check_hugepages()?;
     }
@@ -646,6 +652,25 @@ fn listen_config(cli: &Cli) -> anyhow::Result<ListenConfig> {
         _ => None,
     };
     Ok(ListenConfig { addr, tls })
+}
+
+/// The flag a listener error is about: the TLS file's own flag when a file
+/// could not be read, the TLS flags when their contents were refused,
+/// `--grpc` otherwise.
+fn listen_flag(cli: &Cli, e: &ListenError) -> &'static str {
+    match e {
+        ListenError::ReadTls { path, .. } => {
+            if cli.grpc_tls_cert.as_ref() == Some(path) {
+                "--grpc-tls-cert"
+            } else if cli.grpc_tls_key.as_ref() == Some(path) {
+                "--grpc-tls-key"
+            } else {
+                "--grpc-client-ca"
+            }
+        }
+        ListenError::Tls(_) => "--grpc-tls-cert/--grpc-tls-key/--grpc-client-ca",
+        _ => "--grpc",
+    }
 }
 
 /// Where a worker lcore leaves its pipeline and rings when it stops.

@@ -146,9 +146,143 @@ fn pci_that_does_not_exist() {
     let (code, out) = run_lbd(&["--pci", "0000:fe:1f.7"], T);
     assert_eq!(code, Some(1), "{out}");
     assert!(lbd_line(&out).contains("0000:fe:1f.7 does not exist"), "{out}");
+    // Malformed, not missing: a usage error.
     let (code, out) = run_lbd(&["--pci", "eth0"], T);
-    assert_eq!(code, Some(1), "{out}");
-    assert!(lbd_line(&out).contains("not a PCI address"), "{out}");
+    assert_eq!(code, Some(2), "{out}");
+    assert_eq!(out.lines().count(), 1, "{out}");
+    let l = lbd_line(&out);
+    assert!(l.contains("--pci") && l.contains("not a PCI address"), "{l}");
+}
+
+/// Flag values EAL would misread or that name one device twice are usage
+/// errors (exit 2), one line naming the flag, before anything starts.
+#[test]
+fn bad_flag_values() {
+    let p = prefix("values");
+    for (args, flag, want) in [
+        (vec!["--mem", "0"], "--mem", "not in 64..=1048576"),
+        (vec!["--mem", "4294967295"], "--mem", "not in 64..=1048576"),
+        (vec!["--file-prefix", ""], "--file-prefix", "letters, digits"),
+        (vec!["--file-prefix", "a/b"], "--file-prefix", "letters, digits"),
+        (
+            vec!["--file-prefix", ".."],
+            "--file-prefix",
+            "not starting with '.'",
+        ),
+        (vec!["--vdev", ",iface=x"], "--vdev", "no device name"),
+        (
+            vec!["--vdev", "net_null0,size=64"],
+            "--vdev net_null0",
+            "given twice",
+        ),
+        (
+            vec!["--pci", "03:00.0", "--pci", "0000:03:00.0"],
+            "--pci 0000:03:00.0",
+            "given twice",
+        ),
+    ] {
+        let mut all = vec!["--no-huge", "--vdev", "net_null0"];
+        if flag != "--file-prefix" {
+            all.push(&p);
+        }
+        all.extend(args.iter().copied());
+        let (code, out) = run_lbd(&all, T);
+        assert_eq!(code, Some(2), "{args:?}: {out}");
+        assert_eq!(out.lines().count(), 1, "{args:?}: one line: {out}");
+        let l = lbd_line(&out);
+        assert!(l.contains(flag) && l.contains(want), "{args:?}: {l}");
+    }
+}
+
+/// TLS asked for on a unix socket: the flags contradict each other, a
+/// usage error.
+#[test]
+fn tls_on_a_unix_socket() {
+    let (code, out) = run_lbd(
+        &[
+            "--no-huge",
+            "--vdev",
+            "net_null0",
+            "--grpc",
+            "/tmp/lbd-test-unused.sock",
+            "--grpc-tls-cert",
+            "/tmp/c.pem",
+            "--grpc-tls-key",
+            "/tmp/k.pem",
+        ],
+        T,
+    );
+    assert_eq!(code, Some(2), "{out}");
+    assert_eq!(out.lines().count(), 1, "one line: {out}");
+    let l = lbd_line(&out);
+    assert!(l.contains("--grpc-tls-cert") && l.contains("unix socket"), "{l}");
+}
+
+/// What the gRPC listener would refuse is found before EAL starts: one
+/// line, exit 1, and nothing touched (no EAL or port lines, the state file
+/// not written).
+#[test]
+fn listener_refused_before_anything_starts() {
+    let dir = std::env::temp_dir().join(format!("lbd-listen-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = |n: &str| dir.join(n).to_str().unwrap().to_string();
+    let live = d("live.sock");
+    let _held = std::os::unix::net::UnixListener::bind(&live).unwrap();
+    std::fs::write(d("file"), "a file").unwrap();
+    std::fs::write(d("c.pem"), "not a certificate\n").unwrap();
+    std::fs::write(d("k.pem"), "not a key\n").unwrap();
+    let state = d("state.json");
+    let p = prefix("listen");
+    let tcp = ["--grpc", "127.0.0.1:0"];
+    for (args, want) in [
+        (
+            vec!["--grpc", &live],
+            "another process (another lbd?) is listening",
+        ),
+        (vec!["--grpc", &d("file")], "exists and is not a socket"),
+        (
+            vec!["--grpc", &format!("{}/lbd.sock", d("file"))],
+            "is not a directory",
+        ),
+        (
+            [
+                &tcp[..],
+                &[
+                    "--grpc-tls-cert",
+                    &d("missing.pem"),
+                    "--grpc-tls-key",
+                    &d("k.pem"),
+                ],
+            ]
+            .concat(),
+            "--grpc-tls-cert: cannot read",
+        ),
+        (
+            [
+                &tcp[..],
+                &["--grpc-tls-cert", &d("c.pem"), "--grpc-tls-key", &d("k.pem")],
+            ]
+            .concat(),
+            "TLS configuration",
+        ),
+    ] {
+        let mut all = vec!["--no-huge", "--vdev", "net_null0", &p, "--state-file", &state];
+        all.extend(args.iter().copied());
+        let (code, out) = run_lbd(&all, T);
+        assert_eq!(code, Some(1), "{args:?}: {out}");
+        assert_eq!(
+            out.lines().count(),
+            1,
+            "{args:?}: one line, nothing started: {out}"
+        );
+        assert!(lbd_line(&out).contains(want), "{args:?}: {out}");
+        assert!(
+            !std::path::Path::new(&state).exists(),
+            "{args:?}: state file written"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A PCI device that exists but is not bound to a DPDK driver: a bridge
@@ -191,8 +325,10 @@ fn vdev_that_fails_to_probe() {
 
 #[test]
 fn no_ports() {
+    // A usage error: a flag is missing.
     let (code, out) = run_lbd(&["--no-huge"], T);
-    assert_eq!(code, Some(1), "{out}");
+    assert_eq!(code, Some(2), "{out}");
+    assert_eq!(out.lines().count(), 1, "{out}");
     assert!(lbd_line(&out).contains("no ports"), "{out}");
 }
 
