@@ -113,6 +113,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     if !cli.no_huge {
         preflight::check_hugepages()?;
     }
+    preflight::check_conntrack_memory(cli.conntrack_size, lcores.workers())?;
 
     // Signals first: a SIGTERM during start-up must still stop us cleanly.
     // A second SIGINT/SIGTERM while stopping exits at once with status 1.

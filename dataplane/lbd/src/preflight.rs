@@ -1,6 +1,7 @@
 //! Checks made before EAL starts, so that common mistakes get one clear
 //! line instead of a page of EAL messages: PCI devices that do not exist,
-//! and no hugepages when `--no-huge` was not given. Also what the kernel
+//! no hugepages when `--no-huge` was not given, and connection tables
+//! larger than the memory available. Also what the kernel
 //! does with the huge page advice on the conntrack tables.
 
 use std::path::Path;
@@ -21,6 +22,64 @@ pub fn check_pci(pci: &[String]) -> anyhow::Result<Vec<String>> {
         out.push(bdf);
     }
     Ok(out)
+}
+
+/// IPv6 connections tracked per worker for `--conntrack-size N`: a
+/// sixteenth, at least 1024 (what `main` gives each worker's table).
+pub fn conntrack_v6(size: u32) -> u32 {
+    (size / 16).max(1024)
+}
+
+/// Bytes of one worker's connection tables for `--conntrack-size N`: its
+/// IPv4 and IPv6 entries with their share of the index (the SNAT reply
+/// cells are mapped lazily and left out).
+pub fn conntrack_bytes_per_worker(size: u32) -> u64 {
+    use lb_dataplane::conntrack::Conntrack;
+    size as u64 * Conntrack::BYTES_PER_CONN_V4 as u64
+        + conntrack_v6(size) as u64 * Conntrack::BYTES_PER_CONN_V6 as u64
+}
+
+/// Fails when the connection tables of `workers` workers do not fit in the
+/// memory the kernel says is available: allocating them would abort lbd,
+/// or wake the OOM killer, once EAL and the ports are up. Skipped
+/// when /proc/meminfo cannot be read.
+pub fn check_conntrack_memory(size: u32, workers: usize) -> anyhow::Result<()> {
+    let Some(available) = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| mem_available_of(&t))
+    else {
+        tracing::debug!("no MemAvailable in /proc/meminfo: the conntrack tables' size is not checked");
+        return Ok(());
+    };
+    check_conntrack_fits(size, workers, available)
+}
+
+/// [`check_conntrack_memory`] against `available` bytes.
+fn check_conntrack_fits(size: u32, workers: usize, available: u64) -> anyhow::Result<()> {
+    const MIB: u64 = 1 << 20;
+    let each = conntrack_bytes_per_worker(size);
+    let need = each * workers as u64;
+    if need > available {
+        anyhow::bail!(
+            "--conntrack-size {size}: the connection tables need {} MiB ({} MiB for each of {workers} workers),              more than the {} MiB available (MemAvailable in /proc/meminfo): lower --conntrack-size or use fewer workers",
+            need.div_ceil(MIB),
+            each.div_ceil(MIB),
+            available / MIB
+        );
+    }
+    Ok(())
+}
+
+/// `MemAvailable` of /proc/meminfo's text, in bytes.
+fn mem_available_of(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let mut words = line.split_whitespace().skip(1);
+    let n: u64 = words.next()?.parse().ok()?;
+    match words.next() {
+        Some("kB") => n.checked_mul(1024),
+        None => Some(n),
+        Some(_) => None,
+    }
 }
 
 /// The kernel driver a PCI device is bound to, if any.
@@ -129,6 +188,32 @@ mod tests {
             .to_string();
         assert!(e.contains("no hugetlbfs is mounted"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn conntrack_memory() {
+        // The README's figures: 96 and 160 bytes a connection, 106 MiB a
+        // worker by default.
+        assert_eq!(
+            conntrack_bytes_per_worker(1 << 20),
+            (1 << 20) * 96 + (1 << 16) * 160
+        );
+        assert_eq!(conntrack_bytes_per_worker(1 << 20) >> 20, 106);
+        assert_eq!(conntrack_v6(1024), 1024);
+        assert_eq!(conntrack_bytes_per_worker(1024), 1024 * 96 + 1024 * 160);
+        let each = conntrack_bytes_per_worker(1 << 26);
+        check_conntrack_fits(1 << 26, 3, 3 * each).unwrap();
+        let e = check_conntrack_fits(1 << 26, 3, 3 * each - 1)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--conntrack-size 67108864: the connection tables need 20352 MiB (6784 MiB for each of 3 workers)"),
+            "{e}"
+        );
+        assert!(e.contains("MemAvailable") && !e.contains('\n'), "{e}");
+        let meminfo = "MemTotal:       24683656 kB\nMemFree:  1 kB\nMemAvailable:   21743144 kB\n";
+        assert_eq!(mem_available_of(meminfo), Some(21743144 * 1024));
+        assert_eq!(mem_available_of("MemTotal: 1 kB\n"), None);
     }
 
     #[test]

@@ -363,3 +363,34 @@ fn interfaces_do_not_match_ports() {
         "{out}"
     );
 }
+
+/// Connection tables that cannot fit in the memory available are refused
+/// before EAL starts, naming the flag and the figures, instead of aborting
+/// lbd (or waking the OOM killer) once the ports are up: 15 workers of
+/// 6.6 GiB each fit on no test machine.
+#[test]
+fn conntrack_larger_than_memory() {
+    let p = prefix("ctmem");
+    let (code, out) = run_lbd(
+        &[
+            "--no-huge",
+            "--vdev",
+            "net_null0",
+            &p,
+            "--lcores",
+            "0-15",
+            "--conntrack-size",
+            "67108864",
+        ],
+        T,
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert_eq!(out.lines().count(), 1, "one line, before EAL: {out}");
+    let l = lbd_line(&out);
+    assert!(
+        l.contains("--conntrack-size 67108864")
+            && l.contains("101760 MiB (6784 MiB for each of 15 workers)")
+            && l.contains("MemAvailable"),
+        "{l}"
+    );
+}
