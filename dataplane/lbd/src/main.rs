@@ -207,15 +207,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             ),
         }
         let mac = port.mac();
-        match config.interfaces.get(id as usize) {
+        let iface = config.interfaces.get(id as usize);
+        // Every port, with an [[interface]] or not: the README points to
+        // this line for each port's offloads and promiscuous mode.
+        let addresses: Vec<String> = iface.map_or_else(
+            || vec!["none".to_string()],
+            |i| i.addresses.iter().map(ToString::to_string).collect(),
+        );
+        let gateways = iface.map(|i| i.gateways.clone()).unwrap_or_default();
+        let csum = port.checksum_offload();
+        tracing::info!(
+            port = id, name = %info.name, driver = %info.driver, %mac, address = %addresses.join(","),
+            gateway = ?gateways, queues, rx_ipv4_checksum_offload = csum.rx_ipv4,
+            tx_ipv4_checksum_offload = csum.tx_ipv4, promiscuous = port.promiscuous(), "port configured"
+        );
+        match iface {
             Some(iface) => {
-                let addresses: Vec<String> = iface.addresses.iter().map(ToString::to_string).collect();
-                let csum = port.checksum_offload();
-                tracing::info!(
-                    port = id, name = %info.name, driver = %info.driver, %mac, address = %addresses.join(","),
-                    gateway = ?iface.gateways, queues, rx_ipv4_checksum_offload = csum.rx_ipv4,
-                    tx_ipv4_checksum_offload = csum.tx_ipv4, promiscuous = port.promiscuous(), "port configured"
-                );
                 // One entry per prefix, each family's gateway with the
                 // first prefix of its family that holds it.
                 let mut gateways = iface.gateways.clone();
