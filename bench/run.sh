@@ -15,7 +15,8 @@
 # established flows run at a fixed rate; loss and violations must be zero.
 #
 #   bench/run.sh [--rounds N] [--seconds S] [--steps N] [--only NAME[,NAME...]] [--quick]
-#   (defaults: 3 rounds, 2 s trials, 6 search steps; --quick: 1 round, 3 steps)
+#   (defaults: 3 rounds, 2 s trials, 6 search steps; --quick: 1 round, 3 steps;
+#   --rounds and --seconds at least 1; --only takes the names --help lists)
 #   LBD=<path>: measure that lbd binary instead of target/release/lbd.
 #
 # Needs root (hugepages, /run); uses hugepages when setup could reserve
@@ -33,6 +34,8 @@ PDR_LOSS=0.005
 ONLY=""
 CHURN_RATE_MPPS=0.2
 CHURN_SECONDS=10
+# Every scenario (the `scenario` lines below, then churn): what --only takes.
+SCENARIOS="est-1k-64-fullnat est-1m-64-fullnat est-1k-512-fullnat est-1k-64-dnat est-1m-64-dnat new-64-fullnat new-64-dnat churn"
 # The value of option $1, which must be a whole number (unless $3 is "text").
 value() { # OPTION VALUE [text]
     [ -n "${2-}" ] || { echo "bench/run.sh: $1 needs a value (see --help)" >&2; exit 2; }
@@ -48,8 +51,18 @@ while [ $# -gt 0 ]; do
         --steps) SEARCH_STEPS=$(value "$1" "${2-}"); shift 2 ;;
         --only) ONLY=$(value "$1" "${2-}" text); shift 2 ;;
         --quick) ROUNDS=1; SEARCH_STEPS=3; shift ;;
-        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,24p' "$0"; echo "# scenarios: ${SCENARIOS// /, }"; exit 0 ;;
         *) echo "bench/run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+# Zero rounds or seconds would measure nothing and still print a table.
+[ "$ROUNDS" -ge 1 ] || { echo "bench/run.sh: --rounds $ROUNDS: at least 1" >&2; exit 2; }
+[ "$SECONDS_MEASURED" -ge 1 ] || { echo "bench/run.sh: --seconds $SECONDS_MEASURED: at least 1" >&2; exit 2; }
+# A misspelt --only name would silently run nothing.
+[ -z "$ONLY" ] || [ -n "${ONLY//,/}" ] || { echo "bench/run.sh: --only $ONLY: no scenario named" >&2; exit 2; }
+for name in ${ONLY//,/ }; do
+    case " $SCENARIOS " in *" $name "*) ;; *)
+        echo "bench/run.sh: --only $name: no such scenario (one of: ${SCENARIOS// /, })" >&2; exit 2 ;;
     esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "bench/run.sh: run as root (hugepages, memif sockets)" >&2; exit 1; }
@@ -163,7 +176,9 @@ start_dut() { # DUT LOG [RSIZE]
     else
         local mode=${dut#lbd-}
         write_config "$mode" "$RUN/lbd.toml"
-        taskset -c 1 "$LBD" --lcores '0@1,1@1' --file-prefix lbb-dut "${HUGE[@]}" \
+        # Readiness is lbd's info-level "lbd running": an inherited
+        # LBD_LOG=warn would hide it.
+        LBD_LOG=info taskset -c 1 "$LBD" --lcores '0@1,1@1' --file-prefix lbb-dut "${HUGE[@]}" \
             --vdev "$vdev" --config "$RUN/lbd.toml" --grpc "$RUN/lbd.sock" \
             > "$log" 2>&1 &
         DUT_PID=$!
@@ -248,6 +263,7 @@ RESULTS=$OUT/results.tsv
 printf 'scenario\tround\tdut\tmrr_mpps\tpdr_mpps\tviolations\tp50_us\tp99_us\n' > "$RESULTS"
 scenario() {
     local name=$1 mode=$2; shift 2
+    case " $SCENARIOS " in *" $name "*) ;; *) echo "bench/run.sh: $name is missing from SCENARIOS" >&2; exit 1 ;; esac
     case ",$ONLY," in ",,"|*",$name,"*) ;; *) return 0 ;; esac
     for r in $(seq 1 "$ROUNDS"); do
         measure "$name" "$r" testpmd reflect "$@"

@@ -101,7 +101,9 @@ echo "demo: starting lbd (net_af_packet on ${TAG}c and ${TAG}s, --no-huge)"
 # foreground process group, and lbd, already stopping on it, took the TERM
 # that cleanup sends next as a second signal and exited at once, without
 # its final counters. Now its one signal is cleanup's.
-setsid "$LBD" --lcores 0 --no-huge --mem 512 --file-prefix lbd-demo --grpc "$SOCK" \
+# LBD_LOG=info: the wait below looks for the info-level "lbd running",
+# which an inherited LBD_LOG=warn would hide.
+LBD_LOG=info setsid "$LBD" --lcores 0 --no-huge --mem 512 --file-prefix lbd-demo --grpc "$SOCK" \
     --vdev "net_af_packet0,iface=${TAG}c" --vdev "net_af_packet1,iface=${TAG}s" \
     --config "$WORK/lbd.toml" >"$WORK/lbd.log" 2>&1 &
 LBD_PID=$!
