@@ -2,7 +2,8 @@
 //!
 //! Start-up order: parse and check flags (errors are one line and exit 2),
 //! load the config, check the gRPC listener's files and socket, PCI
-//! devices and hugepages (errors are one line and exit 1), initialise EAL, check that every
+//! devices, hugepages and the conntrack tables' memory (errors are one
+//! line and exit 1), initialise EAL, check that every
 //! `--pci`/`--vdev` became a port, configure each port with one rx and one
 //! tx queue per worker, open the control plane (restoring `--state-file`,
 //! with the config file's services resynced into it before the first
@@ -169,14 +170,27 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .next_power_of_two()
         .max(8192)
         - 1;
-    let pool = Arc::new(Mempool::new(
-        &eal,
-        "lbd_mbufs",
-        nmbufs,
-        256,
-        dpdk_sys::RTE_MBUF_DEFAULT_BUF_SIZE as u16,
-        None,
-    )?);
+    let pool = Arc::new(
+        Mempool::new(
+            &eal,
+            "lbd_mbufs",
+            nmbufs,
+            256,
+            dpdk_sys::RTE_MBUF_DEFAULT_BUF_SIZE as u16,
+            None,
+        )
+        .with_context(|| {
+            // Short of memory, nearly always: say which knob gives more.
+            let what = format!("the {nmbufs} mbufs of {nports} ports and {workers} workers");
+            match (cli.mem, cli.no_huge) {
+                (Some(m), _) => format!("--mem {m}: too little DPDK memory for {what}: raise it"),
+                (None, true) => format!(
+                    "--mem (512 by default with --no-huge): too little DPDK memory for {what}: raise it"
+                ),
+                (None, false) => format!("too few free hugepages for {what}: reserve more"),
+            }
+        })?,
+    );
 
     let mut ports = Vec::new();
     let mut node = NodeConfig {

@@ -394,3 +394,18 @@ fn conntrack_larger_than_memory() {
         "{l}"
     );
 }
+
+/// --mem within its range but too small for lbd's mbufs: the error names
+/// the flag (it used to be only DPDK's "creating mempool ... failed").
+#[test]
+fn mem_too_small_for_the_mbufs() {
+    let p = prefix("mem");
+    let (code, out) = run_lbd(&["--no-huge", "--mem", "64", "--vdev", "net_null0", &p], T);
+    assert_eq!(code, Some(1), "{out}");
+    assert_clean(&out);
+    let l = lbd_line(&out);
+    assert!(
+        l.contains("--mem 64: too little DPDK memory for the 16383 mbufs of 1 ports and 1 workers: raise it"),
+        "{l}"
+    );
+}
