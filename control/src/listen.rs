@@ -600,6 +600,60 @@ mod tests {
         assert!(e.to_string().contains("missing.pem"), "{e}");
     }
 
+    /// `check` refuses what `bind` would, and creates nothing.
+    #[tokio::test]
+    async fn check_finds_what_bind_refuses_without_binding() {
+        let dir = tempfile::tempdir().unwrap();
+        let unix = |p: PathBuf| ListenConfig {
+            addr: ListenAddr::Unix(p),
+            tls: None,
+        };
+        // Free, in a directory still to create: fine, and not created.
+        check(&unix(dir.path().join("sub/lbd.sock"))).unwrap();
+        assert!(!dir.path().join("sub").exists());
+        let live = dir.path().join("live.sock");
+        let _l = bind(&unix(live.clone())).await.unwrap();
+        assert!(matches!(
+            check(&unix(live)).unwrap_err(),
+            ListenError::InUse { .. }
+        ));
+        let file = dir.path().join("file");
+        std::fs::write(&file, "x").unwrap();
+        assert!(matches!(
+            check(&unix(file.clone())).unwrap_err(),
+            ListenError::NotASocket { .. }
+        ));
+        let e = check(&unix(file.join("sub/lbd.sock"))).unwrap_err();
+        assert!(e.to_string().contains("is not a directory"), "{e}");
+        let cert = dir.path().join("c.pem");
+        std::fs::write(&cert, "not a certificate\n").unwrap();
+        let tls = Some(TlsPaths {
+            cert: cert.clone(),
+            key: cert,
+            client_ca: None,
+        });
+        let e = check(&ListenConfig {
+            addr: ListenAddr::Unix(dir.path().join("s")),
+            tls: tls.clone(),
+        })
+        .unwrap_err();
+        assert!(matches!(e, ListenError::TlsOnUnix { .. }));
+        let e = check(&ListenConfig {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            tls,
+        })
+        .unwrap_err();
+        assert!(matches!(e, ListenError::Tls(_)), "{e}");
+        // A TCP address in use.
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let e = check(&ListenConfig {
+            addr: ListenAddr::Tcp(held.local_addr().unwrap()),
+            tls: None,
+        })
+        .unwrap_err();
+        assert!(matches!(e, ListenError::Bind { .. }), "{e}");
+    }
+
     /// Readable files that hold no certificate or key fail at bind, before
     /// lbd forwards, not when the server starts (where the error left lbd
     /// running without its API).
