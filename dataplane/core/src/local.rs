@@ -247,7 +247,9 @@ fn arp_in(frame: &mut [u8], parsed: &Parsed, local: &LocalAddrs) -> Result<Local
     let l3 = usize::from(parsed.l3_offset);
     let mut arp = ArpPacket::new_checked(l3_mut(frame, parsed)?)?;
     let req = ArpRepr::parse(&arp);
-    if req.sender_mac.is_multicast() {
+    // No station has a group or all-zero address: never learned, never
+    // answered (a zero MAC would also stop the neighbor table's publishing).
+    if !req.sender_mac.is_unicast() {
         return Err(DropReason::MalformedArp);
     }
     match req.operation {
@@ -295,7 +297,7 @@ fn echo_v4(frame: &mut [u8], parsed: &Parsed, local: &LocalAddrs) -> Result<Loca
     }
     let mut ip = Ipv4Packet::new_checked(l3_mut(frame, parsed)?)?;
     let (src, dst) = (ip.src_addr(), ip.dst_addr());
-    if src.is_unspecified() || src.is_multicast() || src.is_broadcast() || eth_src.is_multicast() {
+    if src.is_unspecified() || src.is_multicast() || src.is_broadcast() || !eth_src.is_unicast() {
         return Err(DropReason::LocalUnhandled);
     }
     // Swapping the addresses leaves the header checksum as it is (the sum
@@ -336,7 +338,7 @@ fn icmpv6_in(frame: &[u8], parsed: &Parsed) -> Result<(Ipv6Addr, Ipv6Addr), Drop
 fn echo_v6(frame: &mut [u8], parsed: &Parsed, local: &LocalAddrs) -> Result<LocalVerdict, DropReason> {
     let (src, dst) = icmpv6_in(frame, parsed)?;
     let eth_src = EthernetFrame::new_checked(&*frame)?.src_addr();
-    if src.is_unspecified() || src.is_multicast() || eth_src.is_multicast() {
+    if src.is_unspecified() || src.is_multicast() || !eth_src.is_unicast() {
         return Err(DropReason::LocalUnhandled);
     }
     let mut ip = Ipv6Packet::new_checked(l3_mut(frame, parsed)?)?;
@@ -406,7 +408,7 @@ fn neighbor_solicit(
     let eth_src = EthernetFrame::new_checked(&*frame)?.src_addr();
     // The answer goes to the source: it must be one host (RFC 4861 7.1.1:
     // unspecified or unicast), as must the link-layer address it goes to.
-    if !dad && (src.is_multicast() || slla.unwrap_or(eth_src).is_multicast()) {
+    if !dad && (src.is_multicast() || !slla.unwrap_or(eth_src).is_unicast()) {
         return Err(DropReason::MalformedIcmp);
     }
     // A DAD probe is answered to all-nodes so the prober sees the conflict.
@@ -453,7 +455,7 @@ fn neighbor_solicit(
 fn neighbor_advert(frame: &mut [u8], parsed: &Parsed) -> Result<LocalVerdict, DropReason> {
     let (_, _, target, tlla) = nd_in(frame, parsed)?;
     match tlla {
-        Some(mac) if !mac.is_multicast() => Ok(LocalVerdict::Neighbor {
+        Some(mac) if mac.is_unicast() => Ok(LocalVerdict::Neighbor {
             ip: IpAddr::V6(target),
             mac,
         }),

@@ -184,6 +184,21 @@ fn arp_other_outcomes() {
         handle_local(&mut f, &l),
         LocalVerdict::Drop(DropReason::MalformedArp)
     );
+    // A sender MAC no station has (all zeros) is neither learned nor
+    // answered.
+    for (op, target) in [
+        (arp::OP_REPLY, OUR_V4),
+        (arp::OP_REQUEST, PEER_V4),
+        (arp::OP_REQUEST, OUR_V4),
+    ] {
+        let mut f = arp_frame(op, PEER_V4, target, None);
+        f[14 + 8..14 + 14].fill(0);
+        assert_eq!(
+            handle_local(&mut f, &l),
+            LocalVerdict::Drop(DropReason::MalformedArp),
+            "op {op} target {target}"
+        );
+    }
 }
 
 #[test]
@@ -504,6 +519,16 @@ fn neighbor_solicitation_is_answered_and_the_answer_learned() {
             ip: IpAddr::V6(target),
             mac: their_mac
         }
+    );
+    // The same advertisement with an all-zero target link-layer address
+    // is not learned.
+    let mut zero = buf[..len].to_vec();
+    zero[54 + 26..54 + 32].fill(0);
+    Icmpv6Packet::new_unchecked(&mut zero[54..]).fill_checksum(&target, &our_v6());
+    assert_checksums_valid(&zero);
+    assert_eq!(
+        handle_local(&mut zero, &ours),
+        LocalVerdict::Drop(DropReason::LocalUnhandled)
     );
     // The same advertisement to all-nodes with its Solicited flag is
     // invalid (RFC 4861 7.1.2): not learned.

@@ -66,6 +66,11 @@ pub const PORT_PERIOD: Duration = Duration::from_secs(1);
 /// the most frames a step takes from one (a ring's worth).
 pub const HELD_RING: u32 = 256;
 
+/// Capacity of the channel that brings the workers' neighbor news (ARP
+/// replies, neighbor advertisements) to the control thread; also the most
+/// news one step takes.
+pub const NEWS_CHANNEL: usize = 1024;
+
 /// Counts one event.
 fn inc(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
@@ -89,7 +94,7 @@ pub struct Control {
     /// From every worker: frames waiting for a next hop.
     pub held_in: Vec<Consumer>,
     /// From every worker: ARP replies.
-    pub news: Receiver<(IpAddr, [u8; 6])>,
+    pub news: Receiver<(IpAddr, [u8; 6], u16)>,
     /// Each port with the status GetInfo and GetStats report.
     pub ports: Vec<(Port, Arc<PortStatus>)>,
 }
@@ -202,7 +207,7 @@ struct Neighbors {
     pool: Arc<Mempool>,
     to_worker: Producer,
     held_in: Vec<Consumer>,
-    news: Receiver<(IpAddr, [u8; 6])>,
+    news: Receiver<(IpAddr, [u8; 6], u16)>,
     stats: Arc<ControlCounters>,
     table: NeighborTable<Mbuf>,
     /// (port, address) pairs announced since their port's link came up.
@@ -239,9 +244,15 @@ impl Neighbors {
         } else if came_up {
             self.announce(&snap);
         }
-        // ARP replies and neighbor advertisements: release what waited.
-        while let Ok((ip, mac)) = self.news.try_recv() {
-            for m in self.table.learn(ip, mac, now) {
+        // ARP replies and neighbor advertisements: release what waited. At
+        // most a channel's worth per step, for the reason given below for
+        // the held frames (a flood of replies must not keep this step from
+        // its requests, publishing and the gRPC server).
+        for _ in 0..NEWS_CHANNEL {
+            let Ok((ip, mac, port)) = self.news.try_recv() else {
+                break;
+            };
+            for m in self.table.learn(ip, mac, port, now) {
                 self.release(m, mac);
             }
         }

@@ -365,7 +365,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
     // Rings: hand-over per (sender, owner); held frames to the control
     // thread; control frames to worker 0.
-    let (news_tx, news_rx) = std::sync::mpsc::sync_channel(1024);
+    let (news_tx, news_rx) = std::sync::mpsc::sync_channel(control::NEWS_CHANNEL);
     let mut handover_in: Vec<Vec<dpdk::ring::Consumer>> = (0..workers).map(|_| Vec::new()).collect();
     let mut handover_out: Vec<Vec<Option<dpdk::ring::Producer>>> = Vec::with_capacity(workers);
     for from in 0..workers {

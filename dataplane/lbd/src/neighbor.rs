@@ -181,13 +181,20 @@ impl<P> NeighborTable<P> {
         Hold::Waiting
     }
 
-    /// An ARP reply or neighbor advertisement: `ip` is at `mac`. Returns the frames held for `ip`,
-    /// to send with `mac`. Ignored (nothing returned) for addresses the
-    /// table did not ask for.
-    pub fn learn(&mut self, ip: IpAddr, mac: [u8; 6], now: Instant) -> Vec<P> {
+    /// An ARP reply or neighbor advertisement that came in on `port`: `ip`
+    /// is at `mac`. Returns the frames held for `ip`, to send with `mac`.
+    /// Ignored (nothing returned) for addresses the table did not ask for,
+    /// news from another port than the one the address is reached by (a
+    /// host on another segment claiming it), and a `mac` no station can
+    /// have (group bit set, or all zeros: the snapshot refuses those, so
+    /// one would stop every later publish).
+    pub fn learn(&mut self, ip: IpAddr, mac: [u8; 6], port: u16, now: Instant) -> Vec<P> {
         let Some(e) = self.entries.get_mut(&ip) else {
             return Vec::new();
         };
+        if e.port != port || mac[0] & 1 != 0 || mac == [0; 6] {
+            return Vec::new();
+        }
         if e.mac != Some(mac) {
             e.mac = Some(mac);
             self.changed = true;
@@ -331,7 +338,7 @@ mod tests {
         assert!(drop.is_empty());
         // Not due again before the retransmit timer.
         assert!(poll(&mut t, t0 + Duration::from_millis(500)).0.is_empty());
-        assert_eq!(t.learn(ip("10.0.0.5"), MAC, t0), vec![1, 2]);
+        assert_eq!(t.learn(ip("10.0.0.5"), MAC, 1, t0), vec![1, 2]);
         assert!(t.take_changed());
         assert!(!t.take_changed());
         assert_eq!(t.resolved(), vec![(ip("10.0.0.5"), MAC)]);
@@ -352,8 +359,8 @@ mod tests {
             req.iter().map(|r| (r.port, r.target)).collect::<Vec<_>>(),
             vec![(0, ip("10.0.0.5")), (0, ip("fd00:1::5")), (1, ip("fd00:2::1"))]
         );
-        assert_eq!(t.learn(ip("fd00:1::5"), MAC, t0), vec![1]);
-        assert_eq!(t.learn(ip("fd00:2::1"), MAC2, t0), Vec::<u32>::new());
+        assert_eq!(t.learn(ip("fd00:1::5"), MAC, 0, t0), vec![1]);
+        assert_eq!(t.learn(ip("fd00:2::1"), MAC2, 1, t0), Vec::<u32>::new());
         let mut r = t.resolved();
         r.sort();
         assert_eq!(r, vec![(ip("fd00:1::5"), MAC), (ip("fd00:2::1"), MAC2)]);
@@ -388,7 +395,8 @@ mod tests {
         assert!(matches!(t.hold(ip("10.0.0.2"), 0, 9), Hold::Full(9)));
         assert!(matches!(t.hold(ip("10.0.0.3"), 0, 9), Hold::Full(9)));
         assert_eq!(
-            t.learn(ip("10.0.0.1"), [2, 0, 0, 0, 0, 1], Instant::now()).len(),
+            t.learn(ip("10.0.0.1"), [2, 0, 0, 0, 0, 1], 0, Instant::now())
+                .len(),
             2
         );
         assert_eq!(t.held(), 1);
@@ -418,8 +426,30 @@ mod tests {
         assert_eq!(req.len(), 1);
         assert_eq!(req[0].target, ip("10.0.0.254"));
         // Unsolicited replies plant nothing.
-        assert!(t.learn(ip("10.0.0.99"), MAC, t0).is_empty());
+        assert!(t.learn(ip("10.0.0.99"), MAC, 0, t0).is_empty());
         assert!(t.resolved().is_empty());
+    }
+
+    /// News of an address from another port than the one it is reached by,
+    /// or with a MAC no station has, changes nothing.
+    #[test]
+    fn news_from_the_wrong_port_or_with_a_group_or_zero_mac_is_ignored() {
+        let t0 = Instant::now();
+        let mut t = NeighborTable::new(Timers::default());
+        t.set_wanted(&[(ip("10.0.0.254"), 0)]);
+        assert!(matches!(t.hold(ip("10.0.0.254"), 0, 1), Hold::Waiting));
+        poll(&mut t, t0);
+        assert!(t.learn(ip("10.0.0.254"), MAC, 1, t0).is_empty());
+        assert!(t.learn(ip("10.0.0.254"), [0; 6], 0, t0).is_empty());
+        assert!(t
+            .learn(ip("10.0.0.254"), [0x01, 0, 0x5e, 0, 0, 1], 0, t0)
+            .is_empty());
+        assert!(t.resolved().is_empty());
+        assert!(!t.take_changed());
+        assert_eq!(t.learn(ip("10.0.0.254"), MAC, 0, t0), vec![1]);
+        // Resolved, it is not moved by another port's claim either.
+        assert!(t.learn(ip("10.0.0.254"), MAC2, 1, t0).is_empty());
+        assert_eq!(t.resolved(), vec![(ip("10.0.0.254"), MAC)]);
     }
 
     #[test]
@@ -448,7 +478,7 @@ mod tests {
         assert!(poll(&mut t, at + s / 2).0.is_empty());
         assert_eq!(poll(&mut t, at + s).0.len(), 1);
         // A resolved entry is left alone.
-        t.learn(ip("10.0.0.254"), MAC, at + s);
+        t.learn(ip("10.0.0.254"), MAC, 0, at + s);
         t.link_up(0);
         assert!(poll(&mut t, at + s).0.is_empty());
     }
@@ -460,7 +490,7 @@ mod tests {
         let mut t = NeighborTable::<u32>::new(Timers::default());
         t.set_wanted(&[(ip("10.0.0.254"), 0)]);
         poll(&mut t, t0);
-        t.learn(ip("10.0.0.254"), MAC, t0);
+        t.learn(ip("10.0.0.254"), MAC, 0, t0);
         assert!(t.take_changed());
         // Reachable: no requests.
         assert!(poll(&mut t, t0 + s * 29).0.is_empty());
@@ -468,7 +498,7 @@ mod tests {
         assert_eq!(poll(&mut t, t0 + s * 30).0.len(), 1);
         assert_eq!(t.resolved().len(), 1);
         // A new MAC in the reply replaces the old one.
-        t.learn(ip("10.0.0.254"), MAC2, t0 + s * 31);
+        t.learn(ip("10.0.0.254"), MAC2, 0, t0 + s * 31);
         assert!(t.take_changed());
         assert_eq!(t.resolved(), vec![(ip("10.0.0.254"), MAC2)]);
         // Silent after that: three probes, then the MAC is withdrawn.

@@ -191,7 +191,7 @@ pub struct Links {
     /// Frames the control thread wants sent (the port is in the mbuf).
     pub control_in: Option<Consumer>,
     /// ARP replies seen: (address, MAC), to the control thread.
-    pub news: SyncSender<(IpAddr, [u8; 6])>,
+    pub news: SyncSender<(IpAddr, [u8; 6], u16)>,
 }
 
 /// What every worker shares.
@@ -418,7 +418,9 @@ fn process(
             }
             Verdict::Neighbor { ip, mac } => {
                 // A full channel loses only the news; the next reply brings it.
-                if links.news.try_send((ip, mac.0)).is_ok() {
+                // With the port it came in on: the table takes news of an
+                // address only from the port it reaches that address by.
+                if links.news.try_send((ip, mac.0, m.port())).is_ok() {
                     c.neighbor_updates.inc();
                 } else {
                     c.count_drop(DropReason::NeighborChannelFull);

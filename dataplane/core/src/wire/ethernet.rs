@@ -58,6 +58,13 @@ impl MacAddr {
         self.0[0] & 1 != 0
     }
 
+    /// Whether this can be one station's address: not multicast or
+    /// broadcast, and not all zeros.
+    #[inline]
+    pub const fn is_unicast(&self) -> bool {
+        !self.is_multicast() && !matches!(self.0, [0, 0, 0, 0, 0, 0])
+    }
+
     /// The Ethernet multicast MAC for an IPv6 multicast address (RFC 2464 §7).
     #[inline]
     pub const fn ipv6_multicast(addr: &[u8; 16]) -> MacAddr {
