@@ -135,6 +135,7 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> (Vec<Consumer>, anyhow::R
         stats,
         table: NeighborTable::new(Timers::default()),
         announced: HashSet::new(),
+        announce_again: false,
         ports: ports.clone(),
         wanted_revision: None,
         requests: Vec::new(),
@@ -210,8 +211,12 @@ struct Neighbors {
     news: Receiver<(IpAddr, [u8; 6], u16)>,
     stats: Arc<ControlCounters>,
     table: NeighborTable<Mbuf>,
-    /// (port, address) pairs announced since their port's link came up.
+    /// (port, address) pairs announced since their port's link came up,
+    /// and still owned.
     announced: HashSet<(u16, IpAddr)>,
+    /// An announcement could not be sent (no mbuf, worker 0's ring full):
+    /// the next step tries again.
+    announce_again: bool,
     /// Each port with the status GetInfo reports, whose link each step
     /// reads.
     ports: Vec<(Port, Arc<PortStatus>)>,
@@ -241,7 +246,7 @@ impl Neighbors {
             self.wanted_revision = Some(snap.revision());
             self.table.set_wanted(&wanted(&snap));
             self.announce(&snap);
-        } else if came_up {
+        } else if came_up || self.announce_again {
             self.announce(&snap);
         }
         // ARP replies and neighbor advertisements: release what waited. At
@@ -382,7 +387,19 @@ impl Neighbors {
     /// Gratuitous ARP for every owned IPv4 address, an unsolicited
     /// neighbor advertisement for every owned IPv6 one, not yet announced
     /// on its port since its link came up; ports whose link is down wait.
+    /// An address no longer owned is forgotten, so that it is announced
+    /// again if it comes back (a VIP that moved to a peer and back); one
+    /// whose frame could not be sent is tried again next step.
     fn announce(&mut self, snap: &Snapshot) {
+        let owned: HashSet<(u16, IpAddr)> = (0..snap.port_count() as u16)
+            .filter_map(|port| Some((port, snap.port(port)?.local_addrs())))
+            .flat_map(|(port, l)| {
+                let v4 = l.ipv4().iter().map(move |&a| (port, IpAddr::V4(a)));
+                v4.chain(l.ipv6().iter().map(move |&a| (port, IpAddr::V6(a))))
+            })
+            .collect();
+        self.announced.retain(|k| owned.contains(k));
+        self.announce_again = false;
         for port in 0..snap.port_count() as u16 {
             if !self.link_up(port) {
                 continue;
@@ -391,21 +408,27 @@ impl Neighbors {
             let mac = MacAddr(pc.mac());
             let mut sent = 0;
             for &ip in pc.local_addrs().ipv4() {
-                if !self.announced.insert((port, IpAddr::V4(ip))) {
+                if self.announced.contains(&(port, IpAddr::V4(ip))) {
                     continue;
                 }
                 if self.build(port, |buf| write_gratuitous_arp(buf, mac, ip, None).ok()) {
+                    self.announced.insert((port, IpAddr::V4(ip)));
                     inc(&self.stats.gratuitous_arps);
                     sent += 1;
+                } else {
+                    self.announce_again = true;
                 }
             }
             for ip in pc.local_addrs().ipv6() {
-                if !self.announced.insert((port, IpAddr::V6(*ip))) {
+                if self.announced.contains(&(port, IpAddr::V6(*ip))) {
                     continue;
                 }
                 if self.build(port, |buf| write_unsolicited_na(buf, mac, ip, None).ok()) {
+                    self.announced.insert((port, IpAddr::V6(*ip)));
                     inc(&self.stats.unsolicited_nas);
                     sent += 1;
+                } else {
+                    self.announce_again = true;
                 }
             }
             if sent > 0 {
