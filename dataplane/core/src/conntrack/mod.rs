@@ -43,7 +43,9 @@
 //! entry is therefore removed no earlier than its expiry and at most one
 //! sweep period later. Until the sweep reaches it, an expired entry still
 //! answers lookups and a packet revives it (same backend, fresh timeout),
-//! which is what a client expects of a connection that was merely idle.
+//! which is what a client expects of a connection that was merely idle;
+//! but a client SYN without ACK, a new connection on the same ports, ends
+//! it instead ([`Conntrack::reopened_by_syn`]), as the sweep would have.
 //!
 //! # Eviction
 //! When a family's slab is full, [`Conntrack::insert`] looks at a window of
@@ -604,14 +606,18 @@ impl Conntrack {
     }
 
     /// Whether a client SYN (without ACK) that found entry `id` in its
-    /// original direction opens a new connection instead, as Linux's
-    /// conntrack reopens one: the entry is closing (LAST_ACK, TIME_WAIT,
-    /// CLOSE). False for a stale id. Entries in those states keep no next
-    /// hop in the flow cache (`Conntrack::set_cached_hop_v4`), so the
-    /// IPv4 fast path meets them on its uncached branch only.
+    /// original direction at `now` opens a new connection instead, as
+    /// Linux's conntrack reopens one: the entry is closing (LAST_ACK,
+    /// TIME_WAIT, CLOSE), or expired and not yet swept (Linux never finds
+    /// those; here a SYN would otherwise revive the old backend, perhaps
+    /// drained or deleted since, and its SNAT pair). False for a stale id.
+    /// Closing entries keep no next hop in the flow cache
+    /// (`Conntrack::set_cached_hop_v4`) and the cache does not answer for
+    /// an expired one (`Conntrack::touch_cached_v4`), so the IPv4 fast path
+    /// meets both on its uncached branch only.
     #[inline]
-    pub fn reopened_by_syn(&self, id: EntryId) -> bool {
-        with_slot!(self.get(id), |s| reopens(s.state)).unwrap_or(false)
+    pub fn reopened_by_syn(&self, id: EntryId, now: Tick) -> bool {
+        with_slot!(self.get(id), |s| reopens(s.state) || s.expires <= now.0).unwrap_or(false)
     }
 
     /// False only if `key` (with `hash` from

@@ -230,7 +230,11 @@ impl Conntrack {
         }
         let timeout_ms = &self.timeout_ms;
         let s = self.v4.get_mut(id.0)?;
-        let hop = hops.get(s.cache.get(dir, epoch)? as usize)?;
+        // Not for an expired entry the sweep has not reached: a SYN may
+        // reopen it (`reopened_by_syn`), the uncached branch decides (a
+        // closing entry is never cached).
+        let live = s.expires > now.0;
+        let hop = hops.get(s.cache.get(dir, epoch).filter(|_| live)? as usize)?;
         let ((src, src_port), (dst, dst_port)) = raw_rewrite(s, dir);
         let delta = flip_for(dir, s.delta);
         advance(s, dir, tcp_flags, now, timeout_ms);

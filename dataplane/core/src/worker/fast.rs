@@ -273,11 +273,12 @@ impl Worker {
         let (rw, hop, tags, delta, to_cache) = match cached {
             Some((rw, hop, tags, delta)) => (rw, hop, Some(tags), Some(delta), None),
             None => {
-                // A client SYN that reopens a closing entry (never cached)
-                // opens a new connection: the general path's business
-                // (`paths::forward`). UDP's `flags` are 0.
+                // A client SYN that reopens a closing or expired entry
+                // (the cache answers for neither) opens a new connection:
+                // the general path's business (`paths::forward`). UDP's
+                // `flags` are 0.
                 if k.flags & (TcpFlags::SYN.0 | TcpFlags::ACK.0) == TcpFlags::SYN.0
-                    && self.syn_reopens(id, dir)
+                    && self.syn_reopens(id, dir, now)
                 {
                     return None;
                 }
@@ -361,8 +362,8 @@ impl Worker {
     /// established traffic never calls it.
     #[cold]
     #[inline(never)]
-    fn syn_reopens(&self, id: crate::conntrack::EntryId, dir: Direction) -> bool {
-        dir == Direction::Original && self.conntrack.reopened_by_syn(id)
+    fn syn_reopens(&self, id: crate::conntrack::EntryId, dir: Direction, now: Tick) -> bool {
+        dir == Direction::Original && self.conntrack.reopened_by_syn(id, now)
     }
 
     /// Whether this worker owns the flows of the client `addr:port`

@@ -143,7 +143,8 @@ impl Worker {
         }
         let mut found = found.unwrap_or_else(|| self.conntrack.lookup(&key));
         if let Some((id, Direction::Original)) = found {
-            if proto == Proto::Tcp && opens_connection(p.tcp_flags) && self.conntrack.reopened_by_syn(id) {
+            if proto == Proto::Tcp && opens_connection(p.tcp_flags) && self.conntrack.reopened_by_syn(id, now)
+            {
                 self.end_reopened(id);
                 found = None;
             }

@@ -655,6 +655,73 @@ fn a_syn_on_a_finished_connection_picks_again() {
     assert_eq!(w.counters().conntrack_expirations.get(), 0);
 }
 
+/// A client SYN on an established connection that has expired (idle past
+/// 900 s) but that no sweep has removed yet opens a new connection, as
+/// after the sweep: a new Maglev pick (a backend drained since gets none)
+/// and a new SNAT pair (the fast path's equivalence tests cover the flow
+/// cache under an unchanged snapshot).
+/// Before the expiry a SYN keeps the entry.
+#[test]
+fn a_syn_on_an_expired_unswept_connection_picks_again() {
+    let snap = snapshot();
+    let client = ("10.0.0.2", 40000);
+    let vip = ("10.0.0.100", 80);
+    for expired in [false, true] {
+        let mut w = worker(1, 0);
+        let mut syn = tcp4(client, vip, "S", 64, b"");
+        assert!(matches!(
+            run(&mut w, &snap, 0, &mut syn, 0),
+            Verdict::Transmit { port: 1, .. }
+        ));
+        let sent = wire::parse(&syn).unwrap();
+        let (IpAddr::V4(backend), IpAddr::V4(snat)) = (sent.dst, sent.src) else {
+            panic!("{sent:?}")
+        };
+        let (b, sn) = (backend.to_string(), snat.to_string());
+        // Handshake and data both ways: the entry's cache is warm.
+        for (flags, port) in [("SA", 1), ("A", 0), ("A", 0), ("A", 1), ("A", 0), ("A", 1)] {
+            let mut f = if port == 0 {
+                tcp4(client, vip, flags, 64, b"data")
+            } else {
+                tcp4((&b, 8080), (&sn, sent.src_port), flags, 64, b"data")
+            };
+            assert!(
+                matches!(run(&mut w, &snap, 10, &mut f, port), Verdict::Transmit { .. }),
+                "{flags}"
+            );
+        }
+        let last = backend.octets()[3];
+        let drained = snapshot_web_states(
+            |i| {
+                if i == last {
+                    BackendState::Terminating
+                } else {
+                    BackendState::Active
+                }
+            },
+            |_| {},
+        );
+        // 900 s after the last packet (at 10 ms) it has expired.
+        let at = if expired { 900_010 } else { 900_009 };
+        let mut again = tcp4(client, vip, "S", 64, b"");
+        assert!(matches!(
+            run(&mut w, &drained, at, &mut again, 0),
+            Verdict::Transmit { port: 1, .. }
+        ));
+        let resent = wire::parse(&again).unwrap();
+        if expired {
+            assert_ne!(resent.dst, sent.dst, "a drained backend takes no new connection");
+            assert_ne!(resent.src_port, sent.src_port, "a new SNAT pair");
+            assert_eq!(w.counters().new_connections.get(), 2);
+            assert_eq!(w.counters().conntrack_expirations.get(), 1);
+        } else {
+            assert_eq!((resent.dst, resent.src_port), (sent.dst, sent.src_port));
+            assert_eq!(w.counters().new_connections.get(), 1);
+        }
+        assert_eq!(w.conntrack().len(), 1);
+    }
+}
+
 /// A DNAT connection whose client would be one of lbd's own addresses
 /// (spoofed: its replies would come back to lbd, to a full-NAT
 /// connection's reply port if it is an SNAT address) is dropped.
