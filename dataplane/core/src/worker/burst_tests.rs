@@ -378,3 +378,71 @@ fn burst_takes_the_shortest_slice() {
     let mut none: [Vec<u8>; 0] = [];
     w.handle_burst(Tick(0), &snap, &mut none, &[], &mut []);
 }
+
+/// One burst holding a connection's whole life and its reopening: the SYN,
+/// the backend's SYN-ACK to the SNAT pair that SYN takes (a reply found
+/// through the reply-port cells that the burst's stage 2 looked up before
+/// the SYN inserted them), data, a RST, the client's SYN on the same ports
+/// (which ends the closed entry and opens a new connection, with a new
+/// SNAT pair), its SYN-ACK, and a late packet to the old pair. Built frame
+/// by frame from a third worker's answers one at a time, then compared as
+/// the random tests are, with the table roomy and tiny.
+#[test]
+fn a_connection_born_closed_and_reopened_within_one_burst() {
+    let snap = snapshot();
+    for capacity in [64, 4] {
+        let mut probe = worker(1, capacity);
+        let client = (ip("10.0.0.2"), 40000);
+        let vip = (ip("10.0.0.100"), 80);
+        let mut frames: Vec<Vec<u8>> = Vec::new();
+        let mut metas = Vec::new();
+        let mut push = |probe: &mut Worker, f: Vec<u8>, port: u16| -> (Verdict, Vec<u8>) {
+            let mut out = f.clone();
+            let v = probe.handle_packet(Tick(5), &snap, &mut out, &meta(port));
+            frames.push(f);
+            metas.push(meta(port));
+            (v, out)
+        };
+        let (v, out) = push(&mut probe, tcp(client, vip, 1, 64), 0);
+        assert!(matches!(v, Verdict::Transmit { port: 1, .. }), "{v:?}");
+        let first = crate::wire::parse(&out).unwrap();
+        let from_backend =
+            |p: &crate::wire::Parsed, flags| tcp((p.dst, p.dst_port), (p.src, p.src_port), flags, 64);
+        push(&mut probe, from_backend(&first, 3), 1);
+        push(&mut probe, tcp(client, vip, 2, 64), 0);
+        push(&mut probe, from_backend(&first, 2), 1);
+        push(&mut probe, from_backend(&first, 8), 1);
+        let (v, out) = push(&mut probe, tcp(client, vip, 1, 64), 0);
+        assert!(matches!(v, Verdict::Transmit { port: 1, .. }), "{v:?}");
+        let second = crate::wire::parse(&out).unwrap();
+        assert_ne!(second.src_port, first.src_port, "a new SNAT pair");
+        push(&mut probe, from_backend(&second, 3), 1);
+        push(&mut probe, tcp(client, vip, 2, 64), 0);
+        let (v, _) = push(&mut probe, from_backend(&first, 2), 1);
+        assert_eq!(v, Verdict::Drop(DropReason::NoConntrackReply));
+        assert_eq!(probe.counters().new_connections.get(), 2);
+
+        let mut one = worker(1, capacity);
+        let mut burst = worker(1, capacity);
+        let mut expect_frames = frames.clone();
+        let expect: Vec<Verdict> = expect_frames
+            .iter_mut()
+            .zip(&metas)
+            .map(|(f, m)| one.handle_packet(Tick(5), &snap, f, m))
+            .collect();
+        let mut got = vec![Verdict::ToHost; frames.len()];
+        burst.handle_burst(Tick(5), &snap, &mut frames, &metas, &mut got);
+        assert_eq!(got, expect, "capacity {capacity}: verdicts");
+        assert_eq!(frames, expect_frames, "capacity {capacity}: frames");
+        assert_eq!(
+            format!("{burst:?}"),
+            format!("{one:?}"),
+            "capacity {capacity}: worker state"
+        );
+        assert_eq!(
+            format!("{burst:?}"),
+            format!("{probe:?}"),
+            "capacity {capacity}: as the probe"
+        );
+    }
+}
