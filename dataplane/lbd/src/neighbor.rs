@@ -82,6 +82,11 @@ struct Entry<P> {
     /// All probes went unanswered; waiting for `retry_wanted`.
     given_up: bool,
     held: VecDeque<P>,
+    /// When traffic last needed the entry (created or held a frame), in
+    /// the table's own count of such events: a full table makes room by
+    /// removing the entry needed longest ago that is neither wanted nor
+    /// holding frames.
+    needed: u64,
 }
 
 /// A request to send: who-has `target` on `port`.
@@ -113,6 +118,8 @@ pub struct NeighborTable<P> {
     changed: bool,
     /// Frames in every entry's `held`.
     held: usize,
+    /// Counts creations and holds, for `Entry::needed`.
+    needs: u64,
 }
 
 impl<P> NeighborTable<P> {
@@ -123,13 +130,30 @@ impl<P> NeighborTable<P> {
             entries: HashMap::new(),
             changed: false,
             held: 0,
+            needs: 0,
         }
     }
 
+    /// The entry of `ip`, created if missing. A full table makes room by
+    /// removing the entry traffic needed longest ago among those neither
+    /// wanted nor holding frames (a client of a DNAT service on a
+    /// connected subnet, say, which answers every probe and so would
+    /// otherwise stay for good and keep a new backend or gateway out);
+    /// `None` if there is none.
     fn entry(&mut self, ip: IpAddr, port: u16) -> Option<&mut Entry<P>> {
         if !self.entries.contains_key(&ip) && self.entries.len() >= self.timers.max_entries {
-            return None;
+            let victim = self
+                .entries
+                .iter()
+                .filter(|(_, e)| !e.wanted && e.held.is_empty())
+                .min_by_key(|(_, e)| e.needed)
+                .map(|(&ip, _)| ip)?;
+            if let Some(gone) = self.entries.remove(&victim) {
+                self.changed |= gone.mac.is_some();
+            }
         }
+        self.needs += 1;
+        let needed = self.needs;
         let e = self.entries.entry(ip).or_insert_with(|| Entry {
             port,
             mac: None,
@@ -139,8 +163,10 @@ impl<P> NeighborTable<P> {
             wanted: false,
             given_up: false,
             held: VecDeque::new(),
+            needed,
         });
         e.port = port;
+        e.needed = needed;
         Some(e)
     }
 
@@ -149,6 +175,14 @@ impl<P> NeighborTable<P> {
     pub fn set_wanted(&mut self, wanted: &[(IpAddr, u16)]) {
         for e in self.entries.values_mut() {
             e.wanted = false;
+        }
+        // Those present first, so that making room for a new one never
+        // removes one that is still wanted.
+        for &(ip, port) in wanted {
+            if let Some(e) = self.entries.get_mut(&ip) {
+                e.wanted = true;
+                e.port = port;
+            }
         }
         for &(ip, port) in wanted {
             if let Some(e) = self.entry(ip, port) {
@@ -365,6 +399,37 @@ mod tests {
         r.sort();
         assert_eq!(r, vec![(ip("fd00:1::5"), MAC), (ip("fd00:2::1"), MAC2)]);
         assert_eq!(t.held(), 1);
+    }
+
+    /// A table full of resolved entries that traffic once needed (clients
+    /// that answer every probe) makes room for a new gateway or backend,
+    /// and for new traffic, by removing the one needed longest ago; never a
+    /// wanted one or one holding frames.
+    #[test]
+    fn a_full_table_makes_room_by_removing_the_least_recently_needed() {
+        let t0 = Instant::now();
+        let mut t = NeighborTable::new(Timers {
+            max_entries: 3,
+            ..Timers::default()
+        });
+        t.set_wanted(&[(ip("10.0.0.254"), 0)]);
+        for (i, a) in ["10.0.0.1", "10.0.0.2"].into_iter().enumerate() {
+            assert!(matches!(t.hold(ip(a), 0, i), Hold::Waiting));
+            assert_eq!(t.learn(ip(a), MAC, 0, t0), vec![i]);
+        }
+        assert!(t.take_changed());
+        // 10.0.0.1 needed again (the snapshot had not caught up).
+        assert!(matches!(t.hold(ip("10.0.0.1"), 0, 7), Hold::Ready(7, MAC)));
+        // A new backend: room is made by removing 10.0.0.2, not the
+        // gateway.
+        t.set_wanted(&[(ip("10.0.0.254"), 0), (ip("10.0.0.11"), 0)]);
+        assert_eq!(t.len(), 3);
+        assert!(t.take_changed(), "a resolved entry left the snapshot");
+        assert_eq!(t.resolved(), vec![(ip("10.0.0.1"), MAC)]);
+        // A new client: 10.0.0.1 goes; then none is left to remove.
+        assert!(matches!(t.hold(ip("10.0.0.3"), 0, 8), Hold::Waiting));
+        assert!(t.resolved().is_empty());
+        assert!(matches!(t.hold(ip("10.0.0.4"), 0, 9), Hold::Full(9)));
     }
 
     #[test]
