@@ -589,7 +589,13 @@ impl<A: Addr> Table<A> {
             if i < BUCKET {
                 break i;
             }
-            debug_assert_eq!(self.index[hole].len(), BUCKET, "index entry missing");
+            // A bucket with room ends every run: the entry is missing. An
+            // invariant broken somewhere must not hang the packet path in
+            // a release build.
+            if self.index[hole].len() < BUCKET {
+                debug_assert!(false, "index entry missing");
+                return;
+            }
             hole = self.next(hole);
         };
         let len = self.index[hole].len();
