@@ -571,12 +571,7 @@ impl<'p> SnapshotBuilder<'p> {
         // own MAC and hold every routed frame until it is dropped.
         for (id, p) in ports.iter().enumerate() {
             let Some(p) = p else { continue };
-            let gws = p
-                .gateway_v4
-                .map(IpAddr::V4)
-                .into_iter()
-                .chain(p.gateway_v6.map(IpAddr::V6));
-            for g in gws {
+            for g in p.gateways() {
                 let kind = match g {
                     IpAddr::V4(a) => owned_v4.get(&u32::from(a)),
                     IpAddr::V6(a) => owned_v6.get(&u128::from(a)),

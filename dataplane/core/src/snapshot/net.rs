@@ -24,6 +24,16 @@ pub(super) struct PortDraft {
     pub(super) gateway_v6: Option<Ipv6Addr>,
 }
 
+impl PortDraft {
+    /// The port's gateways, IPv4 first.
+    pub(super) fn gateways(&self) -> impl Iterator<Item = IpAddr> {
+        self.gateway_v4
+            .map(IpAddr::V4)
+            .into_iter()
+            .chain(self.gateway_v6.map(IpAddr::V6))
+    }
+}
+
 /// Groups interfaces by port and checks MACs, addresses and gateways.
 pub(super) fn check_ports(interfaces: &[InterfaceSpec]) -> Result<Vec<Option<PortDraft>>, BuildError> {
     let mut ports: Vec<Option<PortDraft>> = Vec::new();
@@ -83,12 +93,7 @@ pub(super) fn check_ports(interfaces: &[InterfaceSpec]) -> Result<Vec<Option<Por
     }
     for (id, p) in ports.iter().enumerate() {
         let Some(p) = p else { continue };
-        let gws = p
-            .gateway_v4
-            .map(IpAddr::V4)
-            .into_iter()
-            .chain(p.gateway_v6.map(IpAddr::V6));
-        for g in gws {
+        for g in p.gateways() {
             if !p.cidrs.iter().any(|c| c.contains(g)) {
                 return Err(BuildError::GatewayNotConnected {
                     port: id as u16,

@@ -142,30 +142,38 @@ fn fragments() {
     assert_eq!(parse(&f), Err(DropReason::Fragment));
 }
 
-#[test]
-fn ipv6_extension_headers_and_fragments() {
-    // IPv6 with a destination-options header, then UDP.
-    let mut f = build(|v| {
+/// IPv6 UDP from C6 to V6 with one byte of payload, no extension header.
+fn udp6() -> Vec<u8> {
+    build(|v| {
         PacketBuilder::ethernet2(SRC_MAC, DST_MAC)
             .ipv6(C6, V6, 64)
             .udp(1, 2)
             .write(v, b"x")
             .unwrap()
-    });
-    let insert = |f: &mut Vec<u8>, ext: [u8; 8], next: u8| {
-        f.splice(54..54, ext);
-        f[20] = next;
-        let pl = u16::from_be_bytes([f[18], f[19]]) + 8;
-        f[18..20].copy_from_slice(&pl.to_be_bytes());
-    };
-    insert(&mut f, [ip_proto::UDP, 0, 1, 4, 0, 0, 0, 0], ip_proto::IPV6_OPTS);
+    })
+}
+
+/// Puts the 8-byte extension header `ext` first in `f`'s IPv6 chain, with
+/// `next` as the fixed header's next header.
+fn insert_ext(f: &mut Vec<u8>, ext: [u8; 8], next: u8) {
+    f.splice(54..54, ext);
+    f[20] = next;
+    let pl = u16::from_be_bytes([f[18], f[19]]) + 8;
+    f[18..20].copy_from_slice(&pl.to_be_bytes());
+}
+
+#[test]
+fn ipv6_extension_headers_and_fragments() {
+    // IPv6 with a destination-options header, then UDP.
+    let mut f = udp6();
+    insert_ext(&mut f, [ip_proto::UDP, 0, 1, 4, 0, 0, 0, 0], ip_proto::IPV6_OPTS);
     let p = parse(&f).unwrap();
     assert_eq!(
         (p.protocol, p.l4_offset, p.src_port, p.fragment),
         (17, 62, 1, Fragment::None)
     );
     // A first fragment header in front: UDP length no longer checked.
-    insert(
+    insert_ext(
         &mut f,
         [ip_proto::IPV6_OPTS, 0, 0, 1, 0, 0, 0, 9],
         ip_proto::IPV6_FRAG,
@@ -184,36 +192,21 @@ fn ipv6_extension_headers_and_fragments() {
 /// spent and refused while it has segments left.
 #[test]
 fn ipv6_atomic_fragments_and_routing_headers() {
-    let udp = || {
-        build(|v| {
-            PacketBuilder::ethernet2(SRC_MAC, DST_MAC)
-                .ipv6(C6, V6, 64)
-                .udp(1, 2)
-                .write(v, b"x")
-                .unwrap()
-        })
-    };
-    let insert = |f: &mut Vec<u8>, ext: [u8; 8], next: u8| {
-        f.splice(54..54, ext);
-        f[20] = next;
-        let pl = u16::from_be_bytes([f[18], f[19]]) + 8;
-        f[18..20].copy_from_slice(&pl.to_be_bytes());
-    };
-    let mut f = udp();
-    insert(&mut f, [ip_proto::UDP, 0, 0, 0, 0, 0, 0, 9], ip_proto::IPV6_FRAG);
+    let mut f = udp6();
+    insert_ext(&mut f, [ip_proto::UDP, 0, 0, 0, 0, 0, 0, 9], ip_proto::IPV6_FRAG);
     let p = parse(&f).unwrap();
     assert_eq!((p.l4_offset, p.fragment), (62, Fragment::None));
     // Whole, so the UDP length must match.
     f[62 + 4..62 + 6].copy_from_slice(&100u16.to_be_bytes());
     assert_eq!(parse(&f), Err(DropReason::MalformedUdp));
     // Offset 0 with more to come is a first fragment, as before.
-    let mut f = udp();
-    insert(&mut f, [ip_proto::UDP, 0, 0, 1, 0, 0, 0, 9], ip_proto::IPV6_FRAG);
+    let mut f = udp6();
+    insert_ext(&mut f, [ip_proto::UDP, 0, 0, 1, 0, 0, 0, 9], ip_proto::IPV6_FRAG);
     assert_eq!(parse(&f).unwrap().fragment, Fragment::First);
 
     // Routing header (type 4), segments left 0: spent, walked.
-    let mut f = udp();
-    insert(&mut f, [ip_proto::UDP, 0, 4, 0, 0, 0, 0, 0], ip_proto::IPV6_ROUTE);
+    let mut f = udp6();
+    insert_ext(&mut f, [ip_proto::UDP, 0, 4, 0, 0, 0, 0, 0], ip_proto::IPV6_ROUTE);
     let p = parse(&f).unwrap();
     assert_eq!((p.protocol, p.l4_offset), (17, 62));
     // One segment left: lbd is not the final destination.

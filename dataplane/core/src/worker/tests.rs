@@ -37,6 +37,22 @@ fn snapshot_with(extra: impl FnOnce(&mut SnapshotBuilder)) -> Snapshot {
     snapshot_web_states(|_| BackendState::Active, extra)
 }
 
+/// [`snapshot`] with web backend `backend` (one of 10.1.0.11-13)
+/// terminating.
+fn snapshot_web_draining(backend: Ipv4Addr) -> Snapshot {
+    let last = backend.octets()[3];
+    snapshot_web_states(
+        |i| {
+            if i == last {
+                BackendState::Terminating
+            } else {
+                BackendState::Active
+            }
+        },
+        |_| {},
+    )
+}
+
 /// [`snapshot_with`] whose web backend `10.1.0.i` is in `web_state(i)`.
 fn snapshot_web_states(
     web_state: impl Fn(u8) -> BackendState,
@@ -611,17 +627,7 @@ fn a_syn_on_a_finished_connection_picks_again() {
     let (id, _) = w.conntrack().lookup(&key).unwrap();
     assert_eq!(w.conntrack().state(id), Some(ConnState::TcpTimeWait));
     // The backend is drained; the client reuses its port.
-    let last = backend.octets()[3];
-    let drained = snapshot_web_states(
-        |i| {
-            if i == last {
-                BackendState::Terminating
-            } else {
-                BackendState::Active
-            }
-        },
-        |_| {},
-    );
+    let drained = snapshot_web_draining(backend);
     let mut again = tcp4(client, vip, "S", 64, b"");
     assert!(matches!(
         run(&mut w, &drained, 20, &mut again, 0),
@@ -690,17 +696,7 @@ fn a_syn_on_an_expired_unswept_connection_picks_again() {
                 "{flags}"
             );
         }
-        let last = backend.octets()[3];
-        let drained = snapshot_web_states(
-            |i| {
-                if i == last {
-                    BackendState::Terminating
-                } else {
-                    BackendState::Active
-                }
-            },
-            |_| {},
-        );
+        let drained = snapshot_web_draining(backend);
         // 900 s after the last packet (at 10 ms) it has expired.
         let at = if expired { 900_010 } else { 900_009 };
         let mut again = tcp4(client, vip, "S", 64, b"");
