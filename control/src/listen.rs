@@ -617,6 +617,12 @@ mod tests {
             check(&unix(live)).unwrap_err(),
             ListenError::InUse { .. }
         ));
+        // A socket left behind by an lbd that died (SIGKILL): nobody
+        // listens, `bind` replaces it, so `check` accepts it.
+        let stale = dir.path().join("stale.sock");
+        drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+        assert!(stale.exists());
+        check(&unix(stale)).unwrap();
         let file = dir.path().join("file");
         std::fs::write(&file, "x").unwrap();
         assert!(matches!(

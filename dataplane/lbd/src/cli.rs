@@ -328,6 +328,12 @@ impl Cli {
         Ok(())
     }
 
+    /// DPDK's memory in MiB where it comes from ordinary memory (with
+    /// `--no-huge`): `--mem`, 512 by default. `None` with hugepages.
+    pub fn ordinary_dpdk_mem(&self) -> Option<u32> {
+        self.no_huge.then(|| self.mem.unwrap_or(512))
+    }
+
     /// The EAL command line for these flags.
     pub fn eal_args(&self, lcores: &Lcores, pci: &[String]) -> Vec<String> {
         let mut a = vec!["lbd".to_string()];
@@ -339,9 +345,9 @@ impl Cli {
         }
         a.push(format!("--main-lcore={}", lcores.main()));
         a.push(format!("--file-prefix={}", self.file_prefix));
-        if self.no_huge {
+        if let Some(m) = self.ordinary_dpdk_mem() {
             a.push("--no-huge".into());
-            a.push(format!("-m{}", self.mem.unwrap_or(512)));
+            a.push(format!("-m{m}"));
         } else if let Some(m) = self.mem {
             a.push(format!("-m{m}"));
         }
@@ -490,7 +496,9 @@ mod tests {
                 "--log-level=debug"
             ]
         );
+        assert_eq!(cli.ordinary_dpdk_mem(), Some(512), "what the memory check counts");
         let cli = Cli::parse_from(["lbd", "--lcores", "2-3", "--pci", "0000:03:00.0", "--mem", "2048"]);
+        assert_eq!(cli.ordinary_dpdk_mem(), None, "hugepages");
         let a = cli.eal_args(&cli.lcores, &["0000:03:00.0".into()]);
         assert!(a.contains(&"--allow=0000:03:00.0".to_string()));
         assert!(a.contains(&"-m2048".to_string()));

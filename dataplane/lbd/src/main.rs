@@ -114,7 +114,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     if !cli.no_huge {
         preflight::check_hugepages()?;
     }
-    preflight::check_conntrack_memory(cli.conntrack_size, lcores.workers())?;
+    // With --no-huge, DPDK's memory comes from the same ordinary memory.
+    let dpdk_mib = cli.ordinary_dpdk_mem().map_or(0, u64::from);
+    preflight::check_conntrack_memory(cli.conntrack_size, lcores.workers(), dpdk_mib)?;
 
     // Signals first: a SIGTERM during start-up must still stop us cleanly.
     // A second SIGINT/SIGTERM while stopping exits at once with status 1.
@@ -320,7 +322,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let mut pipeline = Vec::new();
     for w in 0..queues {
         let mut wc = WorkerConfig::new(WorkerId(w), queues);
-        wc.conntrack = conntrack::Config::new(cli.conntrack_size, (cli.conntrack_size / 16).max(1024));
+        wc.conntrack =
+            conntrack::Config::new(cli.conntrack_size, preflight::conntrack_v6(cli.conntrack_size));
         // A per-process secret: clients cannot aim for long probe runs.
         wc.conntrack.hash_seed = {
             use std::hash::{BuildHasher, Hasher};

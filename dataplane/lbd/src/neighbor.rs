@@ -82,10 +82,11 @@ struct Entry<P> {
     /// All probes went unanswered; waiting for `retry_wanted`.
     given_up: bool,
     held: VecDeque<P>,
-    /// When traffic last needed the entry (created or held a frame), in
-    /// the table's own count of such events: a full table makes room by
-    /// removing the entry needed longest ago that is neither wanted nor
-    /// holding frames.
+    /// When the entry was created or last held a frame (or was marked
+    /// wanted), in the table's own count of such events: a full table
+    /// makes room by removing the entry with the oldest such event that is
+    /// neither wanted nor holding frames. A resolved entry's traffic goes
+    /// from the workers straight out, so this is no true LRU.
     needed: u64,
 }
 

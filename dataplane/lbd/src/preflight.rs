@@ -40,10 +40,12 @@ pub fn conntrack_bytes_per_worker(size: u32) -> u64 {
 }
 
 /// Fails when the connection tables of `workers` workers do not fit in the
-/// memory the kernel says is available: allocating them would abort lbd,
-/// or wake the OOM killer, once EAL and the ports are up. Skipped
-/// when /proc/meminfo cannot be read.
-pub fn check_conntrack_memory(size: u32, workers: usize) -> anyhow::Result<()> {
+/// memory the kernel says is available, less `dpdk_mib` MiB that DPDK
+/// takes from the same ordinary memory (`--mem` with `--no-huge`; 0 with
+/// hugepages): allocating them would abort lbd, or wake the OOM killer,
+/// once EAL and the ports are up. Skipped when /proc/meminfo cannot be
+/// read.
+pub fn check_conntrack_memory(size: u32, workers: usize, dpdk_mib: u64) -> anyhow::Result<()> {
     let Some(available) = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|t| mem_available_of(&t))
@@ -51,17 +53,18 @@ pub fn check_conntrack_memory(size: u32, workers: usize) -> anyhow::Result<()> {
         tracing::debug!("no MemAvailable in /proc/meminfo: the conntrack tables' size is not checked");
         return Ok(());
     };
-    check_conntrack_fits(size, workers, available)
+    check_conntrack_fits(size, workers, available.saturating_sub(dpdk_mib << 20))
 }
 
-/// [`check_conntrack_memory`] against `available` bytes.
+/// [`check_conntrack_memory`] against `available` bytes (DPDK's share
+/// already taken off).
 fn check_conntrack_fits(size: u32, workers: usize, available: u64) -> anyhow::Result<()> {
     const MIB: u64 = 1 << 20;
     let each = conntrack_bytes_per_worker(size);
     let need = each * workers as u64;
     if need > available {
         anyhow::bail!(
-            "--conntrack-size {size}: the connection tables need {} MiB ({} MiB for each of {workers} workers), more than the {} MiB available (MemAvailable in /proc/meminfo): lower --conntrack-size or use fewer workers",
+            "--conntrack-size {size}: the connection tables need {} MiB ({} MiB for each of {workers} workers), more than the {} MiB available (MemAvailable in /proc/meminfo, less DPDK's --mem under --no-huge): lower --conntrack-size or use fewer workers",
             need.div_ceil(MIB),
             each.div_ceil(MIB),
             available / MIB
