@@ -218,12 +218,13 @@ fn tls_config(t: &TlsPaths) -> Result<ServerTlsConfig, ListenError> {
     Ok(cfg)
 }
 
-/// Removes a socket a dead process left behind; refuses to touch a live
-/// one or anything that is not a socket.
-fn remove_stale(path: &Path) -> Result<(), ListenError> {
+/// Whether a socket a dead process left behind is at `path` (false:
+/// nothing there); an error for a live one, for anything that is not a
+/// socket, or when `path` cannot be inspected.
+fn stale_socket(path: &Path) -> Result<bool, ListenError> {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
         Err(source) => {
             return Err(ListenError::Socket {
                 path: path.to_path_buf(),
@@ -241,6 +242,15 @@ fn remove_stale(path: &Path) -> Result<(), ListenError> {
         return Err(ListenError::InUse {
             path: path.to_path_buf(),
         });
+    }
+    Ok(true)
+}
+
+/// Removes a socket a dead process left behind; refuses to touch a live
+/// one or anything that is not a socket.
+fn remove_stale(path: &Path) -> Result<(), ListenError> {
+    if !stale_socket(path)? {
+        return Ok(());
     }
     tracing::info!(path = %path.display(), "removing stale control socket");
     std::fs::remove_file(path).map_err(|source| ListenError::Socket {
@@ -345,26 +355,9 @@ pub fn check(cfg: &ListenConfig) -> Result<(), ListenError> {
                     },
                 }
             }
-            let meta = match std::fs::symlink_metadata(path) {
-                Ok(m) => m,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-                // Not a directory on the way, or no permission: `bind`
-                // could not use it either.
-                Err(source) => {
-                    return Err(ListenError::Socket {
-                        path: path.clone(),
-                        what: "inspect",
-                        source,
-                    })
-                }
-            };
-            if !meta.file_type().is_socket() {
-                return Err(ListenError::NotASocket { path: path.clone() });
-            }
-            if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                return Err(ListenError::InUse { path: path.clone() });
-            }
-            Ok(())
+            // Nothing there or a stale socket (which `bind` replaces) is
+            // fine; a live one, a non-socket or an unusable path is not.
+            stale_socket(path).map(drop)
         }
         ListenAddr::Tcp(addr) => {
             if let Some(t) = &cfg.tls {
