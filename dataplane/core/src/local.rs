@@ -6,8 +6,10 @@
 //! drops it with a reason. It never allocates and never panics, whatever the
 //! frame holds. What it answers:
 //!
-//! - ARP request for an owned IPv4 address → ARP reply from our MAC. ARP
-//!   request for another address → `Drop(ArpNotForUs)`. ARP reply, or an
+//! - ARP request for an owned IPv4 address → ARP reply from our MAC, as
+//!   [`LocalVerdict::ReplyToNeighbor`] when the request names its sender's
+//!   address (a neighbor table may refresh that entry). ARP request for
+//!   another address → `Drop(ArpNotForUs)`. ARP reply, or an
 //!   announcement (sender == target address) of an address not ours →
 //!   [`LocalVerdict::Neighbor`] (sender IP/MAC; the frame is not sent back);
 //!   an announcement of one of our addresses (a conflict) → `LocalUnhandled`.
@@ -15,8 +17,9 @@
 //!   swapped, TTL/hop limit 64, checksums updated incrementally).
 //! - ICMPv6 neighbor solicitation for an owned target → neighbor
 //!   advertisement (hop limit 255, Solicited+Override, or only Override to
-//!   all-nodes for a DAD probe from `::`), with a target link-layer option
-//!   when it fits. An NS with a source link-layer option is 32 bytes of
+//!   all-nodes for a DAD probe from `::`; `ReplyToNeighbor` when the
+//!   solicitation carries a source link-layer option), with a target
+//!   link-layer option when it fits. An NS with a source link-layer option is 32 bytes of
 //!   ICMPv6, exactly the size of the NA, so it always fits; an NS without one
 //!   (DAD, unicast NUD) fits only if `frame` extends at least 8 bytes past
 //!   the packet, e.g. into mbuf tailroom: parsing is bounded by the IP
@@ -141,6 +144,21 @@ pub enum LocalVerdict {
     Reply {
         /// Bytes to transmit; may differ from the received length.
         len: usize,
+    },
+    /// Like `Reply`, to a host that named its own MAC in the request (an
+    /// ARP request with a sender address, a neighbor solicitation with a
+    /// source link-layer option): transmit the reply, and a neighbor table
+    /// may refresh the entry it already holds for `ip` with `mac` (RFC 826's
+    /// merge, RFC 4861 §7.2.3). A hint, not proof of reachability: a host
+    /// that changed its MAC (a replaced NIC or VM) is used at its new one
+    /// without waiting for the old entry to fail its probes.
+    ReplyToNeighbor {
+        /// Bytes to transmit; may differ from the received length.
+        len: usize,
+        /// The asker's address.
+        ip: IpAddr,
+        /// The MAC it named.
+        mac: MacAddr,
     },
     /// An ARP reply or neighbor advertisement told us a neighbor's MAC. The
     /// frame is untouched and not for transmission; a neighbor table may
@@ -272,8 +290,16 @@ fn arp_in(frame: &mut [u8], parsed: &Parsed, local: &LocalAddrs) -> Result<Local
             arp.set_target_mac(req.sender_mac);
             arp.set_target_ip(req.sender_ip);
             eth_reply(frame, req.sender_mac, local);
-            Ok(LocalVerdict::Reply {
-                len: reply_len(frame, l3 + arp::PACKET_LEN),
+            let len = reply_len(frame, l3 + arp::PACKET_LEN);
+            // An ARP probe (RFC 5227: sender 0.0.0.0) names no address.
+            Ok(if req.sender_ip.is_unspecified() {
+                LocalVerdict::Reply { len }
+            } else {
+                LocalVerdict::ReplyToNeighbor {
+                    len,
+                    ip: IpAddr::V4(req.sender_ip),
+                    mac: req.sender_mac,
+                }
             })
         }
         arp::OP_REQUEST => Err(DropReason::ArpNotForUs),
@@ -447,8 +473,16 @@ fn neighbor_solicit(
     }
     na.fill_checksum(&target, &reply_ip);
     eth_reply(frame, reply_mac, local);
-    Ok(LocalVerdict::Reply {
-        len: reply_len(frame, l4 + icmp_len),
+    let len = reply_len(frame, l4 + icmp_len);
+    // Only a solicitation that names the asker's MAC teaches it; a DAD
+    // probe never does (checked above).
+    Ok(match slla {
+        Some(mac) => LocalVerdict::ReplyToNeighbor {
+            len,
+            ip: IpAddr::V6(src),
+            mac,
+        },
+        None => LocalVerdict::Reply { len },
     })
 }
 

@@ -89,7 +89,7 @@ fn ns_frame(src: Ipv6Addr, dst: Ipv6Addr, target: Ipv6Addr, slla: bool, hop: u8)
 
 fn reply(frame: &mut [u8]) -> usize {
     match handle_local(frame, &local()) {
-        LocalVerdict::Reply { len } => len,
+        LocalVerdict::Reply { len } | LocalVerdict::ReplyToNeighbor { len, .. } => len,
         other => panic!("expected a reply, got {other:?}"),
     }
 }
@@ -134,7 +134,11 @@ fn assert_checksums_valid(frame: &[u8]) {
 fn arp_request_for_us_becomes_reply() {
     for vlan in [None, Some(300)] {
         let mut f = arp_frame(arp::OP_REQUEST, PEER_V4, OUR_V4, vlan);
-        let len = reply(&mut f);
+        // The asker named its address and MAC: a hint for the neighbor table.
+        let LocalVerdict::ReplyToNeighbor { len, ip, mac } = handle_local(&mut f, &local()) else {
+            panic!("not answered with the asker's hint")
+        };
+        assert_eq!((ip, mac), (IpAddr::V4(PEER_V4), MacAddr(PEER_MAC)));
         assert_eq!(len, 60);
         let s = SlicedPacket::from_ethernet(&f[..len]).unwrap();
         let eth = s.link.as_ref().unwrap().to_header().unwrap().ethernet2().unwrap();
@@ -148,6 +152,13 @@ fn arp_request_for_us_becomes_reply() {
         assert_eq!((a.sender_mac, a.sender_ipv4), (OUR_MAC.0, OUR_V4.octets()));
         assert_eq!((a.target_mac, a.target_ipv4), (PEER_MAC, PEER_V4.octets()));
     }
+}
+
+#[test]
+fn an_arp_probe_is_answered_without_a_hint() {
+    // RFC 5227 probe: sender address 0.0.0.0 names nobody to learn.
+    let mut f = arp_frame(arp::OP_REQUEST, Ipv4Addr::UNSPECIFIED, OUR_V4, None);
+    assert_eq!(handle_local(&mut f, &local()), LocalVerdict::Reply { len: 60 });
 }
 
 #[test]
@@ -299,7 +310,10 @@ fn icmpv6_echo_becomes_reply() {
 fn neighbor_solicit_with_slla_becomes_advert() {
     let orig = ns_frame(peer_v6(), solicited_node(&our_v6()), our_v6(), true, 255);
     let mut f = orig.clone();
-    let len = reply(&mut f);
+    let LocalVerdict::ReplyToNeighbor { len, ip, mac } = handle_local(&mut f, &local()) else {
+        panic!("not answered with the asker's hint")
+    };
+    assert_eq!((ip, mac), (IpAddr::V6(peer_v6()), MacAddr(PEER_MAC)));
     assert_eq!(len, orig.len(), "32 bytes of ICMPv6 either way");
     assert_checksums_valid(&f[..len]);
     let p = parse(&f[..len]).unwrap();
@@ -329,7 +343,10 @@ fn neighbor_solicit_with_slla_becomes_advert() {
 fn neighbor_solicit_without_slla_uses_tailroom_if_any() {
     let orig = ns_frame(peer_v6(), our_v6(), our_v6(), false, 255);
     let mut f = orig.clone();
-    let len = reply(&mut f);
+    // No source link-layer option: a plain reply, nothing to learn.
+    let LocalVerdict::Reply { len } = handle_local(&mut f, &local()) else {
+        panic!("not a plain reply")
+    };
     assert_eq!(len, orig.len(), "no room: NA without the option");
     assert_checksums_valid(&f[..len]);
     let mut f = orig.clone();
@@ -463,7 +480,11 @@ fn builders() {
     let neighbor = LocalAddrs::new(MacAddr([2, 0, 0, 0, 0, 0xcc]), [IpAddr::V4(target)]).unwrap();
     assert!(matches!(
         handle_local(&mut buf[..n], &neighbor),
-        LocalVerdict::Reply { .. }
+        LocalVerdict::ReplyToNeighbor {
+            ip: IpAddr::V4(OUR_V4),
+            mac: OUR_MAC,
+            ..
+        }
     ));
     assert!(write_arp_request(&mut buf[..59], OUR_MAC, OUR_V4, target, None).is_err());
 
@@ -508,9 +529,11 @@ fn neighbor_solicitation_is_answered_and_the_answer_learned() {
     // The target's own handling answers it, to us, with its MAC...
     let their_mac = MacAddr([2, 0, 0, 0, 0, 0xcc]);
     let neighbor = LocalAddrs::new(their_mac, [IpAddr::V6(target)]).unwrap();
-    let LocalVerdict::Reply { len } = handle_local(&mut buf[..n], &neighbor) else {
+    let LocalVerdict::ReplyToNeighbor { len, ip, mac } = handle_local(&mut buf[..n], &neighbor) else {
         panic!("the solicitation was not answered")
     };
+    // The solicitation named our MAC: the target may refresh its entry.
+    assert_eq!((ip, mac), (IpAddr::V6(our_v6()), OUR_MAC));
     // ... which we learn.
     let ours = LocalAddrs::new(OUR_MAC, [IpAddr::V6(our_v6())]).unwrap();
     assert_eq!(
@@ -601,7 +624,7 @@ proptest! {
             f[i] = b;
         }
         f.extend(std::iter::repeat_n(0xee, extra));
-        if let LocalVerdict::Reply { len } = handle_local(&mut f, &local()) {
+        if let LocalVerdict::Reply { len } | LocalVerdict::ReplyToNeighbor { len, .. } = handle_local(&mut f, &local()) {
             prop_assert!(len <= f.len());
             prop_assert!(parse(&f[..len]).is_ok());
         }

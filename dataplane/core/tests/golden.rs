@@ -53,6 +53,13 @@ use pkt::{Arp, Ep, Frag, Pkt};
 enum Expect {
     /// Transmit exactly this frame on this port.
     Transmit { port: u16, frame: Vec<u8> },
+    /// Send exactly this reply back on the ingress port, and hint the
+    /// neighbor table that `ip` is at `mac`.
+    ReplyToNeighbor {
+        ip: IpAddr,
+        mac: [u8; 6],
+        frame: Vec<u8>,
+    },
     /// Drop with this reason, frame unchanged.
     Drop(DropReason),
     /// Hand over to this worker, frame unchanged.
@@ -159,6 +166,15 @@ impl Case {
                     }
                     output(len, want)?;
                 }
+                (
+                    Expect::ReplyToNeighbor { ip, mac, frame: want },
+                    Verdict::ReplyToNeighbor { len, ip: i, mac: m },
+                ) => {
+                    if (i, m.0) != (*ip, *mac) {
+                        return Err(format!("{at}: hint {i} at {m}, expected {ip} at {mac:02x?}"));
+                    }
+                    output(len, want)?;
+                }
                 (Expect::Drop(r), Verdict::Drop(g)) if *r == g => unchanged(&frame)?,
                 (Expect::HandOver(o), Verdict::HandOver(WorkerId(g))) if *o == g => unchanged(&frame)?,
                 (Expect::ToHost, Verdict::ToHost) => unchanged(&frame)?,
@@ -181,6 +197,12 @@ impl Case {
 fn short(e: &Expect) -> String {
     match e {
         Expect::Transmit { port, frame } => format!("Transmit {{ port: {port}, len: {} }}", frame.len()),
+        Expect::ReplyToNeighbor { ip, mac, frame } => {
+            format!(
+                "ReplyToNeighbor {{ len: {}, ip: {ip}, mac: {mac:02x?} }}",
+                frame.len()
+            )
+        }
         Expect::Resolve { port, via, frame } => {
             format!("Resolve {{ port: {port}, len: {}, via: {via} }}", frame.len())
         }
@@ -679,7 +701,9 @@ fn golden_inputs_and_expectations_are_well_formed() {
     for case in all_cases() {
         for (i, s) in case.steps.iter().enumerate() {
             let frames = match &s.expect {
-                Expect::Transmit { frame, .. } | Expect::Resolve { frame, .. } => vec![&s.input, frame],
+                Expect::Transmit { frame, .. }
+                | Expect::Resolve { frame, .. }
+                | Expect::ReplyToNeighbor { frame, .. } => vec![&s.input, frame],
                 _ => vec![&s.input],
             };
             for f in frames {

@@ -279,7 +279,7 @@ fn hundred_thousand_packets_allocate_nothing() {
                     counts[5] += 1;
                 }
             }
-            Verdict::Transmit { .. } => counts[0] += 1,
+            Verdict::Transmit { .. } | Verdict::ReplyToNeighbor { .. } => counts[0] += 1,
             Verdict::Drop(_) => counts[1] += 1,
             Verdict::HandOver(_) => counts[2] += 1,
             Verdict::Neighbor { .. } => counts[3] += 1,

@@ -65,6 +65,16 @@ fn check(snap: &Snapshot, v: Verdict, frame_len: usize) -> Option<usize> {
             );
             Some(len)
         }
+        Verdict::ReplyToNeighbor { len, ip, mac } => {
+            // Sent back on the arrival port, which is configured (the
+            // local path answers only there).
+            assert!(
+                (14..=frame_len).contains(&len),
+                "reply len {len} of a {frame_len}-byte frame"
+            );
+            assert!(mac.is_unicast(), "hint {ip} at group or zero MAC {mac}");
+            Some(len)
+        }
         Verdict::Resolve { port, len, .. } => {
             // Same rules as Transmit; the frame is not fed back (no MAC).
             assert!(snap.port(port).is_some(), "resolve on unconfigured port {port}");

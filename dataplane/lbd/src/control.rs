@@ -9,9 +9,10 @@
 //!   and holds them in the [`NeighborTable`], asking with ARP (IPv4) or a
 //!   neighbor solicitation (IPv6);
 //! - feeds the ARP replies and neighbor advertisements workers saw into
-//!   the table, releases the held
-//!   frames with the learned MAC, and publishes the resolved neighbors into
-//!   the snapshot (`ControlPlane::set_neighbors`) when they change;
+//!   the table (and, as hints, the MACs that ARP requests and neighbor
+//!   solicitations to lbd named), releases the held frames with the
+//!   learned MAC, and publishes the resolved neighbors into the snapshot
+//!   (`ControlPlane::set_neighbors`) when they change;
 //!
 //! It never waits for the plane's lock, which a commit holds while it
 //! persists and compiles (seconds for a big Resync), because everything
@@ -52,7 +53,7 @@ use lb_dataplane::local::{
 use lb_dataplane::snapshot::Snapshot;
 use lb_dataplane::wire::{self, MacAddr};
 
-use crate::neighbor::{Hold, NeighborTable, Request, Timers};
+use crate::neighbor::{Hold, NeighborTable, News, Request, Timers};
 
 /// How often the neighbor work runs, the ports' link states read with it
 /// (`rte_eth_link_get_nowait`): announcing and neighbor requests wait for
@@ -67,7 +68,7 @@ pub const PORT_PERIOD: Duration = Duration::from_secs(1);
 pub const HELD_RING: u32 = 256;
 
 /// Capacity of the channel that brings the workers' neighbor news (ARP
-/// replies, neighbor advertisements) to the control thread; also the most
+/// replies, neighbor advertisements, requests to lbd) to the control thread; also the most
 /// news one step takes.
 pub const NEWS_CHANNEL: usize = 1024;
 
@@ -93,8 +94,8 @@ pub struct Control {
     pub to_worker: Producer,
     /// From every worker: frames waiting for a next hop.
     pub held_in: Vec<Consumer>,
-    /// From every worker: ARP replies.
-    pub news: Receiver<(IpAddr, [u8; 6], u16)>,
+    /// From every worker: what frames told of neighbors.
+    pub news: Receiver<News>,
     /// Each port with the status GetInfo and GetStats report.
     pub ports: Vec<(Port, Arc<PortStatus>)>,
 }
@@ -208,7 +209,7 @@ struct Neighbors {
     pool: Arc<Mempool>,
     to_worker: Producer,
     held_in: Vec<Consumer>,
-    news: Receiver<(IpAddr, [u8; 6], u16)>,
+    news: Receiver<News>,
     stats: Arc<ControlCounters>,
     table: NeighborTable<Mbuf>,
     /// (port, address) pairs announced since their port's link came up,
@@ -249,16 +250,17 @@ impl Neighbors {
         } else if came_up || self.announce_again {
             self.announce(&snap);
         }
-        // ARP replies and neighbor advertisements: release what waited. At
+        // ARP replies and neighbor advertisements (and hints from requests
+        // to lbd): release what waited. At
         // most a channel's worth per step, for the reason given below for
         // the held frames (a flood of replies must not keep this step from
         // its requests, publishing and the gRPC server).
         for _ in 0..NEWS_CHANNEL {
-            let Ok((ip, mac, port)) = self.news.try_recv() else {
+            let Ok(news) = self.news.try_recv() else {
                 break;
             };
-            for m in self.table.learn(ip, mac, port, now) {
-                self.release(m, mac);
+            for m in self.table.news(news, now) {
+                self.release(m, news.mac);
             }
         }
         // Frames waiting for a next hop: at most a ring's worth from each

@@ -25,6 +25,14 @@
 //! learn from ARP replies and neighbor advertisements: an unsolicited one
 //! cannot plant an entry.
 //!
+//! A host's own ARP request or neighbor solicitation to lbd names its MAC
+//! too ([`Heard::Asked`]). Like Linux (which marks such an entry STALE), the
+//! table takes it as a hint, not a confirmation: a new MAC replaces the old
+//! one at once (held frames go out with it) and is probed for
+//! confirmation, so a host whose NIC or VM was replaced is reached at its
+//! new MAC without waiting for the old one to fail `probes` requests; the
+//! same MAC changes nothing.
+//!
 //! Generic over the held frame type `P` so it can be tested without DPDK.
 
 use std::collections::{HashMap, VecDeque};
@@ -97,6 +105,29 @@ pub struct Request {
     pub port: u16,
     /// The address asked for.
     pub target: IpAddr,
+}
+
+/// What a worker heard of a neighbor, for the control thread's table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct News {
+    /// The neighbor's address.
+    pub ip: IpAddr,
+    /// The MAC it gave.
+    pub mac: [u8; 6],
+    /// The port the frame came in on.
+    pub port: u16,
+    /// How.
+    pub heard: Heard,
+}
+
+/// How a neighbor's MAC was heard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heard {
+    /// An ARP reply or neighbor advertisement: [`NeighborTable::learn`].
+    Answer,
+    /// Its ARP request or neighbor solicitation to lbd:
+    /// [`NeighborTable::hint`].
+    Asked,
 }
 
 /// What [`NeighborTable::hold`] did with a frame.
@@ -242,6 +273,40 @@ impl<P> NeighborTable<P> {
         e.held.drain(..).collect()
     }
 
+    /// Feeds `news` to [`learn`](Self::learn) or [`hint`](Self::hint), as
+    /// it was heard; returns the frames to send with its MAC.
+    pub fn news(&mut self, news: News, now: Instant) -> Vec<P> {
+        match news.heard {
+            Heard::Answer => self.learn(news.ip, news.mac, news.port, now),
+            Heard::Asked => self.hint(news.ip, news.mac, news.port),
+        }
+    }
+
+    /// `ip` asked lbd something from `mac`, on `port` (an ARP request or a
+    /// neighbor solicitation with its link-layer address). For an entry
+    /// the table holds, reached by that port: a MAC other than the one
+    /// known (or none) is used from now on, the held frames are returned
+    /// to send with it, and the entry is probed at the next poll, as one
+    /// whose confirmation ran out. The same MAC changes nothing: only an
+    /// answer confirms. Ignored like [`learn`](Self::learn)'s news
+    /// otherwise.
+    pub fn hint(&mut self, ip: IpAddr, mac: [u8; 6], port: u16) -> Vec<P> {
+        let Some(e) = self.entries.get_mut(&ip) else {
+            return Vec::new();
+        };
+        if e.port != port || mac[0] & 1 != 0 || mac == [0; 6] || e.mac == Some(mac) {
+            return Vec::new();
+        }
+        e.mac = Some(mac);
+        self.changed = true;
+        e.confirmed = None;
+        e.sent = 0;
+        e.last_sent = None;
+        e.given_up = false;
+        self.held -= e.held.len();
+        e.held.drain(..).collect()
+    }
+
     /// Advances the timers: pushes the requests to send into `requests` and
     /// the frames given up on into `dropped`.
     pub fn poll(&mut self, now: Instant, requests: &mut Vec<Request>, dropped: &mut Vec<P>) {
@@ -379,6 +444,76 @@ mod tests {
         assert_eq!(t.resolved(), vec![(ip("10.0.0.5"), MAC)]);
         // Resolved: frames go straight out.
         assert!(matches!(t.hold(ip("10.0.0.5"), 1, 3), Hold::Ready(3, MAC)));
+    }
+
+    /// A host's own request names a new MAC: used at once and probed; the
+    /// same MAC neither changes nor confirms anything; unknown addresses
+    /// and other ports are ignored.
+    #[test]
+    fn a_request_from_a_known_host_moves_it_to_its_new_mac_and_probes_it() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        let mut t = NeighborTable::new(Timers::default());
+        let gw = ip("10.0.0.254");
+        let hint = |t: &mut NeighborTable<u32>, mac, port| {
+            t.news(
+                News {
+                    ip: gw,
+                    mac,
+                    port,
+                    heard: Heard::Asked,
+                },
+                t0,
+            )
+        };
+        // Unresolved, holding a frame: the request resolves it.
+        assert!(matches!(t.hold(gw, 0, 1), Hold::Waiting));
+        assert_eq!(poll(&mut t, t0).0.len(), 1);
+        assert_eq!(hint(&mut t, MAC, 0), vec![1]);
+        assert_eq!(t.held(), 0);
+        assert!(t.take_changed());
+        assert_eq!(t.resolved(), vec![(gw, MAC)]);
+        // ... and is probed at once, not at the retransmit time: a hint
+        // is not an answer.
+        assert_eq!(poll(&mut t, t0 + s / 10).0, vec![Request { port: 0, target: gw }]);
+        assert!(t.learn(gw, MAC, 0, t0 + s / 5).is_empty());
+        assert!(!t.take_changed());
+        // Reachable: the same MAC asked again changes nothing and sends
+        // no probe.
+        assert!(hint(&mut t, MAC, 0).is_empty());
+        assert!(!t.take_changed());
+        assert!(poll(&mut t, t0 + 2 * s).0.is_empty());
+        // Another port's, or a group MAC, is ignored.
+        assert!(hint(&mut t, MAC2, 1).is_empty());
+        assert!(hint(&mut t, [1, 0, 0x5e, 0, 0, 1], 0).is_empty());
+        assert_eq!(t.resolved(), vec![(gw, MAC)]);
+        // The host came back with a new NIC: its request moves it there
+        // at once, and a probe goes out to confirm it.
+        assert!(hint(&mut t, MAC2, 0).is_empty());
+        assert!(t.take_changed());
+        assert_eq!(t.resolved(), vec![(gw, MAC2)]);
+        assert_eq!(poll(&mut t, t0 + 3 * s).0, vec![Request { port: 0, target: gw }]);
+        // Never answered: the probes run out and the MAC goes, as for any
+        // unconfirmed entry.
+        for i in 1..=3 {
+            poll(&mut t, t0 + 3 * s + s * i);
+        }
+        assert!(t.resolved().is_empty());
+        assert_eq!(t.len(), 0, "not wanted: removed");
+        // An address the table does not hold is not planted.
+        let other = ip("10.0.0.7");
+        assert!(t
+            .news(
+                News {
+                    ip: other,
+                    mac: MAC,
+                    port: 0,
+                    heard: Heard::Asked
+                },
+                t0
+            )
+            .is_empty());
+        assert_eq!(t.len(), 0);
     }
 
     #[test]

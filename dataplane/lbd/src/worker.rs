@@ -15,6 +15,9 @@
 //!   until the next hop answers ARP (full ring: `no_neighbor`);
 //! - `Neighbor` → the news goes to the control thread's neighbor table
 //!   (`neighbor_updates`; full channel: `neighbor_channel_full`);
+//! - `ReplyToNeighbor` → the reply goes back out of the arrival port, as
+//!   `Transmit`, and the asker's address and MAC go to the neighbor table
+//!   as a hint, as for `Neighbor`;
 //! - `ToHost` → there is no path to a host stack: `local_unhandled`;
 //! - `Drop` → freed (the pipeline counted it).
 //!
@@ -50,6 +53,8 @@ use lb_dataplane::counters::WorkerCounters;
 use lb_dataplane::snapshot::Snapshot;
 use lb_dataplane::worker::{PacketMeta, Verdict, Worker};
 use lb_dataplane::{DropReason, Prefetch, Tick};
+
+use crate::neighbor::{Heard, News};
 
 /// How the pipeline's burst path warms the lines its lookups will read:
 /// `prefetcht0` ([`dpdk::prefetch`]), which lb-dataplane cannot issue
@@ -190,8 +195,8 @@ pub struct Links {
     pub held_out: Producer,
     /// Frames the control thread wants sent (the port is in the mbuf).
     pub control_in: Option<Consumer>,
-    /// ARP replies seen: (address, MAC), to the control thread.
-    pub news: SyncSender<(IpAddr, [u8; 6], u16)>,
+    /// What the frames told of neighbors, to the control thread.
+    pub news: SyncSender<News>,
 }
 
 /// What every worker shares.
@@ -416,18 +421,30 @@ fn process(
                     c.count_drop(DropReason::TooBig);
                 }
             }
-            Verdict::Neighbor { ip, mac } => {
-                // A full channel loses only the news; the next reply brings it.
-                // With the port it came in on: the table takes news of an
-                // address only from the port it reaches that address by.
-                if links.news.try_send((ip, mac.0, m.port())).is_ok() {
-                    c.neighbor_updates.inc();
+            Verdict::Neighbor { ip, mac } => send_news(links, &c, ip, mac.0, m.port(), Heard::Answer),
+            Verdict::ReplyToNeighbor { len, ip, mac } => {
+                let port = m.port();
+                send_news(links, &c, ip, mac.0, port, Heard::Asked);
+                if m.set_len(len) {
+                    out.transmit(&c, port, m);
                 } else {
-                    c.count_drop(DropReason::NeighborChannelFull);
+                    c.count_drop(DropReason::TooBig);
                 }
             }
             Verdict::ToHost => c.count_drop(DropReason::LocalUnhandled),
         }
+    }
+}
+
+/// Passes what a frame told of a neighbor to the control thread's table.
+/// A full channel loses only the news (counted); the next reply brings it.
+/// With the port it came in on: the table takes news of an address only
+/// from the port it reaches that address by.
+fn send_news(links: &Links, c: &WorkerCounters, ip: IpAddr, mac: [u8; 6], port: u16, heard: Heard) {
+    if links.news.try_send(News { ip, mac, port, heard }).is_ok() {
+        c.neighbor_updates.inc();
+    } else {
+        c.count_drop(DropReason::NeighborChannelFull);
     }
 }
 

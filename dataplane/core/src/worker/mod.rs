@@ -83,6 +83,20 @@ pub enum Verdict {
     Drop(DropReason),
     /// Another worker owns the flow: pass the frame, unchanged, to it.
     HandOver(WorkerId),
+    /// An ARP request or neighbor solicitation for an owned address, from
+    /// a host that named its MAC: transmit the reply's first `len` bytes
+    /// back on the port the frame came in on, and let the neighbor table
+    /// refresh the entry it holds for `ip` with `mac` (a hint, not a
+    /// confirmation of reachability; see
+    /// [`LocalVerdict::ReplyToNeighbor`]).
+    ReplyToNeighbor {
+        /// Bytes to send.
+        len: usize,
+        /// The asker's address.
+        ip: IpAddr,
+        /// The MAC it named.
+        mac: MacAddr,
+    },
     /// An ARP reply or neighbor advertisement: feed the neighbor table,
     /// then free the frame.
     Neighbor {
@@ -325,6 +339,10 @@ impl Worker {
                 LocalVerdict::Reply { len } => {
                     self.counters.local_replies.inc();
                     return Verdict::Transmit { port: meta.port, len };
+                }
+                LocalVerdict::ReplyToNeighbor { len, ip, mac } => {
+                    self.counters.local_replies.inc();
+                    return Verdict::ReplyToNeighbor { len, ip, mac };
                 }
                 // `neighbor_updates` is the I/O shell's to count, as it
                 // passes the news on.

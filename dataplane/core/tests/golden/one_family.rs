@@ -110,8 +110,9 @@ pub fn v4_cases() -> Vec<Case> {
         vec![Step {
             port: 0,
             input: req.frame(),
-            expect: Expect::Transmit {
-                port: 0,
+            expect: Expect::ReplyToNeighbor {
+                ip: ip(C4),
+                mac: CLIENT_MAC,
                 frame: rep.frame(),
             },
         }],
@@ -132,8 +133,9 @@ pub fn v4_cases() -> Vec<Case> {
         vec![Step {
             port: 0,
             input: tagged.frame(),
-            expect: Expect::Transmit {
-                port: 0,
+            expect: Expect::ReplyToNeighbor {
+                ip: ip(C4),
+                mac: CLIENT_MAC,
                 frame: tagged_rep.frame(),
             },
         }],
@@ -235,7 +237,15 @@ pub fn v6_cases() -> Vec<Case> {
         .ttl(255);
     cases.push(Case::new(
         "IPv6 neighbor solicitation for a VIP is answered (S+O, target link-layer option)",
-        vec![tx(0, &ns, &na)],
+        vec![Step {
+            port: 0,
+            input: ns.frame(),
+            expect: Expect::ReplyToNeighbor {
+                ip: ip(C6),
+                mac: CLIENT_MAC,
+                frame: na.frame(),
+            },
+        }],
     ));
     cases
 }
