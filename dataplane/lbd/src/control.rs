@@ -23,9 +23,10 @@
 //!   traffic, refreshing them before they age out;
 //! - announces every owned address (interface, VIP, SNAT) once its port's
 //!   link is up, again whenever the link comes back up, and whenever a new
-//!   address appears: IPv4 with a gratuitous ARP, IPv6 with an unsolicited
-//!   neighbor advertisement. Nothing is sent on a port whose link is down;
-//!   when it comes up, its unresolved neighbors are asked for at once.
+//!   address appears: IPv4 with gratuitous ARPs, IPv6 with unsolicited
+//!   neighbor advertisements, as often as [`crate::announce`] says.
+//!   Nothing is sent on a port whose link is down; when it comes up, its
+//!   unresolved neighbors are asked for at once.
 //!
 //! Each neighbor step also reads each port's link state (for the above and
 //! for GetInfo) and logs link changes (`port link up` / `port link down`);
@@ -53,6 +54,7 @@ use lb_dataplane::local::{
 use lb_dataplane::snapshot::Snapshot;
 use lb_dataplane::wire::{self, MacAddr};
 
+use crate::announce::Announcements;
 use crate::neighbor::{Hold, NeighborTable, News, Request, Timers};
 
 /// How often the neighbor work runs, the ports' link states read with it
@@ -71,6 +73,15 @@ pub const HELD_RING: u32 = 256;
 /// replies, neighbor advertisements, requests to lbd) to the control thread; also the most
 /// news one step takes.
 pub const NEWS_CHANNEL: usize = 1024;
+
+/// Whether `port`'s link was up at the last read (a port without a status
+/// counts as up).
+fn link_up(ports: &[(Port, Arc<PortStatus>)], port: u16) -> bool {
+    ports
+        .iter()
+        .find(|(p, _)| p.id() == port)
+        .is_none_or(|(_, status)| status.get().up)
+}
 
 /// Counts one event.
 fn inc(c: &AtomicU64) {
@@ -135,8 +146,7 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> (Vec<Consumer>, anyhow::R
         news,
         stats,
         table: NeighborTable::new(Timers::default()),
-        announced: HashSet::new(),
-        announce_again: false,
+        announcements: Announcements::default(),
         ports: ports.clone(),
         wanted_revision: None,
         requests: Vec::new(),
@@ -212,12 +222,8 @@ struct Neighbors {
     news: Receiver<News>,
     stats: Arc<ControlCounters>,
     table: NeighborTable<Mbuf>,
-    /// (port, address) pairs announced since their port's link came up,
-    /// and still owned.
-    announced: HashSet<(u16, IpAddr)>,
-    /// An announcement could not be sent (no mbuf, worker 0's ring full):
-    /// the next step tries again.
-    announce_again: bool,
+    /// Which owned addresses are due to be announced.
+    announcements: Announcements,
     /// Each port with the status GetInfo reports, whose link each step
     /// reads.
     ports: Vec<(Port, Arc<PortStatus>)>,
@@ -240,15 +246,15 @@ impl Neighbors {
             if up {
                 self.table.link_up(p.id());
             } else {
-                self.announced.retain(|&(port, _)| port != p.id());
+                self.announcements.link_down(p.id());
             }
         }
         if self.wanted_revision != Some(snap.revision()) {
             self.wanted_revision = Some(snap.revision());
             self.table.set_wanted(&wanted(&snap));
-            self.announce(&snap);
-        } else if came_up || self.announce_again {
-            self.announce(&snap);
+            self.announce(&snap, now);
+        } else if came_up || self.announcements.is_due(now) {
+            self.announce(&snap, now);
         }
         // ARP replies and neighbor advertisements (and hints from requests
         // to lbd): release what waited. At
@@ -380,19 +386,14 @@ impl Neighbors {
     /// Whether `port`'s link was up at this step (a port without a status
     /// counts as up).
     fn link_up(&self, port: u16) -> bool {
-        self.ports
-            .iter()
-            .find(|(p, _)| p.id() == port)
-            .is_none_or(|(_, status)| status.get().up)
+        link_up(&self.ports, port)
     }
 
-    /// Gratuitous ARP for every owned IPv4 address, an unsolicited
-    /// neighbor advertisement for every owned IPv6 one, not yet announced
-    /// on its port since its link came up; ports whose link is down wait.
-    /// An address no longer owned is forgotten, so that it is announced
-    /// again if it comes back (a VIP that moved to a peer and back); one
-    /// whose frame could not be sent is tried again next step.
-    fn announce(&mut self, snap: &Snapshot) {
+    /// Announces what [`Announcements`] says is due: a gratuitous ARP for
+    /// an owned IPv4 address, an unsolicited neighbor advertisement for an
+    /// owned IPv6 one, on ports whose link is up (see `announce.rs` for how
+    /// often). One that could not be sent stays due for the next step.
+    fn announce(&mut self, snap: &Snapshot, now: Instant) {
         let owned: HashSet<(u16, IpAddr)> = (0..snap.port_count() as u16)
             .filter_map(|port| Some((port, snap.port(port)?.local_addrs())))
             .flat_map(|(port, l)| {
@@ -400,41 +401,32 @@ impl Neighbors {
                 v4.chain(l.ipv6().iter().map(move |&a| (port, IpAddr::V6(a))))
             })
             .collect();
-        self.announced.retain(|k| owned.contains(k));
-        self.announce_again = false;
-        for port in 0..snap.port_count() as u16 {
-            if !self.link_up(port) {
+        let ports = &self.ports;
+        let due = self.announcements.due(&owned, |p| link_up(ports, p), now);
+        let mut sent = 0;
+        for (i, &(port, ip)) in due.iter().enumerate() {
+            let Some(mac) = snap.port(port).map(|pc| MacAddr(pc.mac())) else {
                 continue;
+            };
+            let (ok, counter) = match ip {
+                IpAddr::V4(a) => (
+                    self.build(port, |buf| write_gratuitous_arp(buf, mac, a, None).ok()),
+                    &self.stats.gratuitous_arps,
+                ),
+                IpAddr::V6(a) => (
+                    self.build(port, |buf| write_unsolicited_na(buf, mac, &a, None).ok()),
+                    &self.stats.unsolicited_nas,
+                ),
+            };
+            if ok {
+                inc(counter);
+                self.announcements.sent(port, ip, now);
+                sent += 1;
             }
-            let Some(pc) = snap.port(port) else { continue };
-            let mac = MacAddr(pc.mac());
-            let mut sent = 0;
-            for &ip in pc.local_addrs().ipv4() {
-                if self.announced.contains(&(port, IpAddr::V4(ip))) {
-                    continue;
-                }
-                if self.build(port, |buf| write_gratuitous_arp(buf, mac, ip, None).ok()) {
-                    self.announced.insert((port, IpAddr::V4(ip)));
-                    inc(&self.stats.gratuitous_arps);
-                    sent += 1;
-                } else {
-                    self.announce_again = true;
-                }
-            }
-            for ip in pc.local_addrs().ipv6() {
-                if self.announced.contains(&(port, IpAddr::V6(*ip))) {
-                    continue;
-                }
-                if self.build(port, |buf| write_unsolicited_na(buf, mac, ip, None).ok()) {
-                    self.announced.insert((port, IpAddr::V6(*ip)));
-                    inc(&self.stats.unsolicited_nas);
-                    sent += 1;
-                } else {
-                    self.announce_again = true;
-                }
-            }
-            if sent > 0 {
+            // `due` is sorted by port: log each port's count once.
+            if due.get(i + 1).is_none_or(|&(next, _)| next != port) && sent > 0 {
                 tracing::info!(port, addresses = sent, "owned addresses announced");
+                sent = 0;
             }
         }
     }

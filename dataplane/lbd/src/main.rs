@@ -14,6 +14,7 @@
 //! the control thread ends the gRPC server, ports stop, final counters are
 //! printed, ports close, EAL is cleaned up, exit 0.
 
+mod announce;
 mod cli;
 mod config;
 mod control;
