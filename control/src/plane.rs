@@ -252,6 +252,19 @@ struct ResyncPlan {
     lists: ResyncLists,
 }
 
+impl ResyncPlan {
+    /// `services[i]`, `frontends[i]` or `backends[i]`: the request item
+    /// that lists `object` (as [`Change::object_name`] names it), whether
+    /// the resync changes it or not; `None` for an object it does not list.
+    fn listed(&self, object: &str) -> Option<String> {
+        let first = self.lists.first_upsert;
+        let i = self.changes[first..]
+            .iter()
+            .position(|c| c.object_name() == object)?;
+        self.lists.label(first + i)
+    }
+}
+
 /// The layout of a resync's changes: deletes, then the request's services,
 /// frontends and backends in order.
 #[derive(Debug, Clone, Copy)]
@@ -506,9 +519,18 @@ impl ControlPlane {
     /// Errors: as `open` for the node configuration and a file that cannot
     /// be loaded or is invalid; the resync's own errors (malformed objects,
     /// conflicts, a missing service) as [`resync`](Self::resync) returns
-    /// them, and so a result that does not compile on an object the resync
-    /// wrote, or although the loaded state alone compiles. Only a result
-    /// that does not compile otherwise is [`PlaneError::StateFile`].
+    /// them. A result that does not compile is blamed by the object that
+    /// fails:
+    /// - one the resync lists, whether it changed it or not, is the
+    ///   resync's error naming its entry (`frontends[0] frontend
+    ///   192.0.2.1:80/tcp: ...`): the entry or the node configuration, both
+    ///   the caller's configuration, is at fault (a full-NAT service the
+    ///   state file already holds, on a node that just lost its SNAT
+    ///   address, is the configuration's error, not the file's);
+    /// - one only the state file holds is the resync's error (unprefixed)
+    ///   if the loaded state alone compiles, since the resync broke it, and
+    ///   otherwise [`PlaneError::StateFile`].
+    ///
     /// Nothing is written unless everything succeeds.
     pub fn open_with(
         node: NodeConfig,
@@ -541,19 +563,13 @@ impl ControlPlane {
             .transpose()?;
         let mut txn = Txn::new(&mut state);
         let mut outcome = None;
-        let mut origins = Origins::default();
-        let mut lists = None;
-        if let Some(plan) = plan {
-            lists = Some(plan.lists);
+        if let Some(plan) = &plan {
+            // Cloned: the plan names the entry of a listed object that
+            // does not compile, changed or not.
             let applied = plan
                 .changes
-                .into_iter()
-                .enumerate()
-                .try_for_each(|(i, c)| {
-                    txn.change(c)?;
-                    origins.note(&txn, i);
-                    Ok(())
-                })
+                .iter()
+                .try_for_each(|c| txn.change(c.clone()))
                 .and_then(|()| txn.check());
             if let Err(e) = applied {
                 txn.rollback();
@@ -570,12 +586,11 @@ impl ControlPlane {
         let (snap, journal) = match compiler.compile(txn.state(), next, &Snapshot::empty(), None) {
             Ok(x) => x,
             Err(e) => {
-                let written = origins
-                    .locate(&txn.committed, &e.object)
-                    .and_then(|i| lists.and_then(|l| l.label(i as usize)));
+                let listed = plan.as_ref().and_then(|p| p.listed(&e.object));
                 txn.rollback();
-                // Whose objects fail: the resync's, or the loaded state's?
-                return Err(match written {
+                // Whose object fails: the resync's (changed or not), or
+                // one only the loaded state holds?
+                return Err(match listed {
                     Some(item) => e.within(&item).into(),
                     None if changed
                         && Compiler::new(node)

@@ -853,11 +853,15 @@ fn the_config_resync_at_open_comes_before_the_first_compile() {
         )
     };
     let before = files();
-    // Still full-NAT: neither the state file nor v2 has what it needs,
-    // the file is blamed and left as it was.
+    // Still full-NAT: the resync changes nothing, but its own frontend
+    // fails for v2, which dropped the SNAT address. The config's error,
+    // naming its entry; the file is not blamed and is left as it was.
     let e = ControlPlane::open_with(v2.clone(), Some(&path), Some(config(Mode::FullNat))).unwrap_err();
-    assert!(matches!(e, PlaneError::StateFile { .. }), "{e}");
-    assert!(e.to_string().contains("SNAT"), "{e}");
+    assert!(matches!(e, PlaneError::Validation(_)), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "frontends[0] frontend 192.0.2.1:80/tcp: address: service \"default/web\" is full-NAT, and this node has no IPv4 SNAT address"
+    );
     assert_eq!(files(), before);
     // The state is fixed by v2, but v2 adds a full-NAT service of its own:
     // the config's error, naming its entry.
@@ -895,11 +899,124 @@ fn the_config_resync_at_open_comes_before_the_first_compile() {
     assert_eq!(out.unwrap().revision, 2);
     assert_eq!(p.revision(), 2);
     drop(p);
-    // A resync that breaks a state that compiles is the resync's error.
+    // A resync that breaks a state that compiles is the resync's error,
+    // named by its entry although the frontend itself did not change.
     let e = ControlPlane::open_with(v2, Some(&path), Some(config(Mode::FullNat))).unwrap_err();
     assert!(matches!(e, PlaneError::Validation(_)), "{e}");
-    assert!(e.to_string().contains("SNAT"), "{e}");
+    assert!(
+        e.to_string().starts_with(
+            "frontends[0] frontend 192.0.2.1:80/tcp: address: service \"default/web\" is full-NAT"
+        ),
+        "{e}"
+    );
     assert_eq!(ControlPlane::open(node(), Some(&path)).unwrap().revision(), 2);
+}
+
+/// The config resync at open lists a DNAT and a full-NAT service, both
+/// already in the state file; the node configuration then drops its SNAT
+/// address. The resync changes nothing, yet the full-NAT service's
+/// frontend fails: the node configuration with the config's own entry is
+/// at fault, so the error names that entry (by its index, also for a
+/// backend) and not the state file, which is left as it was.
+#[test]
+fn an_unchanged_config_object_failing_for_a_new_node_config_blames_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let config = || InitialResync {
+        source: Source::Config,
+        services: vec![
+            Service {
+                mode: Mode::Dnat,
+                ..svc("default/dns")
+            },
+            svc("default/web"),
+        ],
+        frontends: vec![
+            fe("default/dns", "192.0.2.53", 53),
+            fe("default/web", "192.0.2.1", 80),
+        ],
+        backends: vec![
+            be("default/dns", "10.1.0.53", 53),
+            be("default/web", "10.1.0.1", 8080),
+        ],
+    };
+    drop(ControlPlane::open_with(node(), Some(&path), Some(config())).unwrap());
+    let before = fs::read(&path).unwrap();
+    let v2 = NodeConfig {
+        snat_addresses: vec![],
+        ..node()
+    };
+    let e = ControlPlane::open_with(v2, Some(&path), Some(config())).unwrap_err();
+    assert!(matches!(e, PlaneError::Validation(_)), "{e}");
+    assert_eq!(e.kind(), ErrorKind::Precondition);
+    assert_eq!(
+        e.to_string(),
+        "frontends[1] frontend 192.0.2.1:80/tcp: address: service \"default/web\" is full-NAT, and this node has no IPv4 SNAT address"
+    );
+    assert_eq!(fs::read(&path).unwrap(), before);
+
+    // A backend listed unchanged fails for a new node configuration: the
+    // new interface address is the backend's.
+    let v3 = NodeConfig {
+        interfaces: vec![InterfaceConfig {
+            cidr: "10.1.0.1/16".parse().unwrap(),
+            gateway: None,
+            ..node().interfaces[0].clone()
+        }],
+        ..node()
+    };
+    let e = ControlPlane::open_with(v3, Some(&path), Some(config())).unwrap_err();
+    assert!(matches!(e, PlaneError::Validation(_)), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("backends[1] backend 10.1.0.1:8080 of default/web: address: 10.1.0.1 is one of lbd's own addresses"),
+        "{e}"
+    );
+    assert_eq!(fs::read(&path).unwrap(), before);
+}
+
+/// An object only the state file holds (an operator's full-NAT service)
+/// that does not compile for the new node configuration is still the
+/// state file's fault, whether the config resync changes nothing or
+/// something else.
+#[test]
+fn a_state_file_object_failing_for_a_new_node_config_blames_the_state_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let config = |weight: u32| InitialResync {
+        source: Source::Config,
+        services: vec![Service {
+            mode: Mode::Dnat,
+            ..svc("default/dns")
+        }],
+        frontends: vec![fe("default/dns", "192.0.2.53", 53)],
+        backends: vec![Backend {
+            weight,
+            ..be("default/dns", "10.1.0.53", 53)
+        }],
+    };
+    let (mut p, _) = ControlPlane::open_with(node(), Some(&path), Some(config(1))).unwrap();
+    p.apply(Source::Api, web(), None).unwrap();
+    drop(p);
+    let before = fs::read(&path).unwrap();
+    let v2 = NodeConfig {
+        snat_addresses: vec![],
+        ..node()
+    };
+    let file = path.display();
+    let e = ControlPlane::open_with(v2.clone(), Some(&path), Some(config(1))).unwrap_err();
+    assert!(matches!(e, PlaneError::StateFile { .. }), "{e}");
+    assert_eq!(
+        e.to_string(),
+        format!("state file {file}: state does not compile for this node: frontend 192.0.2.1:80/tcp: address: service \"default/web\" is full-NAT, and this node has no IPv4 SNAT address")
+    );
+    let e = ControlPlane::open_with(v2, Some(&path), Some(config(2))).unwrap_err();
+    assert!(matches!(e, PlaneError::StateFile { .. }), "{e}");
+    assert_eq!(
+        e.to_string(),
+        format!("state file {file}: state does not compile for this node, even with the config source's objects replaced: frontend 192.0.2.1:80/tcp: address: service \"default/web\" is full-NAT, and this node has no IPv4 SNAT address")
+    );
+    assert_eq!(fs::read(&path).unwrap(), before);
 }
 
 fn backend_slot(p: &ControlPlane, service: &str, addr: &str, port: u16) -> u32 {
