@@ -1,6 +1,9 @@
 //! Conversions between the `lb.v1` messages and the model.
 //!
-//! Every proto field is checked on the way in: addresses parse, ports are
+//! Every proto field of a request is checked on the way in, except those
+//! only the server sets, which requests ignore (output only, AIP-203): an
+//! object's `source` (the request's is recorded) and a backend's
+//! `operator_state` (the stored one is kept). Addresses parse, ports are
 //! 1-65535 (they travel as `uint32`), enums are known numbers (with the
 //! `UNSPECIFIED` defaults documented in lb.proto: source api, full-NAT,
 //! cluster policy, load-balancer frontend, active backend; an unspecified
@@ -292,7 +295,9 @@ pub fn backend_key_to_proto(k: &BackendKey) -> pb::BackendKey {
     }
 }
 
-/// A backend; its source from the message, weight 1 when unset. Validated.
+/// A backend; its source and operator state from the message (as a List
+/// reply gives them), weight 1 when unset. Validated. Requests ignore both
+/// (see [`change_from_proto`], [`resync_from_proto`]).
 pub fn backend_from_proto(p: &pb::Backend) -> Result<Backend, ValidationError> {
     let obj = format!(
         "backend {} of {:?}",
@@ -311,7 +316,6 @@ pub fn backend_from_proto(p: &pb::Backend) -> Result<Backend, ValidationError> {
         },
         weight,
         state: backend_state_from_proto(p.state, &obj, "state")?,
-        // Output only: Apply and Resync keep the stored one.
         operator_state: match p.operator_state {
             0 => None,
             v => Some(backend_state_from_proto(v, &obj, "operator_state")?),
@@ -339,8 +343,24 @@ pub fn backend_to_proto(b: &Backend) -> pb::Backend {
     }
 }
 
+/// A backend of a request (Apply, Resync): `source` (the request's)
+/// whatever its own field says, and no operator state whatever its
+/// output-only `operator_state` says, not even checked (AIP-203): Apply and
+/// Resync keep the stored one.
+fn request_backend(p: &pb::Backend, source: Source) -> Result<Backend, ValidationError> {
+    Ok(Backend {
+        source,
+        ..backend_from_proto(&pb::Backend {
+            source: 0,
+            operator_state: 0,
+            ..p.clone()
+        })?
+    })
+}
+
 /// One change of a request; upserted objects get `source` (the request's),
-/// whatever their own `source` field says.
+/// whatever their own `source` field says; a backend's `operator_state` is
+/// ignored.
 pub fn change_from_proto(p: &pb::Change, source: Source) -> Result<Change, ValidationError> {
     let change = match &p.change {
         None => return Err(bad("", "change", "is empty (set one of the oneof fields)")),
@@ -358,13 +378,7 @@ pub fn change_from_proto(p: &pb::Change, source: Source) -> Result<Change, Valid
                 ..f.clone()
             })?
         }),
-        Some(PbChange::UpsertBackend(b)) => Change::UpsertBackend(Backend {
-            source,
-            ..backend_from_proto(&pb::Backend {
-                source: 0,
-                ..b.clone()
-            })?
-        }),
+        Some(PbChange::UpsertBackend(b)) => Change::UpsertBackend(request_backend(b, source)?),
         Some(PbChange::DeleteService(n)) => Change::DeleteService(n.clone()),
         Some(PbChange::DeleteFrontend(k)) => {
             let obj = format!("delete_frontend {}", shown_endpoint(&k.address, k.port));
@@ -416,8 +430,9 @@ pub struct ResyncObjects {
     pub backends: Vec<Backend>,
 }
 
-/// The objects of a Resync, each given `source`; errors prefixed with
-/// `services[i]`, `frontends[i]` or `backends[i]`.
+/// The objects of a Resync, each given `source` (a backend's
+/// `operator_state` is ignored); errors prefixed with `services[i]`,
+/// `frontends[i]` or `backends[i]`.
 pub fn resync_from_proto(req: &pb::ResyncRequest, source: Source) -> Result<ResyncObjects, ValidationError> {
     fn each<P, T>(
         what: &str,
@@ -448,15 +463,7 @@ pub fn resync_from_proto(req: &pb::ResyncRequest, source: Source) -> Result<Resy
             })?
         })
     })?;
-    let backends = each("backends", &req.backends, |p| {
-        Ok(Backend {
-            source,
-            ..backend_from_proto(&pb::Backend {
-                source: 0,
-                ..p.clone()
-            })?
-        })
-    })?;
+    let backends = each("backends", &req.backends, |p| request_backend(p, source))?;
     Ok(ResyncObjects {
         services,
         frontends,

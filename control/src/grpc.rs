@@ -837,6 +837,85 @@ mod tests {
         }
     }
 
+    /// `operator_state` is output only (AIP-203): an Apply or a Resync that
+    /// carries one, unknown or known, commits its other fields and leaves
+    /// the operator's state as SetBackendState set it.
+    #[tokio::test]
+    async fn requests_ignore_the_output_only_operator_state() {
+        use crate::model::{BackendKey, BackendState};
+        use pb::change::Change as C;
+        let plane = ControlPlane::open(crate::plane::tests::node(), None).unwrap();
+        let plane: SharedPlane = Arc::new(Mutex::new(plane));
+        let (svc, _closer) = LoadBalancerService::new(Arc::clone(&plane), ServerInfo::new(Vec::new(), 1));
+        let service = pb::Service {
+            name: "default/web".into(),
+            ..Default::default()
+        };
+        let backend = |weight: u32, operator_state: i32| pb::Backend {
+            service: "default/web".into(),
+            address: "10.1.0.11".into(),
+            port: 8080,
+            weight: Some(weight),
+            operator_state,
+            ..Default::default()
+        };
+        let apply = |changes: Vec<C>| {
+            Request::new(pb::ApplyRequest {
+                changes: changes
+                    .into_iter()
+                    .map(|c| pb::Change { change: Some(c) })
+                    .collect(),
+                ..Default::default()
+            })
+        };
+        svc.apply(apply(vec![
+            C::UpsertService(service.clone()),
+            C::UpsertBackend(backend(1, 0)),
+        ]))
+        .await
+        .unwrap();
+        svc.set_backend_state(Request::new(pb::SetBackendStateRequest {
+            address: "10.1.0.11".into(),
+            state: pb::BackendState::Maintenance.into(),
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
+        let key = BackendKey {
+            service: "default/web".into(),
+            addr: "10.1.0.11".parse().unwrap(),
+            port: 8080,
+        };
+        let stored = || {
+            let p = plane.lock().unwrap();
+            let b = &p.state().backends[&key];
+            (p.revision(), b.weight, b.operator_state)
+        };
+        let held = Some(BackendState::Maintenance);
+        assert_eq!(stored(), (2, 1, held));
+        let active = i32::from(pb::BackendState::Active);
+        for (weight, operator_state) in [(2, 99), (3, active)] {
+            let r = svc
+                .apply(apply(vec![C::UpsertBackend(backend(weight, operator_state))]))
+                .await
+                .unwrap();
+            assert_eq!(r.into_inner().revision, u64::from(weight) + 1);
+            assert_eq!(stored(), (u64::from(weight) + 1, weight, held));
+        }
+        for (weight, operator_state) in [(4, 99), (5, active)] {
+            let r = svc
+                .resync(Request::new(pb::ResyncRequest {
+                    services: vec![service.clone()],
+                    backends: vec![backend(weight, operator_state)],
+                    ..Default::default()
+                }))
+                .await
+                .unwrap();
+            assert_eq!(r.into_inner().updated, 1);
+            assert_eq!(stored(), (u64::from(weight) + 1, weight, held));
+        }
+    }
+
     #[test]
     fn codes_by_kind() {
         assert_eq!(code_of(ErrorKind::Invalid), tonic::Code::InvalidArgument);
