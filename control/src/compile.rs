@@ -241,7 +241,7 @@ impl Compiler {
             }
             Err(e) => {
                 self.rollback(journal);
-                Err(build_error(e))
+                Err(compile_error(e, state))
             }
         }
     }
@@ -391,6 +391,26 @@ fn backend_spec(b: &Backend, slot: u32) -> BackendSpec {
     }
 }
 
+/// [`build_error`] for a compile of `state`. The builder names only the
+/// address of an SNAT address that is also a frontend address; the error
+/// names the first frontend at it, as the API does, so that the plane finds
+/// the change that wrote it (a commit's node configuration is the one the
+/// previous state compiled for, so every frontend at an SNAT address is
+/// one the transaction wrote).
+fn compile_error(e: BuildError, state: &DesiredState) -> ValidationError {
+    if let BuildError::SnatIsVip { addr } = e {
+        if let Some(k) = state.frontends.keys().find(|k| k.addr == addr) {
+            return ValidationError {
+                kind: ErrorKind::Precondition,
+                object: format!("frontend {k}"),
+                field: "address".into(),
+                message: format!("{addr} is one of this node's SNAT addresses"),
+            };
+        }
+    }
+    build_error(e)
+}
+
 /// A build error as a FAILED_PRECONDITION naming object and field. The
 /// errors a request can cause name the object as the API does (`backend
 /// 10.1.0.1:8080 of default/web`, `frontend 10.0.0.1:80/tcp`, `service
@@ -485,7 +505,8 @@ pub fn build_error(e: BuildError) -> ValidationError {
             None => (object.to_string(), rest.to_string(), String::new()),
         },
         // Messages without a field: `snat address A: also a frontend
-        // address`, `service S: Maglev ring: ...`.
+        // address` (when no frontend of the state is at A to name, see
+        // `compile_error`), `service S: Maglev ring: ...`.
         None => match text.split_once(": ") {
             Some((object, message)) => {
                 let field = if object.starts_with("service") {

@@ -280,13 +280,34 @@ fn every_error_kind_leaves_everything_unchanged() {
         "{e}"
     );
     assert_eq!(p.revision(), 1);
-    // A VIP equal to the SNAT address.
+    // A VIP equal to the SNAT address: the frontend and its change named,
+    // `address` its proto field.
     let e = rejected(
         &mut p,
-        vec![Change::UpsertFrontend(fe("default/web", "10.0.0.100", 80))],
+        vec![
+            Change::UpsertFrontend(fe("default/web", "192.0.2.9", 80)),
+            Change::UpsertFrontend(fe("default/web", "10.0.0.100", 80)),
+        ],
         ErrorKind::Precondition,
     );
-    assert!(e.contains("snat address 10.0.0.100"), "{e}");
+    assert_eq!(
+        e,
+        "changes[1] frontend 10.0.0.100:80/tcp: address: 10.0.0.100 is one of this node's SNAT addresses"
+    );
+    let e = p
+        .resync(
+            Source::K8s,
+            vec![svc("ns/a")],
+            vec![fe("ns/a", "192.0.2.9", 80), fe("ns/a", "10.0.0.100", 443)],
+            vec![],
+        )
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Precondition);
+    assert_eq!(
+        e.to_string(),
+        "frontends[1] frontend 10.0.0.100:443/tcp: address: 10.0.0.100 is one of this node's SNAT addresses"
+    );
+    assert_eq!(p.revision(), 1);
     // Stale revision.
     let e = p.apply(
         Source::Api,
@@ -971,6 +992,17 @@ fn an_unchanged_config_object_failing_for_a_new_node_config_blames_the_config() 
         e.to_string()
             .starts_with("backends[1] backend 10.1.0.1:8080 of default/web: address: 10.1.0.1 is one of lbd's own addresses"),
         "{e}"
+    );
+    // A new SNAT address at a listed VIP.
+    let v4 = NodeConfig {
+        snat_addresses: vec![ip("10.0.0.100"), ip("192.0.2.1")],
+        ..node()
+    };
+    let e = ControlPlane::open_with(v4, Some(&path), Some(config())).unwrap_err();
+    assert!(matches!(e, PlaneError::Validation(_)), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "frontends[1] frontend 192.0.2.1:80/tcp: address: 192.0.2.1 is one of this node's SNAT addresses"
     );
     assert_eq!(fs::read(&path).unwrap(), before);
 }
