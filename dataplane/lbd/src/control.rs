@@ -172,14 +172,19 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> (Vec<Consumer>, anyhow::R
         let neighbors = async {
             let mut tick = tokio::time::interval(NEIGHBOR_PERIOD);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut poisoned = false;
             while !stop.load(Ordering::Relaxed) {
                 tick.tick().await;
+                if stop_if_poisoned(&nb.plane, &stop) {
+                    poisoned = true;
+                    break;
+                }
                 nb.step(Instant::now());
             }
             nb.shutdown();
             // Workers may still be handing frames in: main drains and
             // counts what is left once every lcore has stopped.
-            std::mem::take(&mut nb.held_in)
+            (std::mem::take(&mut nb.held_in), poisoned)
         };
         let port_watch = async {
             let mut tick = tokio::time::interval(PORT_PERIOD);
@@ -189,14 +194,36 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> (Vec<Consumer>, anyhow::R
                 read_counters(&ports);
             }
         };
-        let (r, held_in, ()) = tokio::join!(server, neighbors, port_watch);
-        (held_in, r.map_err(anyhow::Error::from))
+        let (r, (held_in, poisoned), ()) = tokio::join!(server, neighbors, port_watch);
+        let r = r.map_err(anyhow::Error::from).and_then(|()| {
+            if poisoned {
+                Err(anyhow::anyhow!("control plane lock poisoned by a panic"))
+            } else {
+                Ok(())
+            }
+        });
+        (held_in, r)
     })
+}
+
+/// Whether a panic poisoned the plane's lock; if so, says so and sets
+/// `stop`. A panic while a request held the lock leaves every later request
+/// failing and the neighbor table unpublished for good, while the health
+/// service still says SERVING: lbd stops instead (exit 1), so that a
+/// supervisor restarts it. Every commit is already durable in the state
+/// file.
+fn stop_if_poisoned(plane: &SharedPlane, stop: &AtomicBool) -> bool {
+    if !plane.is_poisoned() {
+        return false;
+    }
+    tracing::error!("a panic poisoned the control plane's lock: stopping lbd, which must be restarted");
+    stop.store(true, Ordering::Relaxed);
+    true
 }
 
 /// Gives the plane the resolved neighbors unless a commit holds its lock;
 /// false when it must be tried again. A poisoned lock is given up on: the
-/// gRPC API reports it, and lbd must be restarted.
+/// next step stops lbd (see `run`).
 fn publish(plane: &SharedPlane, resolved: impl FnOnce() -> Vec<(IpAddr, [u8; 6])>) -> bool {
     match plane.try_lock() {
         Ok(mut p) => {
@@ -592,5 +619,12 @@ mod tests {
         .join();
         assert!(plane.is_poisoned());
         assert!(publish(&plane, || unreachable!("not read")));
+        // ... and lbd is stopped rather than left running without its API.
+        let stop = AtomicBool::new(false);
+        assert!(stop_if_poisoned(&plane, &stop));
+        assert!(stop.load(Ordering::Relaxed));
+        let healthy = AtomicBool::new(false);
+        assert!(!stop_if_poisoned(&self::plane(), &healthy));
+        assert!(!healthy.load(Ordering::Relaxed));
     }
 }
