@@ -306,10 +306,15 @@ impl Mbuf {
     }
 
     /// Sets the data length to `len` (shrinking or growing into tailroom).
-    /// Returns false if `len` does not fit.
+    /// Returns false if `len` does not fit, and for a chain of segments,
+    /// whose data this API sees only the first segment of (trimming or
+    /// appending would change the last one and `pkt_len` instead).
     pub fn set_len(&mut self, len: usize) -> bool {
+        if self.segments() != 1 {
+            return false;
+        }
         let cur = self.len();
-        if len <= cur && self.segments() == 1 {
+        if len <= cur {
             // What `rte_pktmbuf_trim` does to a single segment, without a
             // call into the C shim for every transmitted packet.
             // SAFETY: we own the mbuf exclusively (&mut self), a struct
@@ -320,9 +325,6 @@ impl Mbuf {
             mb.pkt_len -= (cur - len) as u32;
             mb.data_len = len as u16;
             true
-        } else if len <= cur {
-            // SAFETY: we own the mbuf; trimming less than data_len succeeds.
-            unsafe { dpdk_sys::lbd_rte_pktmbuf_trim(self.0.as_ptr(), (cur - len) as u16) == 0 }
         } else {
             u16::try_from(len - cur)
                 .ok()

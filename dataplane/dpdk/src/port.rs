@@ -513,12 +513,16 @@ impl Port {
                 live: *live,
             });
         }
-        if self.0.started.swap(false, Ordering::AcqRel) {
+        if self.0.started.load(Ordering::Acquire) {
             // SAFETY: no queue handle lives and none can be taken while we
             // hold the lock, so no lcore polls the device while it stops.
             check(self.id(), "rte_eth_dev_stop", unsafe {
                 dpdk_sys::rte_eth_dev_stop(self.id())
             })?;
+            // Only once it stopped: a device whose stop failed is still
+            // started (DPDK keeps `dev_started`), and the drop must try
+            // again before closing it, which DPDK refuses while started.
+            self.0.started.store(false, Ordering::Release);
         }
         Ok(())
     }

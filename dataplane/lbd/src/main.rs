@@ -472,7 +472,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         let io = ios.pop().expect("one worker");
         let w = pipeline.pop().expect("one worker");
         let l = links.pop().expect("one worker");
-        vec![worker::run(w, io, l, shared)]
+        // As a worker lcore's panic is (EAL's trampoline, `StopOnExit`): a
+        // panic here must not unwind out of main, past the control
+        // thread's stop, the ports' stop and the summary.
+        let run = std::panic::AssertUnwindSafe(|| worker::run(w, io, l, shared));
+        match std::panic::catch_unwind(run) {
+            Ok(w) => vec![w],
+            Err(_) => {
+                stop.store(true, Ordering::Relaxed);
+                tracing::error!("the worker on the main lcore ended abnormally");
+                failures.push("a worker panicked".to_string());
+                Vec::new()
+            }
+        }
     } else {
         let mut handles = Vec::new();
         let results: Vec<WorkerSlot> = (0..workers).map(|_| Arc::new(Mutex::new(None))).collect();
@@ -549,8 +561,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
     let left_in_rings = drain_count(&mut rings_in);
     drop(steering);
+    // A port that fails to stop is a failure like any other: the summary
+    // is still printed and the other ports still stopped.
     for p in &ports {
-        p.stop()?;
+        if let Err(e) = p.stop() {
+            tracing::error!("stopping port {}: {e}", p.id());
+            failures.push(format!("stopping port {}: {e}", p.id()));
+        }
     }
     print_summary(&ports, &finals, &ctl_stats, left_in_rings);
     if finals.len() < workers {

@@ -283,6 +283,12 @@ pub fn run(mut worker: Worker, io: WorkerIo, mut links: Links, shared: Shared) -
         verdicts: [Verdict::ToHost; BURST_MAX],
     };
     let mut last_tick = Tick(0);
+    // Fault injection for lbd's own tests, in debug builds only: how a
+    // worker's panic ends lbd (tests/worker_panic.rs).
+    #[cfg(debug_assertions)]
+    if std::env::var_os("LBD_TEST_WORKER_PANIC").is_some() {
+        panic!("LBD_TEST_WORKER_PANIC: a worker panic injected for a test");
+    }
     while !shared.stop.load(Ordering::Relaxed) {
         let snap = shared.snapshot.load();
         let now = shared.clock.now();

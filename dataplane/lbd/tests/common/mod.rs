@@ -129,9 +129,15 @@ pub struct Lbd {
 impl Lbd {
     /// Starts lbd with `args`, its stdout and stderr going to a log file.
     pub fn start(args: &[&str], log: &Path) -> Lbd {
+        Lbd::start_with_env(args, &[], log)
+    }
+
+    /// As `start`, with these environment variables set for lbd.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)], log: &Path) -> Lbd {
         let f = std::fs::File::create(log).expect("log file");
         let child = Command::new(lbd_bin())
             .args(args)
+            .envs(env.iter().copied())
             .stdout(f.try_clone().unwrap())
             .stderr(f)
             .spawn()
