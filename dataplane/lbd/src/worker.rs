@@ -443,13 +443,16 @@ fn process(
 }
 
 /// Passes what a frame told of a neighbor to the control thread's table.
-/// A full channel loses only the news (counted); the next reply brings it.
-/// With the port it came in on: the table takes news of an address only
-/// from the port it reaches that address by.
+/// A full channel loses only the news; the next reply brings it. An
+/// answer's frame carried only the news, so losing it is the frame's drop
+/// (`neighbor_channel_full`); a request's hint rides on a reply that is
+/// transmitted anyway, so its loss is not a drop (each frame ends once in
+/// the counters). With the port it came in on: the table takes news of an
+/// address only from the port it reaches that address by.
 fn send_news(links: &Links, c: &WorkerCounters, ip: IpAddr, mac: [u8; 6], port: u16, heard: Heard) {
     if links.news.try_send(News { ip, mac, port, heard }).is_ok() {
         c.neighbor_updates.inc();
-    } else {
+    } else if heard == Heard::Answer {
         c.count_drop(DropReason::NeighborChannelFull);
     }
 }
