@@ -538,6 +538,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
     tracing::info!("stopping");
     let mut rings_in: Vec<Consumer> = Vec::new();
+    let mut control_panicked = false;
     match control_thread.join() {
         Ok((held_in, r)) => {
             rings_in.extend(held_in);
@@ -549,6 +550,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Err(_) => {
             tracing::error!("the control thread panicked");
             failures.push("the control thread panicked".to_string());
+            control_panicked = true;
         }
     }
     // Every lcore has stopped: what is left in the rings between them
@@ -577,6 +579,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             "  workers: {} of {workers} ended abnormally, their counters and rings are not above",
             workers - finals.len()
         );
+    }
+    if control_panicked {
+        // Its neighbor table and the rings of frames waiting for a next
+        // hop went with it, uncounted.
+        println!("  control: ended abnormally, the frames it held are not above");
     }
     drop(finals);
     drop(plane);
