@@ -14,6 +14,23 @@
 //! the control thread ends the gRPC server, ports stop, final counters are
 //! printed, ports close, EAL is cleaned up, exit 0.
 
+/// `println!` that ignores a closed stdout: the summary at exit must not
+/// turn into a panic (exit 101) when whoever read lbd's output went away.
+macro_rules! out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
+/// `eprintln!` that ignores a closed stderr, for the same reason.
+macro_rules! err_out {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 mod announce;
 mod cli;
 mod config;
@@ -62,21 +79,21 @@ fn main() -> ExitCode {
         Err(e) => match lb_control::cli::clap_error_line(&e) {
             None => e.exit(),
             Some(line) => {
-                eprintln!("lbd: {line} (see lbd --help)");
+                err_out!("lbd: {line} (see lbd --help)");
                 return ExitCode::from(2);
             }
         },
     };
     // Between flags: a usage error like clap's, before anything starts.
     if let Err(e) = cli.check() {
-        eprintln!("lbd: {e} (see lbd --help)");
+        err_out!("lbd: {e} (see lbd --help)");
         return ExitCode::from(2);
     }
     init_logging();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("lbd: {e:#}");
+            err_out!("lbd: {e:#}");
             ExitCode::FAILURE
         }
     }
@@ -575,7 +592,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     if finals.len() < workers {
         // Its hand-over rings went with it: their frames were freed, not
         // counted in `left_at_exit`.
-        println!(
+        out!(
             "  workers: {} of {workers} ended abnormally, their counters and rings are not above",
             workers - finals.len()
         );
@@ -583,7 +600,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     if control_panicked {
         // Its neighbor table and the rings of frames waiting for a next
         // hop went with it, uncounted.
-        println!("  control: ended abnormally, the frames it held are not above");
+        out!("  control: ended abnormally, the frames it held are not above");
     }
     drop(finals);
     drop(plane);
@@ -744,10 +761,10 @@ fn drain_count(rings: &mut [Consumer]) -> u64 {
 }
 
 fn print_summary(ports: &[Port], workers: &[Worker], ctl: &ControlCounters, left_in_rings: u64) {
-    println!("final counters:");
+    out!("final counters:");
     for p in ports {
         match p.stats() {
-            Ok(s) => println!(
+            Ok(s) => out!(
                 "  port {} ({}): rx {} pkts {} bytes, tx {} pkts {} bytes, imissed {}, ierrors {}, oerrors {}, rx_nombuf {}",
                 p.id(),
                 p.info().name,
@@ -760,7 +777,7 @@ fn print_summary(ports: &[Port], workers: &[Worker], ctl: &ControlCounters, left
                 s.oerrors,
                 s.rx_nombuf
             ),
-            Err(e) => println!("  port {}: {e}", p.id()),
+            Err(e) => out!("  port {}: {e}", p.id()),
         }
     }
     for w in workers {
@@ -769,7 +786,7 @@ fn print_summary(ports: &[Port], workers: &[Worker], ctl: &ControlCounters, left
             .nonzero_drops()
             .map(|(r, n)| format!("{}={n}", r.name()))
             .collect();
-        println!(
+        out!(
             "  worker {}: rx {} tx {} local_replies {} neighbor_updates {} handed_over {} new_connections {} stateless_forwards {} conntrack_entries {} drops {}{}",
             w.id().0,
             c.rx_packets.get(),
@@ -789,7 +806,7 @@ fn print_summary(ports: &[Port], workers: &[Worker], ctl: &ControlCounters, left
         );
     }
     let c = ctl.get();
-    println!(
+    out!(
         "  control: arp_requests {} gratuitous_arps {} neighbor_solicitations {} unsolicited_nas {} held {} released {} neighbor_drops {} send_failures {} neighbors {} neighbor_entries {}",
         c.arp_requests,
         c.gratuitous_arps,
@@ -802,7 +819,7 @@ fn print_summary(ports: &[Port], workers: &[Worker], ctl: &ControlCounters, left
         c.neighbors,
         c.neighbor_entries
     );
-    println!("  rings: left_at_exit {left_in_rings}");
+    out!("  rings: left_at_exit {left_in_rings}");
 }
 
 #[cfg(test)]
