@@ -51,6 +51,7 @@ use hashbrown::HashMap;
 use super::flat::FlatMap;
 use super::net::{check_ports, check_snat, Routes};
 use super::slots::{assign_backend_slots, assign_frontend_slots};
+use super::vip_sources::VipSources;
 use super::{
     v4_key, v6_key, Backend, BackendSpec, BackendState, BuildError, Cidr, FamilyRing, ForwardMode, Frontend,
     FrontendSpec, OwnerKind, PortConfig, Service, ServiceId, ServiceSpec, SessionAffinity, Snapshot,
@@ -596,6 +597,7 @@ impl<'p> SnapshotBuilder<'p> {
         }
 
         let routes = Routes::new(&ports, &neighbors)?;
+        let vip_sources = VipSources::new(frontends_v4.values().chain(frontends_v6.values()), &services);
 
         // Each port answers for its own interface addresses, every VIP and
         // every SNAT address.
@@ -639,6 +641,7 @@ impl<'p> SnapshotBuilder<'p> {
             frontends_v6,
             owned_v4: FlatMap::new(owned_v4),
             owned_v6,
+            vip_sources,
             snat_v4: snat_v4.into_boxed_slice(),
             snat_v6: snat_v6.into_boxed_slice(),
             ports: port_configs.into_boxed_slice(),

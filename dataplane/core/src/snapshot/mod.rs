@@ -6,7 +6,8 @@
 //! interface prefixes), never allocate and never panic:
 //! [`Snapshot::frontend`], [`Snapshot::lookup`], [`Service::pick`] (with
 //! the flow's [`Family`]),
-//! [`Service::allows_source`], [`Snapshot::is_owned`],
+//! [`Service::allows_source`], [`Snapshot::vip_allows_source`],
+//! [`Snapshot::is_owned`],
 //! [`Snapshot::next_hop`], [`Snapshot::route`].
 //!
 //! The model follows Cilium's services/frontends/backends: a [`Service`]
@@ -30,6 +31,9 @@
 //!   length survive every swap.
 //! - No SNAT address is a VIP; every full-NAT frontend has an SNAT address
 //!   of its family.
+//! - [`Snapshot::vip_allows_source`] answers from this snapshot's frontends
+//!   and services' source ranges (the builder makes its table, and
+//!   [`Snapshot::with_services`] makes it again when ranges change).
 //!
 //! # Dropping
 //!
@@ -57,6 +61,7 @@ mod tests_share;
 #[cfg(test)]
 mod tests_update;
 mod update;
+mod vip_sources;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,6 +79,7 @@ use crate::flow::Proto;
 use crate::local::LocalAddrs;
 use crate::maglev::{client_hash, MaglevRing};
 use flat::FlatMap;
+use vip_sources::VipSources;
 
 /// An address family: which of a service's two rings a flow uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -516,6 +522,8 @@ pub struct Snapshot {
     frontends_v6: HashMap<V6Key, Frontend>,
     owned_v4: FlatMap<u32, OwnerKind>,
     owned_v6: HashMap<u128, OwnerKind>,
+    /// Per VIP address, who may be told which of its ports are closed.
+    vip_sources: VipSources,
     snat_v4: Box<[Ipv4Addr]>,
     snat_v6: Box<[Ipv6Addr]>,
     ports: Box<[Option<PortConfig>]>,
@@ -659,6 +667,26 @@ impl Snapshot {
             IpAddr::V4(a) => self.owner_kind_v4(u32::from(a)),
             IpAddr::V6(a) => self.owned_v6.get(&u128::from(a)).copied(),
         }
+    }
+
+    /// Whether at least one service with a frontend on the VIP address
+    /// `vip` (any port, either protocol) allows `client`: its source ranges
+    /// are empty or one holds `client`. The worker refuses a TCP segment to
+    /// a port of `vip` that no frontend serves with a RST only then, so a
+    /// client every service there denies cannot tell served ports from
+    /// closed ones. False when `vip` is no frontend's address. O(log n) in
+    /// the VIP's distinct source ranges, whatever the number of frontends;
+    /// no allocation.
+    #[inline]
+    pub fn vip_allows_source(&self, vip: IpAddr, client: IpAddr) -> bool {
+        self.vip_sources.allows(vip, client)
+    }
+
+    /// The prefixes [`vip_allows_source`](Self::vip_allows_source) holds
+    /// for `vip`, as (network, prefix length).
+    #[cfg(test)]
+    pub(crate) fn vip_source_prefixes(&self, vip: IpAddr) -> Option<Vec<(IpAddr, u32)>> {
+        self.vip_sources.prefixes(vip)
     }
 
     /// [`owner_kind`](Self::owner_kind) of an IPv4 address as a `u32`

@@ -5,7 +5,9 @@
 //! tables are cloned (flat copies) and unchanged services are the same
 //! `Arc<Service>`. Only the named services are rebuilt, through the
 //! builder's own service path, so they are validated and share their rings
-//! with `self` where the eligible backends did not change.
+//! with `self` where the eligible backends did not change. The per-VIP
+//! union of source ranges (who may be refused with a RST) is made again
+//! from the frontends when a changed service's ranges changed.
 //!
 //! Each gives the new snapshot a new [`Snapshot::epoch`], as a build does.
 //!
@@ -19,6 +21,7 @@ use std::sync::Arc;
 use super::builder::{check_backends_not_local, frontend_name};
 use super::flat::FlatMap;
 use super::net::{PortDraft, Routes};
+use super::vip_sources::VipSources;
 use super::{BackendSpec, BuildError, ForwardMode, ServiceSpec, Snapshot, SnapshotBuilder};
 
 impl Snapshot {
@@ -28,7 +31,9 @@ impl Snapshot {
     /// checks that involve the node's addresses are redone: full-NAT needs
     /// an SNAT address of each frontend's family, source ranges must cover
     /// each frontend's family, and no backend may be at one of the node's
-    /// own addresses. Backends without an explicit
+    /// own addresses. The per-VIP source ranges
+    /// ([`vip_allows_source`](Self::vip_allows_source)) follow the new
+    /// services' ranges. Backends without an explicit
     /// `stats_slot` keep the slot the same backend had in `self`, or get a
     /// new one above every slot of `self`.
     pub fn with_services(
@@ -112,6 +117,14 @@ impl Snapshot {
                     family,
                 });
             }
+        }
+        // Who may be refused with a RST follows the source ranges (the
+        // frontends are `self`'s): made again only when some changed.
+        let ranges_changed = ids
+            .iter()
+            .any(|id| self.services[id.index()].source_ranges != next.services[id.index()].source_ranges);
+        if ranges_changed {
+            next.vip_sources = VipSources::new(next.frontends(), &next.services);
         }
         Ok(next)
     }
