@@ -2,6 +2,9 @@
 //! frame is turned, in place, into the RST a host with no listener would
 //! send (RFC 9293 §3.10.7.1), back to where it came from, so the client
 //! fails at once ("connection refused") instead of retrying into silence.
+//! Only to a client that some service on the VIP address allows: the
+//! worker asks [`Snapshot::vip_allows_source`](crate::snapshot::Snapshot::vip_allows_source)
+//! first, so a client the source ranges deny cannot map the served ports.
 //!
 //! UDP to such a port is dropped (`no_frontend`) without an ICMP port
 //! unreachable: the answer would be larger than the frame it replaces, and

@@ -485,6 +485,11 @@ fn family_cases(f: Fam) -> Vec<Case> {
         format!("{n} client outside the source ranges is source_range_denied"),
         vec![drop(0, &rs, DropReason::SourceRangeDenied)],
     ));
+    let rs81 = from_client(Pkt::tcp(ep(f.client, 40000), ep(f.restricted, 81), "S"));
+    cases.push(Case::new(
+        format!("{n} TCP to a closed port of a VIP whose services all deny the client is source_range_denied, no RST"),
+        vec![drop(0, &rs81, DropReason::SourceRangeDenied)],
+    ));
 
     // TCP without SYN for full-NAT.
     let nosyn = from_client(Pkt::tcp(ep(f.client, 40000), ep(f.web, 80), "A"));

@@ -172,6 +172,9 @@ fn build_frames() -> Frames {
             .push(c(Pkt::tcp(ep(C4, p), ep("10.0.0.100", 80), "S").ttl(1)));
         f.drops.push(c(Pkt::tcp(ep(C6, p), ep("fd00::104", 80), "S")));
         f.drops.push(c(Pkt::tcp(ep(C4, p), ep("10.0.0.105", 80), "S")));
+        // A closed port of a VIP whose services all deny the client: no RST.
+        f.drops.push(c(Pkt::tcp(ep(C4, p), ep("10.0.0.105", 81), "S")));
+        f.drops.push(c(Pkt::tcp(ep(C6, p), ep("fd00::105", 81), "S")));
     }
     f.drops
         .push(b(Pkt::tcp(ep("10.1.0.11", 8080), ep(SNAT4, 40000), "SA")));

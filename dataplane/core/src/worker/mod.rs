@@ -47,7 +47,11 @@
 //! - Non-first fragments are dropped (`fragment`): they carry no ports.
 //! - TCP to a VIP port without a frontend is refused with a RST sent back
 //!   where it came from (`resets_sent`); UDP and the rest are dropped
-//!   (`no_frontend`).
+//!   (`no_frontend`). The RST goes only to a client that at least one
+//!   service with a frontend on that VIP address allows (source ranges,
+//!   [`Snapshot::vip_allows_source`]); from any other client the segment
+//!   is dropped as on a served port (`source_range_denied`), so a denied
+//!   client cannot tell served ports from closed ones.
 
 mod burst;
 pub use burst::BURST_LOOKUP_MIN_LEN;

@@ -93,13 +93,10 @@ impl Worker {
         }
         if owned != OwnerKind::default() {
             // A VIP or SNAT address, but no frontend on this port/protocol:
-            // TCP is refused with a RST (as a host with no listener would),
-            // the rest dropped.
-            if let Some(port) = snap.port(meta.port).filter(|_| owned.contains(OwnerKind::VIP)) {
-                if let Some(len) = reject::write_tcp_reset(frame, p, port.mac()) {
-                    self.counters.resets_sent.inc();
-                    return Verdict::Transmit { port: meta.port, len };
-                }
+            // TCP to a VIP is refused with a RST (as a host with no
+            // listener would), the rest dropped.
+            if owned.contains(OwnerKind::VIP) && proto == Proto::Tcp {
+                return self.refuse_tcp(snap, frame, p, meta);
             }
             return self.drop(DropReason::NoFrontend);
         }
@@ -282,6 +279,28 @@ impl Worker {
                 })
             }
         }
+    }
+
+    /// A TCP segment to a port of the VIP address `p.dst` that no frontend
+    /// serves: answered with a RST if some service with a frontend on that
+    /// address allows the client, so that a client every service there
+    /// denies sees silence on every port, served or not, and cannot map
+    /// the served ones; dropped as on a served port then
+    /// (`SourceRangeDenied`). Out of line: the forward path does not carry
+    /// its code.
+    #[cold]
+    #[inline(never)]
+    fn refuse_tcp(&mut self, snap: &Snapshot, frame: &mut [u8], p: &Parsed, meta: &PacketMeta) -> Verdict {
+        if !snap.vip_allows_source(p.dst, p.src) {
+            return self.drop(DropReason::SourceRangeDenied);
+        }
+        if let Some(port) = snap.port(meta.port) {
+            if let Some(len) = reject::write_tcp_reset(frame, p, port.mac()) {
+                self.counters.resets_sent.inc();
+                return Verdict::Transmit { port: meta.port, len };
+            }
+        }
+        self.drop(DropReason::NoFrontend)
     }
 
     /// Backend → client (DNAT) or backend → SNAT endpoint (full-NAT).

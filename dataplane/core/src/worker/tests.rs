@@ -1364,3 +1364,6 @@ fn icmp_error_to_an_unresolved_client_is_resolve() {
     assert_checksums(&err);
     assert_eq!((&err[..6], &err[6..12]), (&[0u8; 6][..], &MAC0[..]));
 }
+
+#[path = "reject_tests.rs"]
+mod reject_tests;
