@@ -153,7 +153,8 @@ impl FlowRule {
         // SAFETY: as for validate.
         let flow = unsafe { sys::rte_flow_create(id, &attr, pattern.as_ptr(), actions.as_ptr(), &mut err) };
         if flow.is_null() {
-            return Err(error(id, -1, &err));
+            // rte_flow_create reports why in rte_errno (positive).
+            return Err(error(id, -crate::last_errno(), &err));
         }
         Ok(FlowRule {
             port: port.clone(),

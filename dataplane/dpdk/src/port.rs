@@ -392,7 +392,13 @@ impl Port {
         check(id, "rte_eth_dev_adjust_nb_rx_tx_desc", unsafe {
             dpdk_sys::rte_eth_dev_adjust_nb_rx_tx_desc(id, &mut nrx, &mut ntx)
         })?;
-        let socket = if info.socket < 0 { 0 } else { info.socket as u32 };
+        // A device whose NUMA node is unknown takes queue memory from any
+        // node (node 0 may have no hugepages).
+        let socket = if info.socket < 0 {
+            dpdk_sys::SOCKET_ID_ANY as u32
+        } else {
+            info.socket as u32
+        };
         for q in 0..conf.rx_queues {
             // SAFETY: the device is configured and stopped; a NULL rx_conf
             // means the driver's defaults; the pool outlives the port (Arc).
