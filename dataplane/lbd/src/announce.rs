@@ -49,6 +49,9 @@ pub struct Announcements {
     sent: HashMap<(u16, IpAddr), (u8, Instant)>,
     /// The earliest time an announcement is due (None: none is).
     next: Option<Instant>,
+    /// What the last [`due`](Self::due) handed out and was not reported
+    /// [`sent`](Self::sent): due again at once.
+    unsent: Vec<(u16, IpAddr)>,
 }
 
 impl Announcements {
@@ -84,6 +87,7 @@ impl Announcements {
         due.sort_unstable();
         // Until told what went out, the due ones stay due: a failed send
         // is retried at the next step.
+        self.unsent.clone_from(&due);
         self.next = if due.is_empty() {
             self.next_due()
         } else {
@@ -96,15 +100,23 @@ impl Announcements {
     pub fn sent(&mut self, port: u16, ip: IpAddr, now: Instant) {
         let e = self.sent.entry((port, ip)).or_insert((0, now));
         *e = (e.0.saturating_add(1), now);
-        self.next = self.next_due();
+        self.unsent.retain(|&k| k != (port, ip));
+        // One whose send failed is due at once, whatever the others.
+        self.next = if self.unsent.is_empty() {
+            self.next_due()
+        } else {
+            Some(now)
+        };
     }
 
     /// `port`'s link went down: its addresses start over when it comes up.
     pub fn link_down(&mut self, port: u16) {
         self.sent.retain(|&(p, _), _| p != port);
+        self.unsent.retain(|&(p, _)| p != port);
     }
 
-    /// The earliest time a pair with announcements left is due again.
+    /// The earliest time a pair sent before, with announcements left, is
+    /// due again.
     fn next_due(&self) -> Option<Instant> {
         self.sent
             .iter()
@@ -186,6 +198,30 @@ mod tests {
             vec![(1, ip("10.1.0.1"))]
         );
         assert!(!a.is_due(t1 + 10 * ANNOUNCE_INTERVAL_V4));
+    }
+
+    /// A failed send among successful ones stays due at the next step,
+    /// even when the one that went out was its address's last.
+    #[test]
+    fn a_failed_send_next_to_a_last_one_is_retried_at_the_next_step() {
+        let t0 = Instant::now();
+        let t1 = t0 + ANNOUNCE_INTERVAL_V4;
+        let mut a = Announcements::default();
+        let old = owned(&[(0, "10.0.0.1")]);
+        step(&mut a, &old, t0);
+        // A new VIP appears as the interface address's last announcement
+        // is due: that one goes out, the VIP's send fails.
+        let o = owned(&[(0, "10.0.0.1"), (0, "10.0.0.100")]);
+        assert_eq!(
+            a.due(&o, |_| true, t1),
+            vec![(0, ip("10.0.0.1")), (0, ip("10.0.0.100"))]
+        );
+        a.sent(0, ip("10.0.0.1"), t1);
+        let next_step = t1 + Duration::from_millis(5);
+        assert!(a.is_due(next_step), "the failed one is not forgotten");
+        assert_eq!(step(&mut a, &o, next_step), vec![(0, ip("10.0.0.100"))]);
+        assert!(!a.is_due(next_step + Duration::from_millis(5)));
+        assert!(a.is_due(next_step + ANNOUNCE_INTERVAL_V4));
     }
 
     #[test]
