@@ -104,7 +104,8 @@ pub struct WorkerCounters {
     /// shell counts it when the ring to the owner took the frame of a
     /// [`Verdict::HandOver`](crate::worker::Verdict::HandOver) (`handover_ring_full` when it did not).
     pub handed_over: Counter,
-    /// TCP segments to a VIP port without a frontend answered with a RST.
+    /// TCP segments to a VIP port without a frontend answered with a RST
+    /// (only to clients that some service on that VIP allows).
     pub resets_sent: Counter,
     /// Connections opened (conntrack entries created).
     pub new_connections: Counter,

@@ -40,7 +40,9 @@ pub enum DropReason {
     NoFrontend,
     /// The frontend exists, but its service has no backend that takes flows.
     NoBackend,
-    /// The client's source address is outside the service's source ranges.
+    /// The client's source address is outside the service's source ranges;
+    /// or TCP to a VIP port no frontend serves, from a client every service
+    /// on that VIP denies (refused silently, not with a RST).
     SourceRangeDenied,
     /// TTL or hop limit would reach zero when forwarded.
     TtlExceeded,

@@ -26,12 +26,13 @@
 //! cannot plant an entry.
 //!
 //! A host's own ARP request or neighbor solicitation to lbd names its MAC
-//! too ([`Heard::Asked`]). Like Linux (which marks such an entry STALE), the
-//! table takes it as a hint, not a confirmation: a new MAC replaces the old
-//! one at once (held frames go out with it) and is probed for
-//! confirmation, so a host whose NIC or VM was replaced is reached at its
-//! new MAC without waiting for the old one to fail `probes` requests; the
-//! same MAC changes nothing.
+//! too ([`Heard::Asked`]; workers pass it on only for a neighbor the
+//! snapshot has at another MAC). Like Linux (which marks such an entry
+//! STALE), the table takes it as a hint, not a confirmation: a new MAC
+//! replaces the old one at once (held frames go out with it) and is probed
+//! for confirmation, so a host whose NIC or VM was replaced is reached at
+//! its new MAC without waiting for the old one to fail `probes` requests;
+//! the same MAC changes nothing.
 //!
 //! Generic over the held frame type `P` so it can be tested without DPDK.
 

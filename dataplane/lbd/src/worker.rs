@@ -15,9 +15,10 @@
 //!   until the next hop answers ARP (full ring: `no_neighbor`);
 //! - `Neighbor` → the news goes to the control thread's neighbor table
 //!   (`neighbor_updates`; full channel: `neighbor_channel_full`);
-//! - `ReplyToNeighbor` → the reply goes back out of the arrival port, as
-//!   `Transmit`, and the asker's address and MAC go to the neighbor table
-//!   as a hint, as for `Neighbor`;
+//! - `ReplyToNeighbor` (a request from a neighbor at a new MAC) → the
+//!   reply goes back out of the arrival port, as `Transmit`, and the
+//!   asker's address and MAC go to the neighbor table as a hint, as for
+//!   `Neighbor`;
 //! - `ToHost` → there is no path to a host stack: `local_unhandled`;
 //! - `Drop` → freed (the pipeline counted it).
 //!

@@ -715,6 +715,19 @@ impl Snapshot {
         }
     }
 
+    /// The MAC published for `ip` as a neighbor itself (a resolved
+    /// gateway, backend or client on a connected prefix), not the next hop
+    /// toward it; `None` if it has none.
+    pub fn neighbor_mac(&self, ip: IpAddr) -> Option<[u8; 6]> {
+        match ip {
+            IpAddr::V4(a) => {
+                let i = *self.neighbors_v4.get(u32::from(a))?;
+                self.hop_v4(i).map(|h| h.dst_mac)
+            }
+            IpAddr::V6(a) => self.neighbors_v6.get(&u128::from(a)).map(|h| h.dst_mac),
+        }
+    }
+
     /// `route_v4` (a test helper) when it is resolved, as the index of
     /// the next hop for [`hop_v4`](Self::hop_v4): `Some(i)` exactly when
     /// `route_v4(a)` is `Some(Route::Resolved(h))`, and then

@@ -88,11 +88,12 @@ pub enum Verdict {
     /// Another worker owns the flow: pass the frame, unchanged, to it.
     HandOver(WorkerId),
     /// An ARP request or neighbor solicitation for an owned address, from
-    /// a host that named its MAC: transmit the reply's first `len` bytes
-    /// back on the port the frame came in on, and let the neighbor table
-    /// refresh the entry it holds for `ip` with `mac` (a hint, not a
-    /// confirmation of reachability; see
-    /// [`LocalVerdict::ReplyToNeighbor`]).
+    /// a neighbor the snapshot has at another MAC than the one it named:
+    /// transmit the reply's first `len` bytes back on the port the frame
+    /// came in on, and let the neighbor table move the entry it holds for
+    /// `ip` to `mac` (a hint, not a confirmation of reachability; see
+    /// [`LocalVerdict::ReplyToNeighbor`]). A request from anyone else is
+    /// answered with a plain `Transmit`.
     ReplyToNeighbor {
         /// Bytes to send.
         len: usize,
@@ -346,7 +347,13 @@ impl Worker {
                 }
                 LocalVerdict::ReplyToNeighbor { len, ip, mac } => {
                     self.counters.local_replies.inc();
-                    return Verdict::ReplyToNeighbor { len, ip, mac };
+                    // News only for a neighbor published at another MAC:
+                    // requests from everyone else would crowd the replies
+                    // that resolve next hops out of the shell's channel.
+                    if snap.neighbor_mac(ip).is_some_and(|m| m != mac.0) {
+                        return Verdict::ReplyToNeighbor { len, ip, mac };
+                    }
+                    return Verdict::Transmit { port: meta.port, len };
                 }
                 // `neighbor_updates` is the I/O shell's to count, as it
                 // passes the news on.

@@ -956,36 +956,54 @@ fn local_answers_still_work() {
     let p = wire::parse(&ping).unwrap();
     assert_eq!((p.src, p.dst, p.icmp_type), (v4("10.0.0.100"), v4("10.0.0.2"), 0));
     assert_checksums(&ping);
-    // An ARP request for the port's address is answered back on it, with
-    // the asker's address and MAC for the neighbor table.
-    let mut arp = Vec::new();
-    etherparse::PacketBuilder::ethernet2(CLIENT_MAC, [0xff; 6])
-        .arp(
-            etherparse::ArpPacket::new(
-                etherparse::ArpHardwareId::ETHERNET,
-                etherparse::EtherType::IPV4,
-                etherparse::ArpOperation::REQUEST,
-                &CLIENT_MAC,
-                &[10, 0, 0, 2],
-                &[0; 6],
-                &[10, 0, 0, 1],
+    // An ARP request for the port's address is answered back on it; the
+    // asker's address and MAC go to the neighbor table only when the
+    // snapshot has that neighbor at another MAC (the client 10.0.0.2 is
+    // published at CLIENT_MAC).
+    let arp_request = |ip: [u8; 4], mac: [u8; 6]| {
+        let mut arp = Vec::new();
+        etherparse::PacketBuilder::ethernet2(mac, [0xff; 6])
+            .arp(
+                etherparse::ArpPacket::new(
+                    etherparse::ArpHardwareId::ETHERNET,
+                    etherparse::EtherType::IPV4,
+                    etherparse::ArpOperation::REQUEST,
+                    &mac,
+                    &ip,
+                    &[0; 6],
+                    &[10, 0, 0, 1],
+                )
+                .unwrap(),
             )
-            .unwrap(),
-        )
-        .write(&mut arp)
-        .unwrap();
-    arp.resize(60, 0);
+            .write(&mut arp)
+            .unwrap();
+        arp.resize(60, 0);
+        arp
+    };
+    assert_eq!(snap.neighbor_mac(v4("10.0.0.2")), Some(CLIENT_MAC));
     let replies = w.counters().local_replies.get();
+    let answer = Verdict::Transmit { port: 0, len: 60 };
+    let mut arp = arp_request([10, 0, 0, 2], CLIENT_MAC);
+    assert_eq!(run(&mut w, &snap, 0, &mut arp, 0), answer, "same MAC: no news");
+    assert_eq!((&arp[..6], &arp[6..12]), (&CLIENT_MAC[..], &MAC0[..]));
+    let mut arp = arp_request([10, 0, 0, 3], ROUTER_MAC);
+    assert_eq!(
+        run(&mut w, &snap, 0, &mut arp, 0),
+        answer,
+        "not a neighbor: no news"
+    );
+    // The client now asks from another NIC.
+    let mut arp = arp_request([10, 0, 0, 2], ROUTER_MAC);
     assert_eq!(
         run(&mut w, &snap, 0, &mut arp, 0),
         Verdict::ReplyToNeighbor {
             len: 60,
             ip: v4("10.0.0.2"),
-            mac: wire::MacAddr(CLIENT_MAC)
+            mac: wire::MacAddr(ROUTER_MAC)
         }
     );
-    assert_eq!(w.counters().local_replies.get(), replies + 1);
-    assert_eq!((&arp[..6], &arp[6..12]), (&CLIENT_MAC[..], &MAC0[..]));
+    assert_eq!(&arp[..6], &ROUTER_MAC[..]);
+    assert_eq!(w.counters().local_replies.get(), replies + 3);
     // TCP to an interface address that is not a frontend goes to the host.
     let mut bgp = tcp4(("10.0.0.2", 50000), ("10.0.0.1", 179), "S", 64, b"");
     assert_eq!(run(&mut w, &snap, 0, &mut bgp, 0), Verdict::ToHost);
