@@ -252,6 +252,26 @@ struct ResyncPlan {
     lists: ResyncLists,
 }
 
+/// The service that the frontend or backend `object` (as
+/// [`Change::object_name`] names it) belongs to in `state`.
+fn service_of<'a>(state: &'a DesiredState, object: &str) -> Option<&'a str> {
+    if object.starts_with("frontend ") {
+        let f = state
+            .frontends
+            .values()
+            .find(|f| format!("frontend {}", f.key) == object)?;
+        return Some(&f.service);
+    }
+    if object.starts_with("backend ") {
+        let b = state
+            .backends
+            .values()
+            .find(|b| format!("backend {}", b.key) == object)?;
+        return Some(&b.key.service);
+    }
+    None
+}
+
 impl ResyncPlan {
     /// `services[i]`, `frontends[i]` or `backends[i]`: the request item
     /// that lists `object` (as [`Change::object_name`] names it), whether
@@ -586,7 +606,16 @@ impl ControlPlane {
         let (snap, journal) = match compiler.compile(txn.state(), next, &Snapshot::empty(), None) {
             Ok(x) => x,
             Err(e) => {
-                let listed = plan.as_ref().and_then(|p| p.listed(&e.object));
+                // The object, or else the service it belongs to: a frontend
+                // an operator added to a config service fails as well when
+                // the node config makes that service impossible (full-NAT
+                // without SNAT), and the config is what changed.
+                let listed = plan.as_ref().and_then(|p| {
+                    p.listed(&e.object).or_else(|| {
+                        let svc = service_of(txn.state(), &e.object)?;
+                        p.listed(&format!("service {svc:?}"))
+                    })
+                });
                 txn.rollback();
                 // Whose object fails: the resync's (changed or not), or
                 // one only the loaded state holds?

@@ -1007,6 +1007,41 @@ fn an_unchanged_config_object_failing_for_a_new_node_config_blames_the_config() 
     assert_eq!(fs::read(&path).unwrap(), before);
 }
 
+/// A frontend an operator added to a config service fails with the node
+/// configuration that makes the service impossible: the config service's
+/// entry is named, not the state file.
+#[test]
+fn an_operators_frontend_of_a_config_service_blames_the_config_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let config = || InitialResync {
+        source: Source::Config,
+        services: vec![svc("default/web")],
+        frontends: vec![],
+        backends: vec![be("default/web", "10.1.0.1", 8080)],
+    };
+    let (mut p, _) = ControlPlane::open_with(node(), Some(&path), Some(config())).unwrap();
+    p.apply(
+        Source::Api,
+        vec![Change::UpsertFrontend(fe("default/web", "192.0.2.9", 80))],
+        None,
+    )
+    .unwrap();
+    drop(p);
+    let before = fs::read(&path).unwrap();
+    let v2 = NodeConfig {
+        snat_addresses: vec![],
+        ..node()
+    };
+    let e = ControlPlane::open_with(v2, Some(&path), Some(config())).unwrap_err();
+    assert!(matches!(e, PlaneError::Validation(_)), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "services[0] frontend 192.0.2.9:80/tcp: address: service \"default/web\" is full-NAT, and this node has no IPv4 SNAT address"
+    );
+    assert_eq!(fs::read(&path).unwrap(), before);
+}
+
 /// An object only the state file holds (an operator's full-NAT service)
 /// that does not compile for the new node configuration is still the
 /// state file's fault, whether the config resync changes nothing or
