@@ -10,6 +10,11 @@
 //!   changes of that commit in order (cascades included), appended and
 //!   `fdatasync`ed before the commit is published.
 //!
+//! Beside them `<file>.lock`, empty and never removed, is locked
+//! exclusively by the one [`StateFile`] using them: a second lbd on the
+//! same file would append the same revisions and compact over the first
+//! one's files, so it fails at open instead.
+//!
 //! A commit costs the size of its change, not of the state (a full rewrite
 //! of a 10,000-service state is ~13 MB). When the journal outgrows
 //! `max(`[`COMPACT_MIN_BYTES`]`, base size)`, or after a failed append,
@@ -42,7 +47,7 @@
 //! typo on disk. The caller validates and compiles what was loaded.
 
 use std::ffi::OsString;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{self, BufWriter, ErrorKind, Write};
 use std::path::{Path, PathBuf};
 
@@ -120,6 +125,15 @@ pub enum PersistError {
         path: PathBuf,
         /// The I/O error.
         source: io::Error,
+    },
+    /// Another process (or another [`StateFile`] in this one) holds the
+    /// state file's lock.
+    #[error("state file {path}: in use by another lbd (lock {lock} held)")]
+    Locked {
+        /// The state file.
+        path: PathBuf,
+        /// Its lock file.
+        lock: PathBuf,
     },
 }
 
@@ -227,25 +241,55 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// Creates the directory of `path` if missing, then `<path>.tmp` in it
-/// (removed again): `Write` naming the directory or the file otherwise.
-fn check_writable(path: &Path) -> Result<(), PersistError> {
+/// Creates the directory of `path` if missing (mode 0700): `Write` naming
+/// the directory otherwise.
+fn ensure_dir(path: &Path) -> Result<(), PersistError> {
     use std::os::unix::fs::DirBuilderExt;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    let dir = dir_of(path);
     if !dir.is_dir() {
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
-            .create(dir)
+            .create(&dir)
             .map_err(|source| PersistError::Write {
-                path: dir.to_path_buf(),
+                path: dir.clone(),
                 source,
             })?;
         tracing::info!(dir = %dir.display(), "created the state file's directory");
     }
+    Ok(())
+}
+
+/// Takes the exclusive lock on `<path>.lock` (created mode 0600 if
+/// missing, never removed) without waiting: `Locked` if another open file
+/// holds it. The lock lasts as long as the returned handle.
+fn lock(path: &Path) -> Result<File, PersistError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let lock = with_suffix(path, ".lock");
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lock);
+    let file = match file {
+        Ok(f) => f,
+        Err(source) => return Err(PersistError::Write { path: lock, source }),
+    };
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(TryLockError::WouldBlock) => Err(PersistError::Locked {
+            path: path.to_path_buf(),
+            lock,
+        }),
+        Err(TryLockError::Error(source)) => Err(PersistError::Write { path: lock, source }),
+    }
+}
+
+/// Creates `<path>.tmp`, which every compaction writes, and removes it
+/// again: `Write` naming it if that fails. Only under the lock: another
+/// lbd's compaction may be writing that file.
+fn check_writable(path: &Path) -> Result<(), PersistError> {
     let tmp = with_suffix(path, ".tmp");
     let probe = OpenOptions::new()
         .write(true)
@@ -259,6 +303,114 @@ fn check_writable(path: &Path) -> Result<(), PersistError> {
         }
         Err(source) => Err(PersistError::Write { path: tmp, source }),
     }
+}
+
+/// What [`read`] found besides the state.
+struct Replayed {
+    journal: PathBuf,
+    /// Bytes of whole journal lines.
+    journal_len: u64,
+    base_len: u64,
+    /// The journal ends in a torn line, left out of `journal_len`.
+    torn: bool,
+}
+
+/// Loads the base and replays the journal (module doc), taking no lock:
+/// [`StateFile::open`] holds it, tests read what a restart would load.
+fn read(path: &Path) -> Result<(Replayed, Option<(u64, DesiredState)>), PersistError> {
+    let journal = with_suffix(path, ".journal");
+    let loaded = load(path)?;
+    let base_exists = loaded.is_some();
+    let base_len = if base_exists {
+        fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+    } else {
+        0
+    };
+    let (mut revision, mut state) = loaded.unwrap_or_default();
+    if revision > MAX_REVISION {
+        // No lbd writes such a revision (2^62 commits); the counter
+        // would overflow a few commits on.
+        return Err(PersistError::Corrupt {
+            path: path.to_path_buf(),
+            reason: format!("revision {revision} is beyond {MAX_REVISION}"),
+        });
+    }
+    let text = match fs::read(&journal) {
+        Ok(t) => t,
+        Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
+        Err(source) => {
+            return Err(PersistError::Read {
+                path: journal.clone(),
+                source,
+            })
+        }
+    };
+    let corrupt = |reason: String| PersistError::Corrupt {
+        path: journal.clone(),
+        reason,
+    };
+    let mut replayed = 0u64;
+    let mut good_len = 0usize;
+    let mut rest = &text[..];
+    while !rest.is_empty() {
+        let Some(i) = rest.iter().position(|&b| b == b'\n') else {
+            // The last line, cut short by a crash mid-append: that
+            // commit was never acknowledged.
+            tracing::warn!(path = %journal.display(), bytes = rest.len(), "ignoring an incomplete last journal line");
+            break;
+        };
+        let line = &rest[..i];
+        let entry: LineIn = match serde_json::from_slice(line) {
+            Ok(e) => e,
+            Err(_) if line.contains(&0) && !rest[i + 1..].contains(&b'\n') => {
+                // The last line, with NUL bytes where its data should
+                // be: the file grew, but the crash came before all of
+                // it reached the disk, so before the commit was
+                // acknowledged. No JSON line holds a NUL.
+                tracing::warn!(path = %journal.display(), bytes = rest.len(), "ignoring a last journal line with unwritten (NUL) bytes");
+                break;
+            }
+            Err(e) => return Err(corrupt(format!("the line after revision {revision}: {e}"))),
+        };
+        rest = &rest[i + 1..];
+        if entry.revision <= revision && replayed == 0 {
+            // Left over from a compaction interrupted after the rename.
+            good_len = text.len() - rest.len();
+            continue;
+        }
+        if entry.revision != revision + 1 {
+            return Err(corrupt(format!(
+                "revision {} follows revision {revision}",
+                entry.revision
+            )));
+        }
+        let mut txn = Txn::new(&mut state);
+        for c in entry.changes {
+            if let Err(e) = txn.change(c) {
+                txn.rollback();
+                return Err(corrupt(format!("revision {}: {e}", entry.revision)));
+            }
+        }
+        let _ = txn.commit();
+        revision = entry.revision;
+        replayed += 1;
+        good_len = text.len() - rest.len();
+    }
+    let out = (base_exists || replayed > 0).then_some((revision, state));
+    let r = Replayed {
+        journal,
+        journal_len: good_len as u64,
+        base_len,
+        torn: good_len < text.len(),
+    };
+    Ok((r, out))
+}
+
+/// What a restart would load from `path`, read while a [`StateFile`] holds
+/// it (tests).
+#[cfg(test)]
+pub(crate) fn load_all(path: &Path) -> Result<Option<(u64, DesiredState)>, PersistError> {
+    read(path).map(|(_, loaded)| loaded)
 }
 
 /// The base and the journal of one state file (module doc).
@@ -277,6 +429,9 @@ pub struct StateFile {
     /// journal again, until a base at or beyond it, or the journal's
     /// removal, makes it harmless.
     rejected: Option<u64>,
+    /// `<file>.lock`, locked exclusively for as long as this value lives,
+    /// so that no other lbd appends to the journal or compacts.
+    _lock: File,
     /// Test-only failures to inject.
     #[cfg(test)]
     fail: Fail,
@@ -296,103 +451,30 @@ struct Fail {
 impl StateFile {
     /// Loads the base and replays the journal. `None`: no state file yet.
     /// First makes sure commits can be written: the directory is created
-    /// (mode 0700) if missing, and `<file>.tmp`, which every compaction
-    /// writes, is created and removed again, so that a path lbd cannot
-    /// write fails at start, naming the directory, instead of at the first
-    /// commit.
+    /// (mode 0700) if missing; `<file>.lock` is locked exclusively, so that
+    /// a second lbd on the same file fails here ([`PersistError::Locked`])
+    /// instead of interleaving its commits with this one's; and
+    /// `<file>.tmp`, which every compaction writes, is created and removed
+    /// again, so that a path lbd cannot write fails at start, naming the
+    /// directory, instead of at the first commit.
     pub fn open(path: &Path) -> Result<(StateFile, Option<(u64, DesiredState)>), PersistError> {
+        ensure_dir(path)?;
+        let lock = lock(path)?;
         check_writable(path)?;
-        let journal = with_suffix(path, ".journal");
-        let loaded = load(path)?;
-        let base_exists = loaded.is_some();
-        let base_len = if base_exists {
-            fs::metadata(path).map(|m| m.len()).unwrap_or(0)
-        } else {
-            0
-        };
-        let (mut revision, mut state) = loaded.unwrap_or_default();
-        if revision > MAX_REVISION {
-            // No lbd writes such a revision (2^62 commits); the counter
-            // would overflow a few commits on.
-            return Err(PersistError::Corrupt {
-                path: path.to_path_buf(),
-                reason: format!("revision {revision} is beyond {MAX_REVISION}"),
-            });
-        }
-        let text = match fs::read(&journal) {
-            Ok(t) => t,
-            Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
-            Err(source) => {
-                return Err(PersistError::Read {
-                    path: journal.clone(),
-                    source,
-                })
-            }
-        };
-        let corrupt = |reason: String| PersistError::Corrupt {
-            path: journal.clone(),
-            reason,
-        };
-        let mut replayed = 0u64;
-        let mut good_len = 0usize;
-        let mut rest = &text[..];
-        while !rest.is_empty() {
-            let Some(i) = rest.iter().position(|&b| b == b'\n') else {
-                // The last line, cut short by a crash mid-append: that
-                // commit was never acknowledged.
-                tracing::warn!(path = %journal.display(), bytes = rest.len(), "ignoring an incomplete last journal line");
-                break;
-            };
-            let line = &rest[..i];
-            let entry: LineIn = match serde_json::from_slice(line) {
-                Ok(e) => e,
-                Err(_) if line.contains(&0) && !rest[i + 1..].contains(&b'\n') => {
-                    // The last line, with NUL bytes where its data should
-                    // be: the file grew, but the crash came before all of
-                    // it reached the disk, so before the commit was
-                    // acknowledged. No JSON line holds a NUL.
-                    tracing::warn!(path = %journal.display(), bytes = rest.len(), "ignoring a last journal line with unwritten (NUL) bytes");
-                    break;
-                }
-                Err(e) => return Err(corrupt(format!("the line after revision {revision}: {e}"))),
-            };
-            rest = &rest[i + 1..];
-            if entry.revision <= revision && replayed == 0 {
-                // Left over from a compaction interrupted after the rename.
-                good_len = text.len() - rest.len();
-                continue;
-            }
-            if entry.revision != revision + 1 {
-                return Err(corrupt(format!(
-                    "revision {} follows revision {revision}",
-                    entry.revision
-                )));
-            }
-            let mut txn = Txn::new(&mut state);
-            for c in entry.changes {
-                if let Err(e) = txn.change(c) {
-                    txn.rollback();
-                    return Err(corrupt(format!("revision {}: {e}", entry.revision)));
-                }
-            }
-            let _ = txn.commit();
-            revision = entry.revision;
-            replayed += 1;
-            good_len = text.len() - rest.len();
-        }
+        let (r, loaded) = read(path)?;
         let f = StateFile {
             path: path.to_path_buf(),
-            journal,
-            journal_len: good_len as u64,
-            base_len,
+            journal: r.journal,
+            journal_len: r.journal_len,
+            base_len: r.base_len,
             // A cut-off tail is dropped by rewriting the base.
-            compact_next: good_len < text.len(),
+            compact_next: r.torn,
             rejected: None,
+            _lock: lock,
             #[cfg(test)]
             fail: Fail::default(),
         };
-        let out = (base_exists || replayed > 0).then_some((revision, state));
-        Ok((f, out))
+        Ok((f, loaded))
     }
 
     /// The base file.
@@ -583,6 +665,40 @@ mod tests {
         assert!(e.to_string().contains("cannot write"), "{e}");
     }
 
+    /// A second `StateFile` on one path, in this process or another lbd,
+    /// fails at open naming the lock, before it touches any file (the
+    /// other's `<file>.tmp` is left alone); dropping the first frees it.
+    /// `File::try_lock` is `flock`: separate opens of the lock file
+    /// conflict within one process too.
+    #[test]
+    fn a_state_file_in_use_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("state.json");
+        let (mut f, _) = StateFile::open(&p).unwrap();
+        f.commit(1, &state(), &[]).unwrap();
+        let lock = d.path().join("state.json.lock");
+        assert_eq!(fs::metadata(&lock).unwrap().permissions().mode() & 0o777, 0o600);
+        let tmp = d.path().join("state.json.tmp");
+        fs::write(&tmp, b"the other's compaction").unwrap();
+        let e = StateFile::open(&p).unwrap_err();
+        assert!(matches!(&e, PersistError::Locked { .. }), "{e}");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "state file {}: in use by another lbd (lock {} held)",
+                p.display(),
+                lock.display()
+            )
+        );
+        assert_eq!(fs::read(&tmp).unwrap(), b"the other's compaction");
+        fs::remove_file(&tmp).unwrap();
+        drop(f);
+        let (_f, loaded) = StateFile::open(&p).unwrap();
+        assert_eq!(loaded, Some((1, state())));
+        assert!(lock.exists(), "the lock file is never removed");
+    }
+
     #[test]
     fn missing_file_is_none() {
         let d = tempfile::tempdir().unwrap();
@@ -681,7 +797,7 @@ mod tests {
         f.commit(6, &st6, &changes).unwrap();
         assert!(!journal.exists());
         assert_eq!(load(&p).unwrap(), Some((6, st6.clone())));
-        assert_eq!(StateFile::open(&p).unwrap().1, Some((6, st6)));
+        assert_eq!(load_all(&p).unwrap(), Some((6, st6)));
     }
 
     #[test]
@@ -705,7 +821,7 @@ mod tests {
         // after its rename) are skipped.
         let lines: Vec<&str> = good.lines().collect();
         fs::write(&journal, format!("{}\n{}\n", lines[2], lines[3])).unwrap();
-        assert_eq!(StateFile::open(&p).unwrap().1.map(|x| x.0), Some(6));
+        assert_eq!(load_all(&p).unwrap().map(|x| x.0), Some(6));
 
         // A gap, or garbage before the end: errors naming the journal.
         five_commits(&d.path().join("b.json"));
@@ -775,14 +891,14 @@ mod tests {
         f.inject_failures(true, true);
         assert!(f.commit(6, &st6, &changes).is_err());
         // What a crash now would restart with: the rejected commit.
-        assert_eq!(StateFile::open(&p).unwrap().1.map(|x| x.0), Some(6));
+        assert_eq!(load_all(&p).unwrap().map(|x| x.0), Some(6));
         f.inject_failures(false, false);
         f.restore(5, &st5).unwrap();
-        assert_eq!(StateFile::open(&p).unwrap().1, Some((5, st5.clone())));
+        assert_eq!(load_all(&p).unwrap(), Some((5, st5.clone())));
         // Nothing to restore after a clean failure or none.
         f.restore(5, &st5).unwrap();
         f.commit(6, &st6, &changes).unwrap();
-        assert_eq!(StateFile::open(&p).unwrap().1, Some((6, st6)));
+        assert_eq!(load_all(&p).unwrap(), Some((6, st6)));
     }
 
     #[test]

@@ -220,6 +220,9 @@ fn state_file_error(path: &Path, e: PersistError) -> PlaneError {
         PersistError::Read { source, .. } => format!("cannot read: {source}"),
         PersistError::Corrupt { reason, .. } => reason,
         PersistError::Write { source, .. } => format!("cannot write: {source}"),
+        PersistError::Locked { lock, .. } => {
+            format!("in use by another lbd (lock {} held)", lock.display())
+        }
     };
     PlaneError::StateFile {
         path: path.to_path_buf(),
@@ -506,6 +509,11 @@ fn persist_failed(
             (path, source.to_string())
         }
         PersistError::Corrupt { path, reason } => (path, reason),
+        // Not from a commit (the lock is taken at open), but said alike.
+        PersistError::Locked { path, lock } => (
+            path,
+            format!("in use by another lbd (lock {} held)", lock.display()),
+        ),
     };
     tracing::error!(path = %path.display(), revision, %reason, "commit rejected: state file not written");
     PlaneError::Persist {

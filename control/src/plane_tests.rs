@@ -113,11 +113,9 @@ fn rejected(p: &mut ControlPlane, changes: Vec<Change>, kind: ErrorKind) -> Stri
     let rev = p.revision();
     let snap = p.snapshot();
     let files = |p: &ControlPlane| {
-        p.state_file.as_ref().map(|f| {
-            crate::persist::StateFile::open(f.path())
-                .map(|(_, loaded)| loaded)
-                .map_err(|e| e.to_string())
-        })
+        p.state_file
+            .as_ref()
+            .map(|f| crate::persist::load_all(f.path()).map_err(|e| e.to_string()))
     };
     let file = files(p);
     let e = p.apply(Source::Api, changes, None).unwrap_err();

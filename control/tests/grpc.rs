@@ -711,7 +711,24 @@ async fn state_persists_and_shutdown_ends_watches_and_removes_the_socket() {
         "watch stream ends at shutdown: {end:?}"
     );
 
-    let reopened = lb_control::plane::ControlPlane::open(common::node(), Some(&s.state_file)).unwrap();
+    use lb_control::plane::ControlPlane;
+    // The stopped server's plane still holds the state file: a second lbd
+    // on it is refused.
+    let e = ControlPlane::open(common::node(), Some(&s.state_file)).unwrap_err();
+    assert!(e.to_string().contains("in use by another lbd"), "{e}");
+    // lbd exits: its plane goes, and with it the lock.
+    let memory_only = ControlPlane::open(common::node(), None).unwrap();
+    let old = std::mem::replace(
+        &mut s.plane,
+        std::sync::Arc::new(std::sync::Mutex::new(memory_only)),
+    );
+    assert_eq!(
+        std::sync::Arc::strong_count(&old),
+        1,
+        "the stopped server let go of the plane"
+    );
+    drop(old);
+    let reopened = ControlPlane::open(common::node(), Some(&s.state_file)).unwrap();
     assert_eq!(reopened.revision(), 1);
     assert_eq!(reopened.state(), &before);
 }
