@@ -22,7 +22,9 @@
 //! new base and removes the journal.
 //!
 //! Base atomicity: write `<file>.tmp` in the same directory, fsync it,
-//! rename it over the base, fsync the directory. A crash leaves the old or
+//! rename it over the base, fsync the directory. `<file>.tmp` (so the
+//! base) and the journal are created mode 0600: the state names every
+//! service and backend of the node. A crash leaves the old or
 //! the new base, never a mix. A crash between the rename and the journal's
 //! removal leaves journal lines at or below the base's revision: loading
 //! skips them. A failed write rejects the commit and leaves both files as
@@ -49,6 +51,7 @@
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{self, BufWriter, ErrorKind, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -190,10 +193,16 @@ pub fn store(path: &Path, revision: u64, state: &DesiredState) -> Result<Stored,
         // Opened first: out of file descriptors, the write fails before
         // it replaces anything.
         let dir = File::open(&dir)?;
+        // Created afresh, never reused: the base gets this file's mode,
+        // 0600 whatever the umask or the mode of a leftover.
+        match fs::remove_file(&tmp) {
+            Err(e) if e.kind() != ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
         let file = OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
+            .mode(0o600)
             .open(&tmp)?;
         let mut w = BufWriter::with_capacity(1 << 20, file);
         serde_json::to_writer(
@@ -264,7 +273,6 @@ fn ensure_dir(path: &Path) -> Result<(), PersistError> {
 /// missing, never removed) without waiting: `Locked` if another open file
 /// holds it. The lock lasts as long as the returned handle.
 fn lock(path: &Path) -> Result<File, PersistError> {
-    use std::os::unix::fs::OpenOptionsExt;
     let lock = with_suffix(path, ".lock");
     let file = OpenOptions::new()
         .write(true)
@@ -295,6 +303,7 @@ fn check_writable(path: &Path) -> Result<(), PersistError> {
         .write(true)
         .create(true)
         .truncate(true)
+        .mode(0o600)
         .open(&tmp);
     match probe {
         Ok(_) => {
@@ -511,7 +520,11 @@ impl StateFile {
         line.push(b'\n');
         let before = self.journal_len;
         let append = || -> io::Result<()> {
-            let mut f = OpenOptions::new().append(true).create(true).open(&self.journal)?;
+            let mut f = OpenOptions::new()
+                .append(true)
+                .create(true)
+                .mode(0o600)
+                .open(&self.journal)?;
             f.write_all(&line)?;
             #[cfg(test)]
             if self.fail.sync {
@@ -697,6 +710,39 @@ mod tests {
         let (_f, loaded) = StateFile::open(&p).unwrap();
         assert_eq!(loaded, Some((1, state())));
         assert!(lock.exists(), "the lock file is never removed");
+    }
+
+    /// The base (written as `<file>.tmp`) and the journal are created
+    /// 0600 whatever the umask: a leftover `<file>.tmp` with a wider mode
+    /// is not reused, and a compaction makes a base widened since 0600
+    /// again.
+    #[test]
+    fn the_files_are_private_to_lbd() {
+        use std::os::unix::fs::PermissionsExt;
+        let private = |p: &Path| {
+            let mode = fs::metadata(p).unwrap().permissions().mode();
+            assert_eq!(mode & 0o077, 0, "{}: mode {mode:o}", p.display());
+        };
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("state.json");
+        let tmp = d.path().join("state.json.tmp");
+        fs::write(&tmp, b"left over").unwrap();
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o644)).unwrap();
+        store(&p, 1, &state()).unwrap();
+        private(&p);
+        let (mut f, _) = StateFile::open(&p).unwrap();
+        let mut st = state();
+        let changes = backend_change(&mut st, 8002);
+        f.commit(2, &st, &changes).unwrap();
+        let journal = d.path().join("state.json.journal");
+        private(&journal);
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).unwrap();
+        f.journal_len = COMPACT_MIN_BYTES + 1;
+        let changes = backend_change(&mut st, 8003);
+        f.commit(3, &st, &changes).unwrap();
+        assert!(!journal.exists(), "compacted");
+        private(&p);
+        assert_eq!(load_all(&p).unwrap(), Some((3, st)));
     }
 
     #[test]
