@@ -134,6 +134,21 @@ impl ServicesFile {
     }
 }
 
+/// A key of the file as an error names it: bare when TOML would write it
+/// bare (`colour`), otherwise quoted and escaped like values
+/// (`"a\nb\u{1b}"`), so that no key can break the message's one line or
+/// send control sequences to a terminal.
+fn key_name(k: &str) -> String {
+    if !k.is_empty()
+        && k.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        k.to_string()
+    } else {
+        format!("{k:?}")
+    }
+}
+
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -242,7 +257,7 @@ impl Parser<'_> {
                 other => {
                     return Err(self.err(
                         "",
-                        other,
+                        &key_name(other),
                         "unknown key (expected snat, service, node or interface)",
                     ))
                 }
@@ -259,7 +274,7 @@ impl Parser<'_> {
         };
         for (k, v) in t {
             if k != "addresses" {
-                return Err(self.err(loc, k, "unknown key (expected addresses)"));
+                return Err(self.err(loc, &key_name(k), "unknown key (expected addresses)"));
             }
             for (i, s) in self.strings(loc, "addresses", v)?.iter().enumerate() {
                 let field = format!("addresses[{i}]");
@@ -398,7 +413,7 @@ impl Parser<'_> {
                 other => {
                     return Err(self.err(
                         &loc,
-                        other,
+                        &key_name(other),
                         "unknown key (expected name, mode, traffic_policy, session_affinity_timeout, source_ranges, frontend, backend)",
                     ))
                 }
@@ -468,7 +483,13 @@ impl Parser<'_> {
                         ],
                     )?
                 }
-                other => return Err(self.err(loc, other, "unknown key (expected address, protocol, type)")),
+                other => {
+                    return Err(self.err(
+                        loc,
+                        &key_name(other),
+                        "unknown key (expected address, protocol, type)",
+                    ))
+                }
             }
         }
         let addr = addr.ok_or_else(|| self.err(loc, "address", "is required"))?;
@@ -525,7 +546,7 @@ impl Parser<'_> {
                 other => {
                     return Err(self.err(
                         loc,
-                        other,
+                        &key_name(other),
                         "unknown key (expected address, weight, state, node, zone)",
                     ))
                 }
@@ -763,6 +784,49 @@ type = "cluster-ip"
             assert!(e.contains(want), "{text}\n  got:  {e}\n  want: {want}");
             assert!(e.starts_with("svc.toml: "), "{e}");
             assert!(!e.contains(": : "), "no empty field: {e}");
+        }
+    }
+
+    /// An unknown key is named bare when TOML writes it bare, and quoted
+    /// and escaped otherwise, at every level: a key with a newline or an
+    /// escape sequence gives one line without control characters.
+    #[test]
+    fn unknown_keys_are_named_escaped() {
+        let svc = "[[service]]\nname = \"default/web\"\n";
+        let key = r#""a\nb\u001b[31mc" = 1"#;
+        let shown = r#""a\nb\u{1b}[31mc": unknown key"#;
+        for (text, want) in [
+            (format!("{key}\n"), format!("svc.toml: {shown}")),
+            (format!("[snat]\n{key}\n"), format!("svc.toml: snat: {shown}")),
+            (
+                format!("{svc}{key}\n"),
+                format!("svc.toml: service[0] \"default/web\": {shown}"),
+            ),
+            (
+                format!("{svc}[[service.frontend]]\n{key}\n"),
+                format!("svc.toml: service[0] \"default/web\": frontend[0]: {shown}"),
+            ),
+            (
+                format!("{svc}[[service.backend]]\n{key}\n"),
+                format!("svc.toml: service[0] \"default/web\": backend[0]: {shown}"),
+            ),
+            // Quoted but bare-able: named bare. Not bare-able: quoted.
+            (
+                format!("{svc}\"colour\" = 1\n"),
+                "\"default/web\": colour: unknown key".into(),
+            ),
+            (
+                format!("{svc}\"col our\" = 1\n"),
+                "\"default/web\": \"col our\": unknown key".into(),
+            ),
+            (
+                format!("{svc}\"\" = 1\n"),
+                "\"default/web\": \"\": unknown key".into(),
+            ),
+        ] {
+            let e = error(&text);
+            assert!(!e.chars().any(char::is_control), "{e:?}");
+            assert!(e.contains(&want), "{text}\n  got:  {e}\n  want: {want}");
         }
     }
 
