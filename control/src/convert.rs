@@ -49,7 +49,8 @@ pub fn source_to_proto(s: Source) -> i32 {
     .into()
 }
 
-fn mode_from_proto(v: i32, object: &str) -> Result<Mode, ValidationError> {
+/// `Mode` from its proto number; `UNSPECIFIED` is full-NAT.
+pub(crate) fn mode_from_proto(v: i32, object: &str) -> Result<Mode, ValidationError> {
     match pb::ForwardingMode::try_from(v) {
         Ok(pb::ForwardingMode::Unspecified) | Ok(pb::ForwardingMode::Fullnat) => Ok(Mode::FullNat),
         Ok(pb::ForwardingMode::Dnat) => Ok(Mode::Dnat),
@@ -65,7 +66,8 @@ fn mode_to_proto(m: Mode) -> i32 {
     .into()
 }
 
-fn policy_from_proto(v: i32, object: &str) -> Result<TrafficPolicy, ValidationError> {
+/// `TrafficPolicy` from its proto number; `UNSPECIFIED` is cluster.
+pub(crate) fn policy_from_proto(v: i32, object: &str) -> Result<TrafficPolicy, ValidationError> {
     match pb::TrafficPolicy::try_from(v) {
         Ok(pb::TrafficPolicy::Unspecified) | Ok(pb::TrafficPolicy::Cluster) => Ok(TrafficPolicy::Cluster),
         Ok(pb::TrafficPolicy::Local) => Ok(TrafficPolicy::Local),
@@ -108,7 +110,8 @@ pub fn protocol_to_proto(p: Protocol) -> i32 {
     .into()
 }
 
-fn frontend_type_from_proto(v: i32, object: &str) -> Result<FrontendType, ValidationError> {
+/// `FrontendType` from its proto number; `UNSPECIFIED` is load-balancer.
+pub(crate) fn frontend_type_from_proto(v: i32, object: &str) -> Result<FrontendType, ValidationError> {
     match pb::FrontendType::try_from(v) {
         Ok(pb::FrontendType::Unspecified) | Ok(pb::FrontendType::LoadBalancer) => {
             Ok(FrontendType::LoadBalancer)

@@ -336,21 +336,15 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let list = c.list(req).await?.into_inner();
             let format = Format::from(output);
             let text = match what {
-                Kind::Services => output::render(
-                    &output::service_rows(&list).map_err(anyhow::Error::from)?,
-                    format,
-                    output::services_table,
-                ),
-                Kind::Frontends => output::render(
-                    &output::frontend_rows(&list).map_err(anyhow::Error::from)?,
-                    format,
-                    output::frontends_table,
-                ),
-                Kind::Backends => output::render(
-                    &output::backend_rows(&list).map_err(anyhow::Error::from)?,
-                    format,
-                    output::backends_table,
-                ),
+                Kind::Services => {
+                    output::render(&output::service_rows(&list), format, output::services_table)
+                }
+                Kind::Frontends => {
+                    output::render(&output::frontend_rows(&list), format, output::frontends_table)
+                }
+                Kind::Backends => {
+                    output::render(&output::backend_rows(&list), format, output::backends_table)
+                }
             }
             .map_err(anyhow::Error::from)?;
             out(&text)?;

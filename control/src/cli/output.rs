@@ -6,6 +6,7 @@
 //! `apply -f` takes.
 
 use std::fmt::Write as _;
+use std::net::IpAddr;
 
 use lb_proto::v1 as pb;
 use serde::Serialize;
@@ -29,9 +30,6 @@ pub enum Format {
 /// Why output could not be produced.
 #[derive(Debug, thiserror::Error)]
 pub enum OutputError {
-    /// The server sent something the model rejects.
-    #[error("the server sent an invalid object: {0}")]
-    Invalid(#[from] crate::model::ValidationError),
     /// JSON encoding failed.
     #[error("JSON: {0}")]
     Json(#[from] serde_json::Error),
@@ -40,15 +38,43 @@ pub enum OutputError {
     Yaml(#[from] serde_yaml::Error),
 }
 
+/// A proto enum value as `lbctl` shows it: by the model's name when this
+/// lbctl knows the number, as `unknown(N)` when it does not (a newer lbd
+/// sent it). A listing shows what the server holds, so it never fails on
+/// one value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shown<T> {
+    /// A number this lbctl knows.
+    Known(T),
+    /// A number it does not know.
+    Unknown(i32),
+}
+
+impl<T> Shown<T> {
+    /// `v` through `from` (a `convert::*_from_proto`); unknown if it fails.
+    fn of<E>(v: i32, from: impl FnOnce(i32) -> Result<T, E>) -> Shown<T> {
+        from(v).map_or(Shown::Unknown(v), Shown::Known)
+    }
+}
+
+impl<T: Serialize> Serialize for Shown<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Shown::Known(t) => t.serialize(s),
+            Shown::Unknown(n) => s.collect_str(&format_args!("unknown({n})")),
+        }
+    }
+}
+
 /// A service as `get services` prints it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ServiceRow {
     /// `namespace/name`.
     pub name: String,
     /// `fullnat` or `dnat`.
-    pub mode: Mode,
+    pub mode: Shown<Mode>,
     /// `cluster` or `local`.
-    pub traffic_policy: TrafficPolicy,
+    pub traffic_policy: Shown<TrafficPolicy>,
     /// e.g. `3h`; none without affinity.
     pub session_affinity_timeout: Option<String>,
     /// CIDRs.
@@ -58,7 +84,7 @@ pub struct ServiceRow {
     /// Backends of the service in the listing.
     pub backends: usize,
     /// Who wrote it.
-    pub source: Source,
+    pub source: Shown<Source>,
 }
 
 /// A frontend as `get frontends` prints it.
@@ -67,14 +93,14 @@ pub struct FrontendRow {
     /// `10.0.0.100:80`.
     pub address: String,
     /// `tcp` or `udp`.
-    pub protocol: Protocol,
+    pub protocol: Shown<Protocol>,
     /// e.g. `load-balancer`.
     #[serde(rename = "type")]
-    pub kind: FrontendType,
+    pub kind: Shown<FrontendType>,
     /// The owning service.
     pub service: String,
     /// Who wrote it.
-    pub source: Source,
+    pub source: Shown<Source>,
 }
 
 /// A backend as `get backends` prints it.
@@ -87,71 +113,92 @@ pub struct BackendRow {
     /// Weight.
     pub weight: u32,
     /// e.g. `terminating`: the state its source wrote.
-    pub state: BackendState,
+    pub state: Shown<BackendState>,
     /// The state an operator set (`lbctl backend ...`), which takes
     /// precedence over `state`; `None`: none.
-    pub operator_state: Option<BackendState>,
+    pub operator_state: Option<Shown<BackendState>>,
     /// Node name.
     pub node: Option<String>,
     /// Zone.
     pub zone: Option<String>,
     /// Who wrote it.
-    pub source: Source,
+    pub source: Shown<Source>,
+}
+
+// The rows show what the server sent without validating it: a listing of
+// an lbd newer than this lbctl (an enum number added since), or older (an
+// object the model refuses since), shows every object rather than failing
+// on one. Enums are shown by `Shown`; strings as they are (the table
+// escapes control characters, JSON and YAML escape them their own way);
+// the UNSPECIFIED defaults are those of `convert`.
+
+fn source(v: i32) -> Shown<Source> {
+    Shown::of(v, |v| convert::source_from_proto(v, "", ""))
+}
+
+fn backend_state(v: i32) -> Shown<BackendState> {
+    Shown::of(v, |v| convert::backend_state_from_proto(v, "", ""))
+}
+
+fn label(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+/// `ADDR:PORT` from the server's address text and port: as the model
+/// writes it (`[fd00::1]:80`) when both are valid, as sent otherwise.
+fn endpoint_text(addr: &str, port: u32) -> String {
+    match (addr.parse::<IpAddr>(), u16::try_from(port)) {
+        (Ok(a), Ok(p)) => endpoint(a, p),
+        (Ok(IpAddr::V6(_)), Err(_)) => format!("[{addr}]:{port}"),
+        _ => format!("{addr}:{port}"),
+    }
 }
 
 /// The rows of a List response.
-pub fn service_rows(l: &pb::ListResponse) -> Result<Vec<ServiceRow>, OutputError> {
+pub fn service_rows(l: &pb::ListResponse) -> Vec<ServiceRow> {
     l.services
         .iter()
-        .map(|p| {
-            let s = convert::service_from_proto(p)?;
-            Ok(ServiceRow {
-                frontends: l.frontends.iter().filter(|f| f.service == s.name).count(),
-                backends: l.backends.iter().filter(|b| b.service == s.name).count(),
-                name: s.name,
-                mode: s.mode,
-                traffic_policy: s.traffic_policy,
-                session_affinity_timeout: s.affinity_timeout_seconds.map(format_duration),
-                source_ranges: s.source_ranges.iter().map(|c| c.to_string()).collect(),
-                source: s.source,
-            })
+        .map(|s| ServiceRow {
+            name: s.name.clone(),
+            mode: Shown::of(s.mode, |v| convert::mode_from_proto(v, "")),
+            traffic_policy: Shown::of(s.traffic_policy, |v| convert::policy_from_proto(v, "")),
+            session_affinity_timeout: (s.session_affinity_timeout_seconds != 0)
+                .then(|| format_duration(s.session_affinity_timeout_seconds)),
+            source_ranges: s.source_ranges.clone(),
+            frontends: l.frontends.iter().filter(|f| f.service == s.name).count(),
+            backends: l.backends.iter().filter(|b| b.service == s.name).count(),
+            source: source(s.source),
         })
         .collect()
 }
 
 /// The frontend rows of a List response.
-pub fn frontend_rows(l: &pb::ListResponse) -> Result<Vec<FrontendRow>, OutputError> {
+pub fn frontend_rows(l: &pb::ListResponse) -> Vec<FrontendRow> {
     l.frontends
         .iter()
-        .map(|p| {
-            let f = convert::frontend_from_proto(p)?;
-            Ok(FrontendRow {
-                address: endpoint(f.key.addr, f.key.port),
-                protocol: f.key.protocol,
-                kind: f.kind,
-                service: f.service,
-                source: f.source,
-            })
+        .map(|f| FrontendRow {
+            address: endpoint_text(&f.address, f.port),
+            protocol: Shown::of(f.protocol, |v| convert::protocol_from_proto(v, "")),
+            kind: Shown::of(f.r#type, |v| convert::frontend_type_from_proto(v, "")),
+            service: f.service.clone(),
+            source: source(f.source),
         })
         .collect()
 }
 
 /// The backend rows of a List response.
-pub fn backend_rows(l: &pb::ListResponse) -> Result<Vec<BackendRow>, OutputError> {
+pub fn backend_rows(l: &pb::ListResponse) -> Vec<BackendRow> {
     l.backends
         .iter()
-        .map(|p| {
-            let b = convert::backend_from_proto(p)?;
-            Ok(BackendRow {
-                address: endpoint(b.key.addr, b.key.port),
-                service: b.key.service,
-                weight: b.weight,
-                state: b.state,
-                operator_state: b.operator_state,
-                node: b.node,
-                zone: b.zone,
-                source: b.source,
-            })
+        .map(|b| BackendRow {
+            service: b.service.clone(),
+            address: endpoint_text(&b.address, b.port),
+            weight: b.weight.unwrap_or(1),
+            state: backend_state(b.state),
+            operator_state: (b.operator_state != 0).then(|| backend_state(b.operator_state)),
+            node: label(&b.node),
+            zone: label(&b.zone),
+            source: source(b.source),
         })
         .collect()
 }
@@ -159,8 +206,9 @@ pub fn backend_rows(l: &pb::ListResponse) -> Result<Vec<BackendRow>, OutputError
 /// Columns padded to their widest cell, two spaces apart, no trailing
 /// blanks; the header is upper case.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows.iter().map(|r| r.iter().map(|c| cell(c)).collect()).collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for r in rows {
+    for r in &rows {
         for (w, c) in widths.iter_mut().zip(r) {
             *w = (*w).max(c.chars().count());
         }
@@ -185,9 +233,20 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     };
     line(&mut header.iter().map(|h| h.to_uppercase()));
     for r in rows {
-        line(&mut r.iter().cloned());
+        line(&mut r.into_iter());
     }
     out
+}
+
+/// A table cell: as it is, or quoted and escaped if it holds a control
+/// character, so that a string from the server cannot break the table's
+/// lines or send control sequences to the terminal.
+fn cell(s: &str) -> String {
+    if s.chars().any(char::is_control) {
+        format!("{s:?}")
+    } else {
+        s.to_string()
+    }
 }
 
 fn or_dash(s: &Option<String>) -> String {
@@ -691,19 +750,19 @@ mod tests {
     #[test]
     fn rows_tables_json_yaml() {
         let l = listing();
-        let s = service_rows(&l).unwrap();
+        let s = service_rows(&l);
         assert_eq!(
             services_table(&s),
             "NAME         MODE     POLICY   AFFINITY  SOURCE-RANGES  FRONTENDS  BACKENDS  SOURCE\n\
              default/web  fullnat  cluster  3h        10.0.0.0/8     1          2         api\n"
         );
-        let f = frontend_rows(&l).unwrap();
+        let f = frontend_rows(&l);
         assert_eq!(
             frontends_table(&f),
             "ADDRESS         PROTOCOL  TYPE           SERVICE      SOURCE\n\
              [fd00::100]:80  tcp       load-balancer  default/web  api\n"
         );
-        let b = backend_rows(&l).unwrap();
+        let b = backend_rows(&l);
         let text = render(&b, Format::Table, backends_table).unwrap();
         assert_eq!(
             text,
@@ -727,6 +786,83 @@ mod tests {
             serde_json::from_str(&render(&s, Format::Json, services_table).unwrap()).unwrap();
         assert_eq!(json[0]["session_affinity_timeout"], "3h");
         assert_eq!(json[0]["mode"], "fullnat");
+    }
+
+    /// Objects this lbctl would not accept (enum numbers of a newer lbd,
+    /// objects an older one still holds) are all listed as they are: an
+    /// unknown number as `unknown(N)`, a string with control characters
+    /// escaped in the table.
+    #[test]
+    fn objects_this_lbctl_cannot_validate_are_listed() {
+        let mut l = listing();
+        l.services.push(pb::Service {
+            name: "web\n\u{1b}[31m".into(),
+            mode: 7,
+            traffic_policy: 8,
+            session_affinity_timeout_seconds: 999_999,
+            source_ranges: vec!["10.0.0.1".into()],
+            source: 9,
+        });
+        l.frontends.push(pb::Frontend {
+            service: "default/web".into(),
+            address: "not-an-address".into(),
+            port: 70_000,
+            protocol: 5,
+            r#type: 7,
+            source: 2,
+        });
+        l.backends.push(pb::Backend {
+            service: "default/web".into(),
+            address: "127.0.0.1".into(),
+            port: 8080,
+            weight: Some(1_000_000),
+            state: 7,
+            operator_state: 9,
+            node: "n\u{7}".into(),
+            ..Default::default()
+        });
+        let s = service_rows(&l);
+        let t = services_table(&s);
+        assert_eq!(t.lines().count(), 3, "{t}");
+        assert!(
+            t.ends_with(
+                "\"web\\n\\u{1b}[31m\"  unknown(7)  unknown(8)  11d13h46m39s  10.0.0.1       0          0         unknown(9)\n"
+            ),
+            "{t}"
+        );
+        let f = frontend_rows(&l);
+        let t = frontends_table(&f);
+        assert_eq!(t.lines().count(), 3, "{t}");
+        assert!(
+            t.ends_with("not-an-address:70000  unknown(5)  unknown(7)     default/web  api\n"),
+            "{t}"
+        );
+        let b = backend_rows(&l);
+        let t = backends_table(&b);
+        assert_eq!(t.lines().count(), 4, "{t}");
+        assert!(
+            t.ends_with(
+                "default/web  127.0.0.1:8080  1000000  unknown(9) (operator)   \"n\\u{7}\"  -     api\n"
+            ),
+            "{t}"
+        );
+        for t in [services_table(&s), frontends_table(&f), backends_table(&b)] {
+            assert!(!t.chars().any(|c| c.is_control() && c != '\n'), "{t:?}");
+        }
+        let json: serde_json::Value =
+            serde_json::from_str(&render(&b, Format::Json, backends_table).unwrap()).unwrap();
+        assert_eq!(
+            (&json[2]["state"], &json[2]["operator_state"], &json[2]["node"]),
+            (&"unknown(7)".into(), &"unknown(9)".into(), &"n\u{7}".into())
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&render(&s, Format::Json, services_table).unwrap()).unwrap();
+        assert_eq!(json[1]["name"], "web\n\u{1b}[31m", "JSON escapes it itself");
+        assert_eq!(json[1]["mode"], "unknown(7)");
+        let yaml = render(&f, Format::Yaml, frontends_table).unwrap();
+        assert!(yaml.contains("type: unknown(7)"), "{yaml}");
+        let yaml = render(&s, Format::Yaml, services_table).unwrap();
+        assert!(!yaml.chars().any(|c| c.is_control() && c != '\n'), "{yaml:?}");
     }
 
     #[test]
