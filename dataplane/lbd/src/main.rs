@@ -72,6 +72,21 @@ const HANDOVER_RING: u32 = 1024;
 /// Capacity of the control thread's ring to worker 0.
 const CONTROL_RING: u32 = 1024;
 
+/// `s` with control characters escaped (`\n`, `\u{1b}`): an error quotes
+/// what it found in a file (a TOML key, a value), and must stay one line
+/// that cannot drive the terminal.
+fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -93,7 +108,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            err_out!("lbd: {e:#}");
+            err_out!("lbd: {}", printable(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }
@@ -824,6 +839,14 @@ fn print_summary(ports: &[Port], workers: &[Worker], ctl: &ControlCounters, left
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn error_lines_escape_control_characters() {
+        assert_eq!(
+            super::printable("config x.toml: unknown key `a\nlbd: ok\u{1b}[2J`, expected é"),
+            "config x.toml: unknown key `a\\nlbd: ok\\u{1b}[2J`, expected é"
+        );
+    }
+
     use super::*;
 
     /// A thread that panics, or returns before `stop` was set, stops lbd;
