@@ -545,19 +545,27 @@ impl<'p> SnapshotBuilder<'p> {
         }
         for f in frontends_v4.values().chain(frontends_v6.values()) {
             own(f.addr, OwnerKind::VIP);
-            let s = &services[f.service.index()];
-            let has_snat = if f.addr.is_ipv4() {
-                !snat_v4.is_empty()
-            } else {
-                !snat_v6.is_empty()
-            };
-            if s.mode == ForwardMode::FullNat && !has_snat {
-                return Err(BuildError::NoSnatAddress {
-                    service: s.name.to_string(),
-                    frontend: frontend_name(f.addr, f.port, f.proto),
-                    family: family_name(f.addr),
-                });
-            }
+        }
+        // The lowest such frontend, so that the error does not depend on the
+        // maps' (randomly seeded) order.
+        let no_snat = frontends_v4
+            .values()
+            .chain(frontends_v6.values())
+            .filter(|f| {
+                let has_snat = if f.addr.is_ipv4() {
+                    !snat_v4.is_empty()
+                } else {
+                    !snat_v6.is_empty()
+                };
+                services[f.service.index()].mode == ForwardMode::FullNat && !has_snat
+            })
+            .min_by_key(|f| (f.addr, f.port, f.proto as u8));
+        if let Some(f) = no_snat {
+            return Err(BuildError::NoSnatAddress {
+                service: services[f.service.index()].name.to_string(),
+                frontend: frontend_name(f.addr, f.port, f.proto),
+                family: family_name(f.addr),
+            });
         }
         let snat_all = snat_v4
             .iter()

@@ -138,6 +138,23 @@ fn source_range_family_and_snat_errors() {
     );
     assert!(e.to_string().contains("default/a"), "{e}");
 
+    // Several frontends without SNAT: always the lowest is named, whatever
+    // the order of the builder's maps.
+    for _ in 0..32 {
+        let mut b = SnapshotBuilder::new(1);
+        let mut spec = ServiceSpec::new("default/a");
+        spec.mode = ForwardMode::FullNat;
+        let a = b.service(spec).unwrap();
+        for i in (1..=16).rev() {
+            b.frontend(a, fe(&format!("192.0.2.{i}"), 80, Proto::Tcp))
+                .unwrap();
+        }
+        match b.build().unwrap_err() {
+            BuildError::NoSnatAddress { frontend, .. } => assert_eq!(frontend, "192.0.2.1:80/tcp"),
+            e => panic!("{e}"),
+        }
+    }
+
     let e = err(|b| {
         let a = b.service(ServiceSpec::new("default/a"))?;
         b.frontend(a, fe("10.0.0.100", 80, Proto::Tcp))
