@@ -485,6 +485,27 @@ pub fn build_error(e: BuildError) -> ValidationError {
                 format!("service {service:?} is full-NAT, and this node has no {family} SNAT address"),
             )
         }
+        BuildError::DuplicateService { name } => {
+            return named(
+                format!("service {name:?}"),
+                "name",
+                "duplicate service name".into(),
+            )
+        }
+        BuildError::TooManyBackends { service, max } => {
+            return named(
+                format!("service {service:?}"),
+                "backends",
+                format!("more than {max} backends"),
+            )
+        }
+        BuildError::Maglev { service, source } => {
+            return named(
+                format!("service {service:?}"),
+                "backends",
+                format!("Maglev ring: {source}"),
+            )
+        }
         BuildError::SourceRangeFamily {
             service,
             frontend,
@@ -506,7 +527,7 @@ pub fn build_error(e: BuildError) -> ValidationError {
         },
         // Messages without a field: `snat address A: also a frontend
         // address` (when no frontend of the state is at A to name, see
-        // `compile_error`), `service S: Maglev ring: ...`.
+        // `compile_error`).
         None => match text.split_once(": ") {
             Some((object, message)) => {
                 let field = if object.starts_with("service") {
@@ -556,5 +577,43 @@ mod slot_tests {
         s.give_back(&"h", false);
         s.retire(&"c");
         assert_eq!(s.get(&"i", &mut j2), 4);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lb_dataplane::maglev::MaglevError;
+    use lb_dataplane::snapshot::BuildError;
+
+    use super::build_error;
+
+    /// Errors about a service name it as `Change::object_name` does, quoted,
+    /// so that the plane can find the change (and config entry) that wrote it.
+    #[test]
+    fn service_errors_name_the_service_as_changes_do() {
+        let svc = "default/web".to_string();
+        for (e, field) in [
+            (BuildError::DuplicateService { name: svc.clone() }, "name"),
+            (
+                BuildError::TooManyBackends {
+                    service: svc.clone(),
+                    max: 65535,
+                },
+                "backends",
+            ),
+            (
+                BuildError::Maglev {
+                    service: svc.clone(),
+                    source: MaglevError::ZeroTotalWeight { backends: 2 },
+                },
+                "backends",
+            ),
+        ] {
+            let v = build_error(e);
+            assert_eq!(
+                (v.object.as_str(), v.field.as_str()),
+                ("service \"default/web\"", field)
+            );
+        }
     }
 }
