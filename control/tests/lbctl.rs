@@ -545,4 +545,23 @@ fn tcp_with_tls_and_client_certificates() {
         err.contains("--key") && err.contains("no PEM PRIVATE KEY"),
         "{err}"
     );
+    // A CA that did not sign lbd's certificate: the handshake fails, which
+    // is the options' fault (exit 2), not an absent lbd (exit 3).
+    let err = fails(
+        &server,
+        &[
+            "--ca",
+            &path("client.pem"),
+            "--cert",
+            &path("client.pem"),
+            "--key",
+            &path("client.key"),
+            "info",
+        ],
+        2,
+    );
+    assert!(
+        err.contains("TLS with lbd") && err.contains("--ca") && !err.contains("is lbd running"),
+        "{err}"
+    );
 }

@@ -2,7 +2,8 @@
 //!
 //! Exit status: 0 on success; 1 when lbd refused the request (stderr:
 //! `lbctl: <CODE>: <message>`); 2 for a usage error, a bad argument or
-//! services file (all checked before connecting); 3 when lbd cannot be
+//! services file (checked before connecting), or TLS options that do not
+//! fit the server (its handshake fails); 3 when lbd cannot be
 //! reached, the connection breaks, or lbd does not answer within
 //! `--timeout`. Every error is one line on stderr. Output to a pipe that
 //! closes early (`| head`) ends lbctl quietly.
@@ -275,6 +276,8 @@ async fn client(cli: &Cli) -> Result<LoadBalancerClient<Channel>, Failure> {
         .await
         .map_err(|e| match e {
             ConnectError::Unreachable { .. } => Failure::Unreachable(e.to_string()),
+            // lbd answered: the TLS options do not fit it, a usage error.
+            ConnectError::Tls { .. } => Failure::Local(anyhow::anyhow!(e.to_string())),
             ConnectError::Config(m) => Failure::Local(anyhow::anyhow!(m)),
         })
 }

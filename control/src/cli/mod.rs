@@ -100,6 +100,16 @@ pub enum ConnectError {
     /// The options do not describe a usable connection.
     #[error("{0}")]
     Config(String),
+    /// Something answered, but the TLS handshake failed: the options do
+    /// not fit the server (a CA that did not sign lbd's certificate, a
+    /// certificate for another name, a client certificate lbd refuses).
+    #[error("TLS with lbd at {server} failed: {reason} (check --ca, --cert and --key, and that lbd's certificate names the host of the address)")]
+    Tls {
+        /// The address tried.
+        server: ServerAddr,
+        /// Why, on one line.
+        reason: String,
+    },
     /// Nothing answered.
     #[error("cannot connect to lbd at {server}: {reason} (is lbd running, and is this its --grpc address?)")]
     Unreachable {
@@ -184,11 +194,29 @@ pub async fn connect(
             "{server}: --ca, --cert and --key need an https:// server"
         )));
     }
-    let channel = endpoint.connect().await.map_err(|e| ConnectError::Unreachable {
-        server: server.clone(),
-        reason: root_cause(&e),
+    let channel = endpoint.connect().await.map_err(|e| {
+        let reason = root_cause(&e);
+        if is_tls_failure(&reason) {
+            ConnectError::Tls {
+                server: server.clone(),
+                reason,
+            }
+        } else {
+            ConnectError::Unreachable {
+                server: server.clone(),
+                reason,
+            }
+        }
     })?;
     Ok(LoadBalancerClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES))
+}
+
+/// Whether a connection error's root cause is the TLS handshake's (as
+/// rustls words its certificate errors and alerts) rather than a missing or
+/// silent server.
+fn is_tls_failure(root_cause: &str) -> bool {
+    let r = root_cause.to_ascii_lowercase();
+    r.contains("certificate") || r.contains("fatal alert") || r.contains("handshake")
 }
 
 /// True for a status that lbd did not send: the client's own (the
