@@ -31,7 +31,7 @@
 //! which belong to lbd and are ignored here. Every object also passes the
 //! model's `validate()`, and an object defined twice is an error.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -120,6 +120,8 @@ impl ServicesFile {
             path,
             source,
             out: ServicesFile::default(),
+            frontend_at: Vec::new(),
+            backend_at: Vec::new(),
         }
         .file(&table)
     }
@@ -220,6 +222,11 @@ struct Parser<'a> {
     path: &'a Path,
     source: Source,
     out: ServicesFile,
+    /// Where each of `out.frontends` and `out.backends` is written
+    /// (`service[2] "default/web": frontend[0]: `), for errors found
+    /// after the parse.
+    frontend_at: Vec<String>,
+    backend_at: Vec<String>,
 }
 
 type R<T> = Result<T, ServicesFileError>;
@@ -437,8 +444,10 @@ impl Parser<'_> {
                 ));
             };
             for (j, item) in items.iter().enumerate() {
-                let f = self.frontend(&format!("{loc}frontend[{j}]: "), &name, item)?;
+                let at = format!("{loc}frontend[{j}]: ");
+                let f = self.frontend(&at, &name, item)?;
                 self.out.frontends.push(f);
+                self.frontend_at.push(at);
             }
         }
         if let Some(v) = backends {
@@ -450,8 +459,10 @@ impl Parser<'_> {
                 ));
             };
             for (j, item) in items.iter().enumerate() {
-                let b = self.backend(&format!("{loc}backend[{j}]: "), &name, item)?;
+                let at = format!("{loc}backend[{j}]: ");
+                let b = self.backend(&at, &name, item)?;
                 self.out.backends.push(b);
+                self.backend_at.push(at);
             }
         }
         Ok(())
@@ -581,23 +592,32 @@ impl Parser<'_> {
                 ));
             }
         }
-        let mut keys = BTreeSet::new();
-        for f in &self.out.frontends {
-            if !keys.insert(f.key) {
+        // The second definition is named, with the first's place.
+        let mut keys = BTreeMap::new();
+        for (f, at) in self.out.frontends.iter().zip(&self.frontend_at) {
+            if let Some(first) = keys.insert(f.key, at) {
                 return Err(self.err(
-                    &format!("service {:?}: ", f.service),
-                    "frontend",
-                    format!("{} is defined more than once in the file", f.key),
+                    at,
+                    "address",
+                    format!(
+                        "{} is defined more than once in the file (first at {})",
+                        f.key,
+                        first.trim_end_matches(": ")
+                    ),
                 ));
             }
         }
-        let mut keys = BTreeSet::new();
-        for b in &self.out.backends {
-            if !keys.insert(&b.key) {
+        let mut keys = BTreeMap::new();
+        for (b, at) in self.out.backends.iter().zip(&self.backend_at) {
+            if let Some(first) = keys.insert(&b.key, at) {
                 return Err(self.err(
-                    &format!("service {:?}: ", b.key.service),
-                    "backend",
-                    format!("{} is defined more than once in the file", b.key),
+                    at,
+                    "address",
+                    format!(
+                        "{} is defined more than once in the file (first at {})",
+                        b.key,
+                        first.trim_end_matches(": ")
+                    ),
                 ));
             }
         }
@@ -774,9 +794,9 @@ type = "cluster-ip"
             (format!("{svc}[[service.backend]]\naddress = \"10.1.0.1:80\"\nweight = -1\n"), "backend[0]: weight"),
             (format!("{svc}[[service.backend]]\naddress = \"10.1.0.1:80\"\nstate = \"draining\"\n"), "backend[0]: state: \"draining\" is not one of"),
             (format!("{svc}[[service.backend]]\naddress = \"10.1.0.1:80\"\nnode = \"\"\n"), "backend[0]: node: \"\" must be 1-253 bytes"),
-            (format!("{svc}[[service.backend]]\naddress = \"10.1.0.1:80\"\n[[service.backend]]\naddress = \"10.1.0.1:80\"\n"), "backend: 10.1.0.1:80 of default/web is defined more than once"),
+            (format!("{svc}[[service.backend]]\naddress = \"10.1.0.1:80\"\n[[service.backend]]\naddress = \"10.1.0.1:80\"\n"), "service[0] \"default/web\": backend[1]: address: 10.1.0.1:80 of default/web is defined more than once in the file (first at service[0] \"default/web\": backend[0])"),
             (format!("{svc}{svc}"), "service[1] \"default/web\": name: a service of this name is defined earlier"),
-            ("[[service]]\nname = \"a/b\"\n[[service.frontend]]\naddress = \"10.0.0.1:80\"\n[[service]]\nname = \"a/c\"\n[[service.frontend]]\naddress = \"10.0.0.1:80\"\n".into(), "frontend: 10.0.0.1:80/tcp is defined more than once"),
+            ("[[service]]\nname = \"a/b\"\n[[service.frontend]]\naddress = \"10.0.0.1:80\"\n[[service]]\nname = \"a/c\"\n[[service.frontend]]\naddress = \"10.0.0.1:80\"\n".into(), "service[1] \"a/c\": frontend[0]: address: 10.0.0.1:80/tcp is defined more than once in the file (first at service[0] \"a/b\": frontend[0])"),
             ("service = 1\n".into(), "svc.toml: service: must be an array of tables"),
         ];
         for (text, want) in cases {
