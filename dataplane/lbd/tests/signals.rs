@@ -42,24 +42,11 @@ fn a_second_signal_while_stopping_exits_at_once_with_status_1() {
 
     // Two different signals, so the kernel cannot merge them into one
     // pending signal: SIGINT starts the stop, SIGTERM arrives while it runs.
-    let child = lbd.child.as_mut().unwrap();
-    let pid = child.id();
+    let pid = lbd.child.as_ref().unwrap().id();
     sh(&format!("kill -INT {pid}; kill -TERM {pid}"));
-    let t0 = std::time::Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "lbd did not exit within 10 s of two signals:\n{}",
-            lbd.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    lbd.child = None;
+    let code = lbd.wait_for_exit(Duration::from_secs(10), "two signals");
     let text = std::fs::read_to_string(&log).unwrap_or_default();
-    assert_eq!(status.code(), Some(1), "exit status 1:\n{text}");
+    assert_eq!(code, Some(1), "exit status 1:\n{text}");
     assert!(
         !text.contains("final counters"),
         "the second signal skips the summary:\n{text}"

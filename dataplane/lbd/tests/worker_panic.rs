@@ -5,7 +5,7 @@
 //! `LBD_TEST_WORKER_PANIC`, which only debug builds read.
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{Lbd, TempFile};
 
@@ -39,24 +39,11 @@ fn run_with_a_worker_panic(lcores: &str, tag: &str) -> (Option<i32>, String) {
         &[("LBD_TEST_WORKER_PANIC", "1")],
         &log,
     );
-    let child = lbd.child.as_mut().unwrap();
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "lbd did not stop within 60 s of a worker panic:\n{}",
-            lbd.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    lbd.child = None;
+    let code = lbd.wait_for_exit(Duration::from_secs(60), "a worker panic");
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     let _ = std::fs::remove_file(&log);
     let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{prefix}"));
-    (status.code(), text)
+    (code, text)
 }
 
 fn assert_stopped_cleanly(code: Option<i32>, text: &str) {

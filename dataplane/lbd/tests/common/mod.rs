@@ -172,18 +172,26 @@ impl Lbd {
 
     /// Sends `sig` and waits (bounded) for exit; returns the exit code and how long it took.
     pub fn signal_and_wait(&mut self, sig: i32, timeout: Duration) -> (Option<i32>, Duration) {
+        sh(&format!("kill -{sig} {}", self.child.as_ref().unwrap().id()));
+        let t0 = Instant::now();
+        let code = self.wait_for_exit(timeout, &format!("signal {sig}"));
+        (code, t0.elapsed())
+    }
+
+    /// Waits (bounded) for lbd to exit and returns its exit code; panics
+    /// with the log, saying it did not exit within `timeout` of `what`.
+    pub fn wait_for_exit(&mut self, timeout: Duration, what: &str) -> Option<i32> {
         let child = self.child.as_mut().unwrap();
-        sh(&format!("kill -{sig} {}", child.id()));
         let t0 = Instant::now();
         while t0.elapsed() < timeout {
             if let Some(st) = child.try_wait().unwrap() {
                 self.child = None;
-                return (st.code(), t0.elapsed());
+                return st.code();
             }
             std::thread::sleep(Duration::from_millis(10));
         }
         panic!(
-            "lbd did not exit within {timeout:?} of signal {sig}:\n{}",
+            "lbd did not exit within {timeout:?} of {what}:\n{}",
             self.log_text()
         );
     }
