@@ -71,6 +71,8 @@ static ALLOC: dpdk::HugePageAdvice = dpdk::HugePageAdvice;
 const HANDOVER_RING: u32 = 1024;
 /// Capacity of the control thread's ring to worker 0.
 const CONTROL_RING: u32 = 1024;
+/// Mbufs each lcore keeps in its mempool cache.
+const MBUF_CACHE: u32 = 256;
 
 /// `s` with control characters escaped (`\n`, `\u{1b}`): an error quotes
 /// what it found in a file (a TOML key, a value), and must stay one line
@@ -201,7 +203,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         + CONTROL_RING;
     // Plus the frames the neighbor table may hold for unresolved next hops.
     let held = neighbor::Timers::default().max_held as u32;
-    let nmbufs = (per_port * nports as u32 + rings + held + 4096)
+    // Plus what sits outside rings and queues: each EAL lcore's mempool
+    // cache (up to 1.5 times its size before it flushes) and each worker's
+    // hand-over bursts, one per other worker, filling until sent.
+    let caches = (workers as u32 + 1) * (MBUF_CACHE + MBUF_CACHE / 2);
+    let handover_bursts = (workers * workers.saturating_sub(1)) as u32 * dpdk::BURST_MAX as u32;
+    let nmbufs = (per_port * nports as u32 + rings + held + caches + handover_bursts + 4096)
         .next_power_of_two()
         .max(8192)
         - 1;
@@ -210,7 +217,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             &eal,
             "lbd_mbufs",
             nmbufs,
-            256,
+            MBUF_CACHE,
             dpdk_sys::RTE_MBUF_DEFAULT_BUF_SIZE as u16,
             None,
         )
