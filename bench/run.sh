@@ -77,7 +77,7 @@ echo "bench: building lbd and lb-bench in release"
 cargo build --release --quiet -p lbd -p lb-bench
 LBD=${LBD:-target/release/lbd}
 GEN=target/release/lb-bench
-TESTPMD=$(command -v dpdk-testpmd)
+TESTPMD=$(command -v dpdk-testpmd) || { echo "bench/run.sh: dpdk-testpmd not found (Debian's dpdk package; run scripts/setup.sh)" >&2; exit 1; }
 
 OUT=bench/out/$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$OUT"
@@ -86,16 +86,20 @@ SOCK=/run/lb-bench-memif.sock
 DUT_PID=""
 GEN_PID=""
 churn_pid=""
+# Devices (lbd) that did not exit with status 0: the run fails at the end.
+DUT_FAILED=""
 # Stops PID with TERM and waits for it, at most 15 s, then KILL: a process
-# that hangs while stopping must not hang the benchmark.
+# that hangs while stopping must not hang the benchmark. Its exit status
+# ends in STOPPED_STATUS (0 for a process that was already gone).
 stop_wait() { # PID
+    STOPPED_STATUS=0
     kill -TERM "$1" 2>/dev/null || return 0
     for _ in $(seq 1 150); do
         kill -0 "$1" 2>/dev/null || break
         sleep 0.1
     done
     kill -KILL "$1" 2>/dev/null || true
-    wait "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || STOPPED_STATUS=$?
 }
 # DPDK leaves hugepage files of exited processes; clear ours before each
 # run and at the end (each left file holds a 2 MiB page until removed).
@@ -106,6 +110,7 @@ cleanup() {
     [ -n "$DUT_PID" ] && stop_wait "$DUT_PID"
     [ -n "$GEN_PID" ] && stop_wait "$GEN_PID"
     clear_huge
+    rm -f "$SOCK"
     rm -rf "$RUN"
 }
 trap cleanup EXIT
@@ -160,6 +165,12 @@ start_dut() { # DUT LOG [RSIZE]
     local dut=$1 log=$2 rsize=${3:-10}
     local vdev="net_memif0,role=server,socket=$SOCK,rsize=$rsize"
     clear_huge
+    # DPDK's memif binds the socket path without removing it first, and
+    # removes it only when the device closes cleanly: a device that crashed
+    # or was killed would make every later start fail (address in use).
+    rm -f "$SOCK"
+    DUT_NAME=$dut
+    DUT_LOG=$log
     if [ "$dut" = testpmd ]; then
         # Without --stats-period, testpmd's main lcore blocks reading stdin
         # (an open FIFO) instead of spinning on the forwarding CPU; stdbuf makes
@@ -195,6 +206,13 @@ start_dut() { # DUT LOG [RSIZE]
 stop_dut() {
     stop_wait "$DUT_PID"
     DUT_PID=""
+    # lbd exits 0 on SIGTERM: anything else (a crash, a worker's or the
+    # control thread's failure) makes the figures it produced suspect.
+    if [ "$DUT_NAME" != testpmd ] && [ "$STOPPED_STATUS" != 0 ]; then
+        echo "bench: $DUT_NAME exited with status $STOPPED_STATUS ($DUT_LOG):" >&2
+        tail -3 "$DUT_LOG" >&2 || true
+        DUT_FAILED="$DUT_FAILED $DUT_NAME($DUT_LOG)"
+    fi
 }
 
 # One lb-bench run against the device (GEN_SECONDS: each trial's length;
@@ -307,7 +325,8 @@ case ",$ONLY," in ",,"|*",churn,"*)
     [ "$gen_ok" = 1 ] || { echo "bench: churn: lb-bench failed:"; tail -5 "$OUT/$tag.gen.log"; }
     echo "bench: churn: $(gen_summary "$OUT/$tag.gen.log")"
     echo "bench: churn: $(tail -1 "$OUT/$tag.churn.log")"
-    CHURN_OK=$(python3 - "$OUT/$tag.json" "$CHURN_RATE_MPPS" "$(tail -1 "$OUT/$tag.churn.log")" "$client_ok" <<'EOF'
+    CHURN_OK=$(python3 - "$OUT/$tag.json" "$CHURN_RATE_MPPS" "$(tail -1 "$OUT/$tag.churn.log")" "$client_ok" \
+        "$gen_ok" "$OUT/$tag.gen.log" <<'EOF'
 import json, sys
 try:
     s = json.load(open(sys.argv[1]))
@@ -315,11 +334,30 @@ except (OSError, ValueError):
     print("FAIL (no result)")
     sys.exit()
 c = s["counters"]
-lost = c["tx_forward"] - c["rx_forward"] + c["tx_reply"] - c["rx_reply"]
+# Per direction, clamped: a packet of the warm-up that arrives in the
+# measured period counts as received but not as sent, and must not cancel
+# a packet really lost in the other direction.
+lost = max(0, c["tx_forward"] - c["rx_forward"]) + max(0, c["tx_reply"] - c["rx_reply"])
+why = []
 # Without the client's toggles nothing was churned: not a pass.
-verdict = "pass" if lost == 0 and s["violations"] == 0 and sys.argv[4] == "1" else "FAIL"
+if sys.argv[4] != "1":
+    why.append("the gRPC client failed")
+if sys.argv[5] != "1":
+    why.append("lb-bench failed")
+# Nothing sent loses nothing: a device that never answered ARP (every flow
+# unresolved) must not pass. At least half the offered clients' packets,
+# and replies.
+offered = float(sys.argv[2]) * 1e6 * s["seconds"]
+if c["tx_forward"] < 0.5 * offered:
+    why.append(f"only {c['tx_forward']} of ~{offered:.0f} packets sent")
+if c["rx_reply"] == 0:
+    why.append("no reply received")
+if "never reached a backend" in open(sys.argv[6], errors="replace").read():
+    why.append("some flows never reached a backend")
+verdict = "pass" if lost == 0 and s["violations"] == 0 and not why else "FAIL"
 print(f"{verdict}: {sys.argv[2]} Mpps of clients over {s['seconds']:.1f} s, {lost} lost, "
-      f"{s['violations']} violations, RTT p50/p99 {s['latency_us']['p50']:.0f}/{s['latency_us']['p99']:.0f} us ({sys.argv[3]})")
+      f"{s['violations']} violations, RTT p50/p99 {s['latency_us']['p50']:.0f}/{s['latency_us']['p99']:.0f} us ({sys.argv[3]})"
+      + (f"; {'; '.join(why)}" if why else ""))
 EOF
 )
 ;; esac
@@ -382,6 +420,7 @@ for name, d in by.items():
 print(f"\nchurn (one backend of the service toggled 100 times a second): {sys.argv[2]}")
 EOF
 echo "bench: results in $OUT"
+[ -z "$DUT_FAILED" ] || { echo "bench: a device did not exit cleanly:$DUT_FAILED" >&2; exit 1; }
 case $CHURN_OK in
     FAIL*) echo "bench: churn failed: $CHURN_OK" >&2; exit 1 ;;
 esac
