@@ -131,7 +131,9 @@ up() {
 }
 
 case "$cmd" in
-    up) up "$@" ;;
+    # An `up` that fails half-way (a command under `set -e`, or `die`)
+    # removes what it made: namespaces, veths, the backends already started.
+    up) trap down EXIT; up "$@"; trap - EXIT ;;
     down) down ;;
     *) die "usage: lab.sh up TAG NET | lab.sh down TAG" ;;
 esac
