@@ -541,7 +541,11 @@ fn count_instructions(what: &str) {
         );
         return;
     }
-    let reply = what == "reply";
+    let reply = match what {
+        "forward" => false,
+        "reply" => true,
+        _ => panic!("PIPELINE_COUNT={what}: not a variant"),
+    };
     let mut e = established(n);
     check_all_transmit(mode, &mut e, reply);
     let mut cursor = 0;
