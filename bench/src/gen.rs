@@ -180,6 +180,11 @@ struct State<'a> {
     /// port]` is the flow (+ 1) that SNAT endpoint was seen on, to catch
     /// one endpoint given to two live flows toward the same backend.
     snat_owner: Vec<u32>,
+    /// Full-NAT, established flows: per flow, the index into `snat_owner`
+    /// of the SNAT endpoint its packets carry (+ 1; 0: none seen yet), to
+    /// catch a balancer that opens a new connection (a new SNAT port) for
+    /// packets of a live one.
+    snat_of: Vec<u32>,
     c: Counters,
     lat: Histogram,
     tx: Burst,
@@ -310,6 +315,11 @@ impl<'a> Generator<'a> {
                 backend_of: vec![0; flows as usize],
                 snat_owner: if plan.dut == Dut::FullNat {
                     vec![0; plan.snat_count as usize * 65536]
+                } else {
+                    Vec::new()
+                },
+                snat_of: if plan.dut == Dut::FullNat {
+                    vec![0; flows as usize]
                 } else {
                     Vec::new()
                 },
@@ -563,6 +573,7 @@ fn diff(c: &Counters, b: &Counters) -> Counters {
         backend_changed: c.backend_changed - b.backend_changed,
         wrong_source: c.wrong_source - b.wrong_source,
         snat_reused: c.snat_reused - b.snat_reused,
+        snat_changed: c.snat_changed - b.snat_changed,
         wrong_reply: c.wrong_reply - b.wrong_reply,
     }
 }
@@ -703,6 +714,14 @@ fn snat_reuse(st: &mut State<'_>, s: &Seen, flow: u32, backend: usize) {
         return;
     };
     let i = (u32::from(s.src.0) - u32::from(st.plan.snat)) as usize * 65536 + usize::from(s.src.1);
+    if let Some(first) = st.snat_of.get_mut(flow as usize) {
+        let at = i as u32 + 1;
+        if *first == 0 {
+            *first = at;
+        } else if *first != at {
+            st.c.snat_changed += 1;
+        }
+    }
     let Some(owner) = st.snat_owner.get_mut(i) else {
         return;
     };

@@ -105,7 +105,10 @@ fn the_checker_counts_each_kind_of_violation() {
     reply_arrival(st, &reply(p.backends[0], 3, p.client(3)));
     reply_arrival(st, &reply(p.vips[0], 3, p.client(4)));
     assert_eq!(st.c.wrong_reply, 2);
-    assert_eq!(st.c.violations(), 6, "{:?}", st.c);
+    // Flow 3 now with another SNAT port: a new connection for a live flow.
+    forward_arrival(st, &fwd(&p, 3, (snat.0, snat.1 + 1), 0));
+    assert_eq!(st.c.snat_changed, 1);
+    assert_eq!(st.c.violations(), 7, "{:?}", st.c);
 }
 
 #[test]

@@ -102,6 +102,10 @@ pub struct Counters {
     /// Full-NAT: an SNAT address and port seen on two established flows to
     /// the same backend.
     pub snat_reused: u64,
+    /// Full-NAT: packets of an established flow with another SNAT address
+    /// or port than its first ones (the balancer opened a new connection
+    /// for a live one).
+    pub snat_changed: u64,
     /// Replies not addressed to the flow's client or not from the VIP.
     pub wrong_reply: u64,
 }
@@ -114,6 +118,7 @@ impl Counters {
             + self.backend_changed
             + self.wrong_source
             + self.snat_reused
+            + self.snat_changed
             + self.wrong_reply
     }
 }
