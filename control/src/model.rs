@@ -145,7 +145,9 @@ impl BackendState {
 
 /// An IP prefix such as `10.0.0.0/8`: the dataplane's
 /// [`Cidr`](lb_dataplane::snapshot::Cidr), parsed with the prefix
-/// required and kept as its text in JSON.
+/// required and kept as its text in JSON. Host bits are cleared at parse
+/// (`10.0.0.1/8` is `10.0.0.0/8`, as Kubernetes' `ParseCIDR` reads it), so
+/// one range spelled two ways is one value, not a change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct Cidr(pub lb_dataplane::snapshot::Cidr);
@@ -166,7 +168,8 @@ impl From<Cidr> for String {
 impl std::str::FromStr for Cidr {
     type Err = String;
     fn from_str(s: &str) -> Result<Cidr, String> {
-        lb_dataplane::snapshot::Cidr::parse_prefixed(s)
+        let c = lb_dataplane::snapshot::Cidr::parse_prefixed(s).map_err(|e| e.to_string())?;
+        lb_dataplane::snapshot::Cidr::new(c.network(), c.prefix())
             .map(Cidr)
             .map_err(|e| e.to_string())
     }
@@ -579,6 +582,20 @@ mod tests {
             source_ranges: vec![],
             source: Source::Api,
         }
+    }
+
+    /// A range with host bits is its network: one range, one value, in
+    /// the model, the state file's JSON and what `lbctl get` shows.
+    #[test]
+    fn source_ranges_drop_host_bits() {
+        let a: Cidr = "10.1.2.3/8".parse().unwrap();
+        assert_eq!(a, "10.0.0.0/8".parse().unwrap());
+        assert_eq!(a.to_string(), "10.0.0.0/8");
+        let b: Cidr = "2001:db8::1/32".parse().unwrap();
+        assert_eq!(b.to_string(), "2001:db8::/32");
+        let json: Cidr = serde_json::from_str("\"192.0.2.77/24\"").unwrap();
+        assert_eq!(serde_json::to_string(&json).unwrap(), "\"192.0.2.0/24\"");
+        assert_eq!("10.1.2.3/32".parse::<Cidr>().unwrap().to_string(), "10.1.2.3/32");
     }
 
     #[test]
