@@ -140,17 +140,23 @@ pub enum PersistError {
     },
 }
 
+/// The bytes of `path`, `None` if it does not exist: `Read` naming it
+/// otherwise.
+fn read_if_present(path: &Path) -> Result<Option<Vec<u8>>, PersistError> {
+    match fs::read(path) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(PersistError::Read {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
 /// Reads the state file. `Ok(None)`: there is none yet.
 pub fn load(path: &Path) -> Result<Option<(u64, DesiredState)>, PersistError> {
-    let text = match fs::read(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(PersistError::Read {
-                path: path.to_path_buf(),
-                source,
-            })
-        }
+    let Some(text) = read_if_present(path)? else {
+        return Ok(None);
     };
     let corrupt = |reason: String| PersistError::Corrupt {
         path: path.to_path_buf(),
@@ -344,16 +350,7 @@ fn read(path: &Path) -> Result<(Replayed, Option<(u64, DesiredState)>), PersistE
             reason: format!("revision {revision} is beyond {MAX_REVISION}"),
         });
     }
-    let text = match fs::read(&journal) {
-        Ok(t) => t,
-        Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
-        Err(source) => {
-            return Err(PersistError::Read {
-                path: journal.clone(),
-                source,
-            })
-        }
-    };
+    let text = read_if_present(&journal)?.unwrap_or_default();
     let corrupt = |reason: String| PersistError::Corrupt {
         path: journal.clone(),
         reason,

@@ -20,24 +20,7 @@ fn ping_and_arp_from_a_namespace_then_clean_sigterm() {
     let log = std::env::temp_dir().join(format!("lbd-ping-{}.log", std::process::id()));
     let sock = std::env::temp_dir().join(format!("lbd-ping-{}.sock", std::process::id()));
     let sock = sock.to_str().unwrap();
-    let mut lbd = Lbd::start(
-        &[
-            "--lcores",
-            "0-1",
-            "--no-huge",
-            "--mem",
-            "512",
-            "--file-prefix",
-            &prefix,
-            "--vdev",
-            &vdev,
-            "--config",
-            cfg.path(),
-            "--grpc",
-            sock,
-        ],
-        &log,
-    );
+    let mut lbd = Lbd::start(&common::vdev_args("0-1", &prefix, &vdev, cfg.path(), sock), &log);
     lbd.wait_for_log("lbd running", Duration::from_secs(20));
 
     let out = net.try_exec("ping -c 3 -i 0.2 -W 2 10.99.0.1");

@@ -21,21 +21,7 @@ fn a_second_signal_while_stopping_exits_at_once_with_status_1() {
     let log = std::env::temp_dir().join(format!("lbd-signals-{id}.log"));
     let sock = std::env::temp_dir().join(format!("lbd-signals-{id}.sock"));
     let mut lbd = Lbd::start(
-        &[
-            "--lcores",
-            "0",
-            "--no-huge",
-            "--mem",
-            "512",
-            "--file-prefix",
-            &prefix,
-            "--vdev",
-            "net_null0",
-            "--config",
-            cfg.path(),
-            "--grpc",
-            sock.to_str().unwrap(),
-        ],
+        &common::vdev_args("0", &prefix, "net_null0", cfg.path(), sock.to_str().unwrap()),
         &log,
     );
     lbd.wait_for_log("lbd running", Duration::from_secs(20));

@@ -21,21 +21,7 @@ fn run_with_a_worker_panic(lcores: &str, tag: &str) -> (Option<i32>, String) {
     let log = std::env::temp_dir().join(format!("lbd-panic-{tag}-{id}.log"));
     let sock = std::env::temp_dir().join(format!("lbd-panic-{tag}-{id}.sock"));
     let mut lbd = Lbd::start_with_env(
-        &[
-            "--lcores",
-            lcores,
-            "--no-huge",
-            "--mem",
-            "512",
-            "--file-prefix",
-            &prefix,
-            "--vdev",
-            "net_null0",
-            "--config",
-            cfg.path(),
-            "--grpc",
-            sock.to_str().unwrap(),
-        ],
+        &common::vdev_args(lcores, &prefix, "net_null0", cfg.path(), sock.to_str().unwrap()),
         &[("LBD_TEST_WORKER_PANIC", "1")],
         &log,
     );

@@ -7,6 +7,33 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// The arguments of an lbd on one virtual device without hugepages:
+/// `--lcores LCORES --no-huge --mem 512 --file-prefix PREFIX --vdev VDEV
+/// --config CONFIG --grpc GRPC`.
+pub fn vdev_args<'a>(
+    lcores: &'a str,
+    prefix: &'a str,
+    vdev: &'a str,
+    config: &'a str,
+    grpc: &'a str,
+) -> [&'a str; 13] {
+    [
+        "--lcores",
+        lcores,
+        "--no-huge",
+        "--mem",
+        "512",
+        "--file-prefix",
+        prefix,
+        "--vdev",
+        vdev,
+        "--config",
+        config,
+        "--grpc",
+        grpc,
+    ]
+}
+
 /// Path of the lbd binary cargo built for these tests.
 pub fn lbd_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_lbd"))
