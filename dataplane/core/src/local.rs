@@ -23,8 +23,12 @@
 //!   ICMPv6, exactly the size of the NA, so it always fits; an NS without one
 //!   (DAD, unicast NUD) fits only if `frame` extends at least 8 bytes past
 //!   the packet, e.g. into mbuf tailroom: parsing is bounded by the IP
-//!   lengths, so passing the tailroom is safe. Otherwise the NA goes without
-//!   the option, which RFC 4861 allows for unicast solicitations.
+//!   lengths, so passing the tailroom is safe. [`reply_room`] tells a shell
+//!   how many bytes to extend such a frame by (lbd does, from the mbuf's
+//!   tailroom): RFC 4861 §7.2.4 requires the option in the answer to a
+//!   multicast solicitation, which every DAD probe is. Without the room the
+//!   NA goes without the option, which RFC 4861 allows only for unicast
+//!   solicitations.
 //!   NS for another target → `Drop(NdNotForUs)`; NA → `Neighbor` when it
 //!   carries a target link-layer option.
 //!
@@ -234,6 +238,38 @@ pub fn handle_parsed(frame: &mut [u8], parsed: &Parsed, local: &LocalAddrs) -> L
         }
     };
     r.unwrap_or_else(LocalVerdict::Drop)
+}
+
+/// How many bytes `frame` must be extended by (zeroed, past its end) for
+/// its answer to fit: 8 for an untagged or 802.1Q-tagged IPv6 neighbor
+/// solicitation without options (a DAD probe without a nonce, a unicast
+/// NUD probe), which is 8 bytes shorter than the neighbor advertisement
+/// with a target link-layer option that answers it; 0 for everything else,
+/// truncated packets included (zeros must not complete them). A shell with
+/// tailroom extends the frame before [`handle_parsed`] (or the worker) sees
+/// it; the extra bytes lie past the IP packet, so parsing ignores them.
+/// A few byte compares: an IPv4 frame costs one.
+#[inline]
+pub fn reply_room(frame: &[u8]) -> usize {
+    let l3 = match frame.get(ethernet::field::ETHERTYPE) {
+        Some(&[0x86, 0xdd]) => ethernet::HEADER_LEN,
+        Some(&[0x81, 0x00]) if frame.get(16..18) == Some(&[0x86, 0xdd]) => {
+            ethernet::HEADER_LEN + ethernet::VLAN_TAG_LEN
+        }
+        _ => return 0,
+    };
+    let l4 = l3 + ipv6::HEADER_LEN;
+    let is_ns =
+        frame.get(l3 + 6) == Some(&ip_proto::ICMPV6) && frame.get(l4) == Some(&v6type::NEIGHBOR_SOLICIT);
+    let Some(&[hi, lo]) = frame.get(l3 + 4..l3 + 6) else {
+        return 0;
+    };
+    let whole = frame.len() >= l4 + usize::from(u16::from_be_bytes([hi, lo])).max(icmpv6::ND_LEN);
+    if is_ns && whole {
+        (l4 + icmpv6::ND_LEN + 8).saturating_sub(frame.len())
+    } else {
+        0
+    }
 }
 
 /// Bytes to send for a reply whose packet ends at `end`: at least the

@@ -370,16 +370,58 @@ fn dad_probe_is_answered_to_all_nodes() {
         false,
         255,
     );
-    f.extend_from_slice(&[0; 8]);
+    // The room a shell gives it (RFC 4861 §7.2.4: the answer to a
+    // multicast solicitation carries the target link-layer option).
+    f.resize(f.len() + reply_room(&f), 0);
     let len = reply(&mut f);
     assert_checksums_valid(&f[..len]);
     let p = parse(&f[..len]).unwrap();
     assert_eq!(p.dst, IpAddr::V6("ff02::1".parse().unwrap()));
     assert_eq!(&f[..6], &[0x33, 0x33, 0, 0, 0, 1]);
+    let na = Icmpv6Packet::new_checked(p.l4(&f)).unwrap();
+    assert_eq!(na.na_flags(), na_flags::OVERRIDE);
     assert_eq!(
-        Icmpv6Packet::new_checked(p.l4(&f)).unwrap().na_flags(),
-        na_flags::OVERRIDE
+        icmpv6::nd_link_layer_option(na.nd_options(), nd_option::TARGET_LL_ADDR),
+        Ok(Some(OUR_MAC))
     );
+}
+
+#[test]
+fn reply_room_is_asked_only_for_a_whole_solicitation_without_options() {
+    let dad = ns_frame(
+        Ipv6Addr::UNSPECIFIED,
+        solicited_node(&our_v6()),
+        our_v6(),
+        false,
+        255,
+    );
+    assert_eq!(reply_room(&dad), 8);
+    let mut room = dad.clone();
+    room.extend_from_slice(&[0; 3]);
+    assert_eq!(reply_room(&room), 5, "part of the room is there");
+    room.extend_from_slice(&[0; 5]);
+    assert_eq!(reply_room(&room), 0);
+    // 802.1Q-tagged: the same 8 bytes.
+    let mut tagged = dad[..12].to_vec();
+    tagged.extend_from_slice(&[0x81, 0x00, 0x00, 0x07]);
+    tagged.extend_from_slice(&dad[12..]);
+    assert_eq!(reply_room(&tagged), 8);
+    let mut f = tagged.clone();
+    f.resize(f.len() + 8, 0);
+    let len = reply(&mut f);
+    assert_eq!(len, tagged.len() + 8);
+    assert_checksums_valid(&f[..len]);
+    // Nothing for a solicitation with an option (it is the NA's size), for
+    // a truncated one (zeros must not complete it: it stays a drop), nor
+    // for anything else.
+    let with_slla = ns_frame(peer_v6(), solicited_node(&our_v6()), our_v6(), true, 255);
+    assert_eq!(reply_room(&with_slla), 0);
+    for cut in 1..=dad.len() {
+        assert_eq!(reply_room(&dad[..dad.len() - cut]), 0, "cut {cut}");
+    }
+    assert_eq!(reply_room(&echo_v6_frame()), 0);
+    assert_eq!(reply_room(&echo_v4_frame(None)), 0);
+    assert_eq!(reply_room(&arp_frame(arp::OP_REQUEST, PEER_V4, OUR_V4, None)), 0);
 }
 
 #[test]

@@ -523,6 +523,32 @@ impl Burst {
         })
     }
 
+    /// Extends mbuf `i`'s data by `by` zeroed bytes of its tailroom, for a
+    /// reply longer than the frame it is written over (lb-dataplane's
+    /// `local::reply_room`). False, and nothing changed, when the tailroom
+    /// is too small or the mbuf is a chain (whose first segment is all the
+    /// frames of a burst show).
+    pub fn grow(&mut self, i: usize, by: u16) -> bool {
+        assert!(i < self.len, "burst index {i} out of range {}", self.len);
+        let p = self.ptrs[i];
+        // SAFETY: i < len, so p is a valid mbuf we own; reads one field.
+        if unsafe { (*p).nb_segs } != 1 {
+            return false;
+        }
+        // SAFETY: p is a valid single-segment mbuf we own (above); append
+        // returns NULL (nothing changed) or a pointer to `by` writable bytes
+        // of its buffer, now part of the data.
+        let tail = unsafe { dpdk_sys::lbd_rte_pktmbuf_append(p, by) };
+        if tail.is_null() {
+            return false;
+        }
+        // SAFETY: tail points at `by` bytes inside the buffer (above), held
+        // through &mut self; zeroing them keeps `data_len` bytes initialised,
+        // which the slices of `data_mut` and `frames_mut` rely on.
+        unsafe { std::ptr::write_bytes(tail as *mut u8, 0, usize::from(by)) };
+        true
+    }
+
     /// Removes and returns all mbufs in order. Those the caller does not
     /// take (a loop that breaks or returns early) are freed when the
     /// iterator is dropped.

@@ -109,7 +109,20 @@ fn null_and_ring_ports() {
     // and grows back into its tailroom.
     assert_eq!(rtx.tx_burst(&mut b), 10);
     assert_eq!(rrx.rx_burst(&mut got), 10);
+    // Burst::grow: zeroed bytes of the tailroom (the trimmed frame's old
+    // bytes 20..28 were not zero), or nothing when they do not fit.
+    assert_ne!(&frames[0][20..28], &[0; 8]);
+    assert!(!got.grow(0, u16::MAX));
+    assert_eq!(got.data_mut(0).len(), 20);
+    assert!(got.grow(0, 8));
+    assert_eq!(got.data_mut(0).len(), 28);
+    assert_eq!(&got.data_mut(0)[20..], &[0; 8]);
+    assert_eq!(&got.data_mut(0)[1..20], &frames[0][1..20]);
     for (i, mut m) in got.drain().enumerate() {
+        if i == 0 {
+            assert_eq!(m.pkt_len(), 28, "pkt_len follows");
+            assert!(m.set_len(20));
+        }
         assert_eq!(m.len(), 20 + i);
         assert_eq!(m.data()[0], 0xff);
         assert_eq!(&m.data()[1..], &frames[i][1..20 + i]);

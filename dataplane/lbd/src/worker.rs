@@ -51,6 +51,7 @@ use dpdk::ring::{Consumer, Producer};
 use dpdk::{Burst, Mbuf, RxQueue, TxQueue, BURST_MAX};
 use lb_dataplane::checksum::ChecksumOffload;
 use lb_dataplane::counters::WorkerCounters;
+use lb_dataplane::local;
 use lb_dataplane::snapshot::Snapshot;
 use lb_dataplane::worker::{PacketMeta, Verdict, Worker};
 use lb_dataplane::{DropReason, Prefetch, Tick};
@@ -374,6 +375,13 @@ fn process(
     for (i, m) in metas[..n].iter_mut().enumerate() {
         m.port = burst.port(i);
         m.offload = offloads.meta(m.port, burst.rx_ipv4_checksum_good(i));
+        // A neighbor solicitation without options (a DAD probe) is answered
+        // with a target link-layer option (RFC 4861 §7.2.4) from the
+        // mbuf's tailroom; without tailroom the answer goes without it.
+        let room = local::reply_room(burst.data_mut(i));
+        if room > 0 {
+            let _ = burst.grow(i, room as u16); // room <= 8
+        }
     }
     {
         let mut frames = burst.frames_mut();

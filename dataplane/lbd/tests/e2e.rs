@@ -536,6 +536,7 @@ fn ipv6_services_resolve_next_hops_with_neighbor_discovery() {
     }
     let cfg = lab.file("lbd.toml", &cfg);
     let mut lbd = lab.start_lbd("0", 1, &["--config", &cfg]);
+    let started = Instant::now();
 
     let url = format!("http://[{vip}]/whoami");
     lab.wait_for_url(&url, Duration::from_secs(15));
@@ -552,6 +553,32 @@ fn ipv6_services_resolve_next_hops_with_neighbor_discovery() {
         "DNAT over IPv6: the backend sees the client: {udp}"
     );
     lab.client(&format!("ping -6 -c 2 -i 0.2 -W 2 {vip}"));
+
+    // Duplicate address detection through lbd: the client claims the VIP
+    // with a probe without a nonce (enhanced_dad off, as hosts other than
+    // Linux send it: 8 bytes shorter than the answer). lbd answers to
+    // all-nodes with its MAC in a target link-layer option (RFC 4861
+    // §7.2.4), and the client's kernel marks the address dadfailed. After
+    // lbd's own announcements of the VIP (three, 1 s apart), so the capture
+    // sees the answer, not one of them.
+    if let Some(rest) = Duration::from_secs(4).checked_sub(started.elapsed()) {
+        std::thread::sleep(rest);
+    }
+    let dad = lab.client(&format!(
+        "echo 0 > /proc/sys/net/ipv6/conf/eth0/enhanced_dad; \
+         timeout 8 tcpdump -i eth0 -n -v -c 1 'icmp6 and ip6[40] == 136 and ip6 dst ff02::1' 2>/dev/null & \
+         sleep 1; ip -6 addr add {vip}/128 dev eth0; wait; sleep 0.5; ip -6 addr show dev eth0"
+    ));
+    assert!(
+        dad.contains(&format!("tgt is {vip}"))
+            && dad.contains("destination link-address option (2), length 8"),
+        "lbd's answer to the DAD probe, with the option: {dad}"
+    );
+    assert!(
+        dad.lines()
+            .any(|l| l.contains(&format!("{vip}/128")) && l.contains("dadfailed")),
+        "the client's kernel saw the conflict: {dad}"
+    );
 
     let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(10));
     let log = lbd.log_text();
