@@ -785,6 +785,9 @@ fn advance<A: Addr>(
         s.expires = now.0.saturating_add(timeout_ms[usize::from(cur)]);
         return ConnState::from_u8(cur);
     }
+    if cur == ConnState::UdpAnswered as u8 {
+        return udp_answered(s, now, timeout_ms);
+    }
     let (st, fin_by_reply) = state::step(
         ConnState::from_u8(s.state),
         dir,
@@ -800,6 +803,24 @@ fn advance<A: Addr>(
         s.cache = HopCache::UNCACHED;
     }
     st
+}
+
+/// A packet of a UDP flow in [`ConnState::UdpAnswered`]: its timeout runs
+/// from the first answer (it is not restarted), so that answer's time is
+/// `expires` less the state's timeout; a packet [`state::UDP_STREAM_AFTER`]
+/// or more after it makes the flow a stream.
+#[cold]
+fn udp_answered<A: Addr>(s: &mut Slot<A>, now: Tick, timeout_ms: &[u64; ConnState::COUNT]) -> ConnState {
+    let answered = s
+        .expires
+        .saturating_sub(timeout_ms[ConnState::UdpAnswered as usize]);
+    let after = u64::try_from(state::UDP_STREAM_AFTER.as_millis()).unwrap_or(u64::MAX);
+    if now.0 < answered.saturating_add(after) {
+        return ConnState::UdpAnswered;
+    }
+    s.state = ConnState::UdpReplied as u8;
+    s.expires = now.0.saturating_add(timeout_ms[ConnState::UdpReplied as usize]);
+    ConnState::UdpReplied
 }
 
 /// Removes the slot at `idx` if it is in use and expired at `now`.

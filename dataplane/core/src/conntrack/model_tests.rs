@@ -90,12 +90,17 @@ fn model_nat(b: u8, snat: Option<u8>) -> Nat {
     }
 }
 
-/// The model: original key -> (nat, expires, replied); and the addresses
+/// UDP states of the model: no answer, answered (not yet a stream), stream.
+const UNREPLIED: u8 = 0;
+const ANSWERED: u8 = 1;
+const STREAM: u8 = 2;
+
+/// The model: original key -> (nat, expires, UDP state); and the addresses
 /// the table keeps reply cells for (`reply_ports.rs`), all ports (one
 /// worker).
 #[derive(Default)]
 struct Model {
-    entries: HashMap<FlowKey, (Nat, u64, bool)>,
+    entries: HashMap<FlowKey, (Nat, u64, u8)>,
     routed: Vec<IpAddr>,
 }
 
@@ -129,7 +134,7 @@ impl Model {
         if self.entries.iter().any(|(o, (n, _, _))| taken(Self::reply(o, n))) {
             return Err(InsertError::ReplyConflict);
         }
-        self.entries.insert(k, (nat, now + 30 * S, false));
+        self.entries.insert(k, (nat, now + 30 * S, UNREPLIED));
         Ok(())
     }
 
@@ -216,8 +221,15 @@ proptest! {
                         let dir = if reply { Direction::Reply } else { Direction::Original };
                         ct.on_packet(id, dir, 0, Tick(now));
                         let m = model.entries.get_mut(&k).unwrap();
-                        m.2 |= reply;
-                        m.1 = now + if m.2 { 300 * S } else { 30 * S };
+                        // Answered: the timeout runs from the answer; a
+                        // packet 2 s or more after it makes a stream.
+                        match m.2 {
+                            UNREPLIED if reply => (m.2, m.1) = (ANSWERED, now + 30 * S),
+                            UNREPLIED => m.1 = now + 30 * S,
+                            ANSWERED if now >= m.1 - 30 * S + 2 * S => (m.2, m.1) = (STREAM, now + 300 * S),
+                            ANSWERED => {}
+                            _ => m.1 = now + 300 * S,
+                        }
                         prop_assert_eq!(ct.get(id).unwrap().expires, Tick(m.1));
                     }
                 }

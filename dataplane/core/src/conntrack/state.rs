@@ -49,7 +49,9 @@ pub enum ConnState {
     TcpClose,
     /// UDP, only the original direction seen so far.
     UdpUnreplied,
-    /// UDP, the backend answered ("stream" in nf_conntrack terms).
+    /// UDP, the backend answered and the flow went on for at least
+    /// [`UDP_STREAM_AFTER`] after that answer ("stream" in nf_conntrack
+    /// terms, "assured"): an established flow.
     UdpReplied,
     /// ICMP echo, no reply yet.
     IcmpUnreplied,
@@ -61,11 +63,25 @@ pub enum ConnState {
     /// packet makes it [`ConnState::TcpEstablished`], as Linux's conntrack
     /// protects only entries with traffic both ways ("assured").
     TcpEstablishedUnreplied,
+    /// UDP, answered, but not (yet) a stream: a request and its answer (a
+    /// DNS lookup, its A and AAAA queries from one socket included). On the
+    /// unreplied timeout, counted from the first answer, and evicted as
+    /// embryonic, as nf_conntrack (Linux 5.13 on) keeps a UDP flow
+    /// unassured until it is still active 2 s after it began: otherwise
+    /// every DNS lookup would hold an entry, and under full-NAT a SNAT
+    /// port, for the replied timeout, never evictable. A packet either way
+    /// [`UDP_STREAM_AFTER`] or more after the first answer makes it
+    /// [`ConnState::UdpReplied`]; earlier ones leave the timeout running.
+    UdpAnswered,
 }
+
+/// How long after its first answer a UDP flow must still be sending to
+/// count as a stream ([`ConnState::UdpReplied`]): nf_conntrack's 2 s.
+pub const UDP_STREAM_AFTER: Duration = Duration::from_secs(2);
 
 impl ConnState {
     /// Number of states.
-    pub const COUNT: usize = ConnState::TcpEstablishedUnreplied as usize + 1;
+    pub const COUNT: usize = ConnState::UdpAnswered as usize + 1;
 
     /// Every state, in discriminant order.
     pub const ALL: [ConnState; ConnState::COUNT] = [
@@ -82,6 +98,7 @@ impl ConnState {
         ConnState::IcmpUnreplied,
         ConnState::IcmpReplied,
         ConnState::TcpEstablishedUnreplied,
+        ConnState::UdpAnswered,
     ];
 
     /// The state a new entry starts in.
@@ -118,7 +135,8 @@ impl ConnState {
             | ConnState::TcpSynRecv
             | ConnState::UdpUnreplied
             | ConnState::IcmpUnreplied
-            | ConnState::TcpEstablishedUnreplied => EvictClass::Embryonic,
+            | ConnState::TcpEstablishedUnreplied
+            | ConnState::UdpAnswered => EvictClass::Embryonic,
             ConnState::TcpFinWait
             | ConnState::TcpCloseWait
             | ConnState::TcpLastAck
@@ -166,7 +184,7 @@ pub enum EvictClass {
 /// | `tcp_last_ack` | 30 s | IPVS `LAST_ACK` |
 /// | `tcp_time_wait` | 120 s | IPVS `TIME_WAIT` |
 /// | `tcp_close` | 10 s | IPVS `CLOSE` |
-/// | `udp_unreplied` | 30 s | nf_conntrack `udp_timeout` |
+/// | `udp_unreplied` | 30 s | nf_conntrack `udp_timeout`; also a UDP flow answered but not yet a stream ([`ConnState::UdpAnswered`]) |
 /// | `udp_replied` | 300 s | IPVS `UDP` (nf_conntrack `udp_timeout_stream`: 120 s) |
 /// | `icmp` | 30 s | nf_conntrack `icmp_timeout` |
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,9 +213,9 @@ pub struct Timeouts {
     pub tcp_time_wait: Duration,
     /// Reset.
     pub tcp_close: Duration,
-    /// UDP without a reply.
+    /// UDP without a reply, or answered but not yet a stream.
     pub udp_unreplied: Duration,
-    /// UDP with a reply.
+    /// UDP stream: answered, and still sending [`UDP_STREAM_AFTER`] after.
     pub udp_replied: Duration,
     /// ICMP echo, replied or not.
     pub icmp: Duration,
@@ -236,7 +254,7 @@ impl Timeouts {
             ConnState::TcpLastAck => self.tcp_last_ack,
             ConnState::TcpTimeWait => self.tcp_time_wait,
             ConnState::TcpClose => self.tcp_close,
-            ConnState::UdpUnreplied => self.udp_unreplied,
+            ConnState::UdpUnreplied | ConnState::UdpAnswered => self.udp_unreplied,
             ConnState::UdpReplied => self.udp_replied,
             ConnState::IcmpUnreplied | ConnState::IcmpReplied => self.icmp,
         }
@@ -271,6 +289,10 @@ impl Timeouts {
 ///   closing states' 30 s and 120 s timeouts. The worker does not let it
 ///   come to this: it ends such an entry and opens a new connection, with
 ///   a new backend pick ([`Conntrack::reopened_by_syn`](super::Conntrack::reopened_by_syn));
+/// - a backend SYN-ACK in `TcpFinWait` or `TcpCloseWait` (a client reusing
+///   its port while the old connection was half closed, the client's SYN
+///   having gone to the old entry's backend) resyncs the entry to
+///   `TcpSynRecv`, so the new connection becomes established;
 /// - a RST from either side closes, in any state.
 #[inline]
 pub(crate) fn step(state: ConnState, dir: Direction, flags: u8, fin_by_reply: bool) -> (ConnState, bool) {
@@ -278,9 +300,12 @@ pub(crate) fn step(state: ConnState, dir: Direction, flags: u8, fin_by_reply: bo
     use ConnState::*;
     let orig = dir == Direction::Original;
     match state {
-        UdpUnreplied if !orig => return (UdpReplied, fin_by_reply),
+        // The promotion to a stream depends on time: `advance` makes it.
+        UdpUnreplied if !orig => return (UdpAnswered, fin_by_reply),
         IcmpUnreplied if !orig => return (IcmpReplied, fin_by_reply),
-        UdpUnreplied | UdpReplied | IcmpUnreplied | IcmpReplied => return (state, fin_by_reply),
+        UdpUnreplied | UdpAnswered | UdpReplied | IcmpUnreplied | IcmpReplied => {
+            return (state, fin_by_reply)
+        }
         _ => {}
     }
     let (syn, ack, fin, rst) = (
@@ -307,6 +332,11 @@ pub(crate) fn step(state: ConnState, dir: Direction, flags: u8, fin_by_reply: bo
         TcpSynSent if orig && ack && !syn => TcpEstablishedUnreplied,
         TcpSynRecv | TcpEstablished | TcpEstablishedUnreplied if fin => return (TcpFinWait, !orig),
         TcpSynRecv if orig && ack && !syn => TcpEstablished,
+        // A backend SYN-ACK answers a new handshake on the same ports (the
+        // client reused them while the old connection was half closed):
+        // resync, as nf_conntrack does, rather than run the new
+        // connection on the closing timeouts, evictable as closing.
+        TcpFinWait | TcpCloseWait if !orig && syn && ack => return (TcpSynRecv, false),
         TcpFinWait | TcpCloseWait if !from_closer && fin => TcpLastAck,
         TcpFinWait if !from_closer && ack => TcpCloseWait,
         TcpLastAck if from_closer && ack => TcpTimeWait,
@@ -440,6 +470,24 @@ mod tests {
     }
 
     #[test]
+    fn a_syn_ack_on_a_half_closed_entry_resyncs_it() {
+        for (st, fin_by_reply) in [
+            (TcpFinWait, false),
+            (TcpFinWait, true),
+            (TcpCloseWait, false),
+            (TcpCloseWait, true),
+        ] {
+            // The client's SYN on the reused ports changes nothing...
+            assert_eq!(step(st, O, SYN, fin_by_reply), (st, fin_by_reply));
+            // ...the backend's SYN-ACK starts the new handshake, which the
+            // client's ACK completes.
+            let (next, by_reply) = step(st, R, SYN | ACK, fin_by_reply);
+            assert_eq!((next, by_reply), (TcpSynRecv, false), "{st:?}");
+            assert_eq!(step(next, O, ACK, by_reply).0, TcpEstablished);
+        }
+    }
+
+    #[test]
     fn lenient_pickup_and_ignored_packets() {
         // Client ACK without a seen SYN-ACK (asymmetric path) establishes,
         // evictable as embryonic until the backend's first packet.
@@ -471,7 +519,10 @@ mod tests {
     #[test]
     fn udp_and_icmp_become_replied_on_a_reply_only() {
         assert_eq!(step(UdpUnreplied, O, 0, false).0, UdpUnreplied);
-        assert_eq!(step(UdpUnreplied, R, 0, false).0, UdpReplied);
+        // UDP is answered first; a stream only with time (`advance`).
+        assert_eq!(step(UdpUnreplied, R, 0, false).0, UdpAnswered);
+        assert_eq!(step(UdpAnswered, O, 0, false).0, UdpAnswered);
+        assert_eq!(step(UdpAnswered, R, 0, false).0, UdpAnswered);
         assert_eq!(step(UdpReplied, O, 0, false).0, UdpReplied);
         assert_eq!(step(IcmpUnreplied, R, 0, false).0, IcmpReplied);
         // TCP flags mean nothing to UDP.
@@ -483,12 +534,14 @@ mod tests {
         assert_eq!(TcpSynRecv.class(), EvictClass::Embryonic);
         assert_eq!(TcpTimeWait.class(), EvictClass::Closing);
         assert_eq!(UdpReplied.class(), EvictClass::Established);
+        assert_eq!(UdpAnswered.class(), EvictClass::Embryonic);
         assert!(EvictClass::Embryonic < EvictClass::Closing && EvictClass::Closing < EvictClass::Established);
         let t = Timeouts::default();
         let ms = t.millis_table();
         assert_eq!(ms[TcpEstablished as usize], 900_000);
         assert_eq!(ms[TcpEstablishedUnreplied as usize], 300_000);
         assert_eq!(ms[UdpUnreplied as usize], 30_000);
+        assert_eq!(ms[UdpAnswered as usize], 30_000);
         assert_eq!(ms[TcpClose as usize], 10_000);
         for (i, s) in ConnState::ALL.iter().enumerate() {
             assert_eq!(*s as usize, i);

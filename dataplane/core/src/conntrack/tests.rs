@@ -354,15 +354,35 @@ fn udp_unreplied_and_replied_timeouts() {
         pkt(&mut ct, a, Direction::Original, 0, 10 * S),
         (ConnState::UdpUnreplied, Tick(40 * S))
     );
+    // An answer: not yet a stream; the unreplied timeout runs from it and
+    // packets within 2 s (the other query of an A/AAAA pair, its answer)
+    // do not restart it.
     assert_eq!(
         pkt(&mut ct, b, Direction::Reply, 0, 10 * S),
-        (ConnState::UdpReplied, Tick(310 * S))
+        (ConnState::UdpAnswered, Tick(40 * S))
+    );
+    assert_eq!(
+        pkt(&mut ct, b, Direction::Original, 0, 11 * S),
+        (ConnState::UdpAnswered, Tick(40 * S))
+    );
+    assert_eq!(
+        pkt(&mut ct, b, Direction::Reply, 0, 12 * S - 1),
+        (ConnState::UdpAnswered, Tick(40 * S))
+    );
+    // Still sending 2 s after the answer: a stream, on the long timeout.
+    assert_eq!(
+        pkt(&mut ct, b, Direction::Original, 0, 12 * S),
+        (ConnState::UdpReplied, Tick(312 * S))
+    );
+    assert_eq!(
+        pkt(&mut ct, b, Direction::Reply, 0, 20 * S),
+        (ConnState::UdpReplied, Tick(320 * S))
     );
     let mut gone = Vec::new();
     ct.expire(Tick(40 * S), 16, |e| gone.push(e.original));
     assert_eq!(gone, [key(client(1), VIP, Proto::Udp)]);
     assert_eq!(ct.lookup(&key(client(2), VIP, Proto::Udp)).map(|x| x.0), Some(b));
-    assert_eq!(ct.expire(Tick(310 * S), 16, |_| {}).expired, 1);
+    assert_eq!(ct.expire(Tick(320 * S), 16, |_| {}).expired, 1);
 }
 
 #[test]

@@ -289,10 +289,23 @@ fn dnat_udp_keeps_the_client_address_and_replies_get_the_vip() {
     assert_eq!((p.src, p.src_port, p.dst_port), (v4("10.0.0.2"), 5353, 53));
     assert_checksums(&q);
     dnat_answer_gets_the_vip(&mut w, &snap, 1, &p.dst.to_string(), "10.0.0.101");
+    // One query, one answer: answered, evictable, not a stream.
+    let id = w.conntrack().lookup(&key_of(&q)).unwrap().0;
+    assert_eq!(w.conntrack().state(id), Some(ConnState::UdpAnswered));
     assert_eq!(
-        w.conntrack().state(w.conntrack().lookup(&key_of(&q)).unwrap().0),
-        Some(ConnState::UdpReplied)
+        ConnState::UdpAnswered.class(),
+        crate::conntrack::EvictClass::Embryonic
     );
+    // The same socket's next query within 2 s of the answer (A, then
+    // AAAA) leaves it so; one 2 s after the answer makes it a stream.
+    for (now, want) in [(1_999, ConnState::UdpAnswered), (2_001, ConnState::UdpReplied)] {
+        let mut q = udp4(("10.0.0.2", 5353), ("10.0.0.101", 53), b"query");
+        assert!(matches!(
+            run(&mut w, &snap, now, &mut q, 0),
+            Verdict::Transmit { port: 1, .. }
+        ));
+        assert_eq!(w.conntrack().state(id), Some(want), "at {now} ms");
+    }
 }
 
 /// Two DNAT VIPs with one backend endpoint: a client endpoint that opens
@@ -1265,7 +1278,7 @@ fn reply_via_an_unresolved_gateway_is_resolve_then_transmit() {
     let id = w.conntrack().lookup(&key_of(&q)).unwrap().0;
     assert_eq!(
         w.conntrack().state(id),
-        Some(ConnState::UdpReplied),
+        Some(ConnState::UdpAnswered),
         "the reply counts as seen, as for Transmit"
     );
     // Once the gateway is resolved, the next reply goes out directly,
