@@ -27,9 +27,10 @@
 //!
 //! The file is walked as a TOML table rather than deserialised, so that
 //! every error is one line naming the file, the service (index and name)
-//! and the field. Unknown keys are errors, except `[[interface]]` tables,
-//! which belong to lbd and are ignored here. Every object also passes the
-//! model's `validate()`, and an object defined twice is an error.
+//! and the field. Unknown keys are errors, except `node`, `[[interface]]`
+//! and `[conntrack]`, which belong to lbd and are ignored here. Every
+//! object also passes the model's `validate()`, and an object defined
+//! twice is an error.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -259,13 +260,14 @@ impl Parser<'_> {
                         self.service(i, item)?;
                     }
                 }
-                // lbd's own settings (node name, per-port addresses), parsed by lbd.
-                "interface" | "node" => {}
+                // lbd's own settings (node name, per-port addresses,
+                // conntrack timeouts), parsed by lbd.
+                "interface" | "node" | "conntrack" => {}
                 other => {
                     return Err(self.err(
                         "",
                         &key_name(other),
-                        "unknown key (expected snat, service, node or interface)",
+                        "unknown key (expected snat, service, node, interface or conntrack)",
                     ))
                 }
             }
@@ -725,6 +727,12 @@ type = "cluster-ip"
         assert_eq!(parse("").unwrap(), ServicesFile::default());
         assert_eq!(
             parse("[[interface]]\nname = \"p0\"\n[[interface]]\nx = 1\n").unwrap(),
+            ServicesFile::default()
+        );
+        // lbd's `[conntrack]` is lbd's to check, so that `lbctl apply -f`
+        // takes lbd's config file.
+        assert_eq!(
+            parse("node = \"n\"\n[conntrack.timeouts]\ntcp_established = \"1h\"\n").unwrap(),
             ServicesFile::default()
         );
     }
