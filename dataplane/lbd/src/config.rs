@@ -7,8 +7,10 @@
 //! IPv4 and one IPv6) and an optional gateway (or one per family). `[snat]` and
 //! `[[service]]` are the services file of `lbctl apply -f` (parsed by
 //! `lb_control::services_file`): the node's full-NAT source addresses and
-//! the services of the `config` source, resynced at every start. Unknown
-//! keys are errors, so a typo cannot silently change behaviour.
+//! the services of the `config` source, resynced at every start.
+//! `[conntrack.timeouts]`: the connection tables' idle timeouts
+//! ([`timeouts`]). Unknown keys are errors, so a typo cannot silently
+//! change behaviour.
 //!
 //! ```toml
 //! node = "gw-1"              # optional
@@ -16,6 +18,9 @@
 //! [[interface]]
 //! address = "10.0.0.1/24"
 //! gateway = "10.0.0.254"     # optional
+//!
+//! [conntrack.timeouts]       # optional, each key too
+//! tcp_established = "1h"     # or seconds: 3600
 //!
 //! [snat]
 //! addresses = ["10.1.0.1"]
@@ -25,13 +30,18 @@
 //! # ... see the README's "Services file"
 //! ```
 
+pub mod timeouts;
+
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use lb_control::model::Source;
 use lb_control::services_file::{ServicesFile, ServicesFileError};
+use lb_dataplane::conntrack::Timeouts;
 use lb_dataplane::snapshot::Cidr;
 use serde::Deserialize;
+
+use self::timeouts::RawConntrack;
 
 /// Errors loading the configuration.
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +95,8 @@ struct RawConfig {
     node: Option<String>,
     #[serde(default)]
     interface: Vec<RawInterface>,
+    #[serde(default)]
+    conntrack: RawConntrack,
     // Checked by `ServicesFile::parse`.
     snat: Option<toml::Value>,
     service: Option<toml::Value>,
@@ -133,6 +145,8 @@ pub struct Config {
     pub interfaces: Vec<Interface>,
     /// `[snat]` and `[[service]]`: the `config` source.
     pub services: ServicesFile,
+    /// `[conntrack.timeouts]`, defaults where a key is missing.
+    pub conntrack_timeouts: Timeouts,
 }
 
 impl Config {
@@ -240,12 +254,21 @@ impl Config {
             })?),
             None => None,
         };
+        let conntrack_timeouts = raw
+            .conntrack
+            .timeouts()
+            .map_err(|(field, msg)| ConfigError::Field {
+                path: path.to_path_buf(),
+                field,
+                msg,
+            })?;
         let _ = (raw.snat, raw.service);
         let services = ServicesFile::parse(text, path, Source::Config)?;
         Ok(Config {
             node,
             interfaces,
             services,
+            conntrack_timeouts,
         })
     }
 }
@@ -364,6 +387,33 @@ mod tests {
         assert!(e.starts_with("config t.toml:"), "{e}");
     }
 
+    /// `[conntrack.timeouts]` reaches `Config`, and its errors are one
+    /// line naming the file and the key (the keys themselves are tested
+    /// in `timeouts`).
+    #[test]
+    fn conntrack_timeouts() {
+        assert_eq!(parse("").unwrap().conntrack_timeouts, Timeouts::default());
+        let t = parse(FULL).unwrap().conntrack_timeouts;
+        assert_eq!((t.tcp_established.as_secs(), t.udp_replied.as_secs()), (3600, 60));
+        assert_eq!(
+            t.tcp_syn_sent,
+            Timeouts::default().tcp_syn_sent,
+            "a missing key keeps its default"
+        );
+        let e = parse("[conntrack.timeouts]\ntcp_established = 0\n").unwrap_err();
+        assert_eq!(
+            e,
+            "config t.toml: conntrack.timeouts.tcp_established: 0 s is not within 1..=604800 s"
+        );
+        let e = parse("[conntrack.timeouts]\ntcp_establshed = 60\n").unwrap_err();
+        assert!(
+            e.starts_with("config t.toml: ") && e.contains("tcp_establshed") && !e.contains('\n'),
+            "{e}"
+        );
+        let e = parse("[conntrack]\ntimeouts = 5\n").unwrap_err();
+        assert!(e.starts_with("config t.toml: ") && !e.contains('\n'), "{e}");
+    }
+
     #[test]
     fn services_and_snat_are_the_config_source() {
         let c = parse(FULL).unwrap();
@@ -391,6 +441,10 @@ gateway = ["10.0.0.254", "fd00::fe"]
 
 [[interface]]
 address = "192.168.7.1/24"
+
+[conntrack.timeouts]
+tcp_established = "1h"
+udp_replied = 60
 
 [snat]
 addresses = ["10.1.0.1", "fd01::1"]
@@ -422,7 +476,7 @@ weight = 2
                 0usize..4,
                 proptest::option::of(proptest::sample::select(vec![
                     "\"", "[", "]]", "=", "\n", ",", "é", "\u{1F600}", "-1", "99999999999",
-                    ":", "/", "#", "{}", "::", "[[interface]]\n",
+                    ":", "/", "#", "{}", "::", "[[interface]]\n", "[conntrack.timeouts]\n",
                 ])),
             ), 1..4)
         ) {

@@ -359,11 +359,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 
     preflight::report_thp();
+    match config::timeouts::non_default(&config.conntrack_timeouts) {
+        Some(changed) => tracing::info!("conntrack timeouts: {changed}, the others default"),
+        None => tracing::info!("conntrack timeouts: the defaults"),
+    }
     let mut pipeline = Vec::new();
     for w in 0..queues {
         let mut wc = WorkerConfig::new(WorkerId(w), queues);
         wc.conntrack =
             conntrack::Config::new(cli.conntrack_size, preflight::conntrack_v6(cli.conntrack_size));
+        wc.conntrack.timeouts = config.conntrack_timeouts;
         // A per-process secret: clients cannot aim for long probe runs.
         wc.conntrack.hash_seed = {
             use std::hash::{BuildHasher, Hasher};

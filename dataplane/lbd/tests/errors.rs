@@ -141,6 +141,35 @@ fn address_without_prefix() {
     );
 }
 
+/// A conntrack timeout out of range, or two that contradict each other,
+/// is the config file's error naming the key, before EAL starts.
+#[test]
+fn bad_conntrack_timeouts() {
+    for (text, want) in [
+        (
+            "[conntrack.timeouts]\ntcp_established = 0\n",
+            "conntrack.timeouts.tcp_established: 0 s is not within 1..=604800 s",
+        ),
+        (
+            "[conntrack.timeouts]\nudp_replied = \"8d\"\n",
+            "conntrack.timeouts.udp_replied: 691200 s is not within 1..=604800 s",
+        ),
+        (
+            "[conntrack.timeouts]\ntcp_established = 60\ntcp_established_unreplied = 120\n",
+            "conntrack.timeouts.tcp_established_unreplied: 120 s is longer than tcp_established (60 s)",
+        ),
+        ("[conntrack.timeouts]\ntcp_establshed = 60\n", "tcp_establshed"),
+    ] {
+        let f = TempFile::new("timeouts.toml", text);
+        let (code, out) = run_lbd(&["--no-huge", "--vdev", "net_null0", "--config", f.path()], T);
+        assert_eq!(code, Some(1), "{out}");
+        assert_eq!(out.lines().count(), 1, "{out}");
+        let l = lbd_line(&out);
+        assert!(l.contains("timeouts.toml") && l.contains(want), "{l}");
+        assert_clean(&out);
+    }
+}
+
 #[test]
 fn pci_that_does_not_exist() {
     let (code, out) = run_lbd(&["--pci", "0000:fe:1f.7"], T);

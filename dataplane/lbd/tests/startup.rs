@@ -3,16 +3,21 @@ mod common;
 
 use std::time::Duration;
 
-use common::Lbd;
+use common::{Lbd, TempFile};
 
 /// Every port logs `port configured` (its offloads and promiscuous mode),
-/// also one that has no `[[interface]]` in the config.
+/// also one that has no `[[interface]]` in the config; the conntrack
+/// timeouts that differ from the defaults are logged on one line.
 #[test]
 fn every_port_logs_port_configured() {
     let id = std::process::id();
     let prefix = format!("lbdtest-startup-{id}");
     let log = std::env::temp_dir().join(format!("lbd-startup-{id}.log"));
     let sock = std::env::temp_dir().join(format!("lbd-startup-{id}.sock"));
+    let config = TempFile::new(
+        "startup.toml",
+        "[conntrack.timeouts]\ntcp_established = \"1h\"\nudp_replied = 60\n",
+    );
     let mut lbd = Lbd::start(
         &[
             "--no-huge",
@@ -24,6 +29,8 @@ fn every_port_logs_port_configured() {
             "net_null1",
             "--grpc",
             sock.to_str().unwrap(),
+            "--config",
+            config.path(),
         ],
         &log,
     );
@@ -39,6 +46,10 @@ fn every_port_logs_port_configured() {
             "{line}"
         );
     }
+    assert!(
+        text.contains("conntrack timeouts: tcp_established=3600s udp_replied=60s, the others default"),
+        "{text}"
+    );
     let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(10));
     assert_eq!(code, Some(0), "{}", lbd.log_text());
     let _ = std::fs::remove_file(&log);

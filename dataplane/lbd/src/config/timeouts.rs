@@ -1,0 +1,285 @@
+//! `[conntrack.timeouts]`: the connection tables' idle timeouts.
+//!
+//! One optional key per [`Timeouts`] field, a duration (`"15m"`, `"1h30m"`)
+//! or integer seconds, as `session_affinity_timeout` is written. A missing
+//! key keeps the library's default (IPVS-like, see [`Timeouts`]). Each
+//! value is 1 s to [`MAX_SECS`]; the one rule between keys is the one
+//! the state exists for: `tcp_established_unreplied` (a connection the
+//! backend has not answered) may not outlive `tcp_established`. When it is
+//! not given it is its default or `tcp_established`, whichever is shorter,
+//! as Linux caps an unacknowledged connection's timeout.
+
+use std::time::Duration;
+
+use lb_control::services_file::parse_duration;
+use lb_dataplane::conntrack::Timeouts;
+use serde::Deserialize;
+use toml::Value;
+
+/// The longest timeout: a week. It covers nf_conntrack's 5-day established
+/// default with room to spare; an entry idle longer than that is a leak
+/// rather than a connection (and under full-NAT pins an SNAT port).
+pub const MAX_SECS: u32 = 7 * 86_400;
+
+/// `[conntrack]`: only `timeouts` so far (`--conntrack-size` is a flag).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConntrack {
+    #[serde(default)]
+    timeouts: RawTimeouts,
+}
+
+/// `[conntrack.timeouts]`, values checked by [`RawConntrack::timeouts`].
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTimeouts {
+    tcp_syn_sent: Option<Value>,
+    tcp_syn_recv: Option<Value>,
+    tcp_established: Option<Value>,
+    tcp_established_unreplied: Option<Value>,
+    tcp_fin_wait: Option<Value>,
+    tcp_close_wait: Option<Value>,
+    tcp_last_ack: Option<Value>,
+    tcp_time_wait: Option<Value>,
+    tcp_close: Option<Value>,
+    udp_unreplied: Option<Value>,
+    udp_replied: Option<Value>,
+    icmp: Option<Value>,
+}
+
+/// Where a key's value goes in [`Timeouts`].
+type Slot = fn(&mut Timeouts) -> &mut Duration;
+
+/// Every key, its name as errors give it, and its field; in
+/// [`Timeouts`]' order, which the start-up log line keeps.
+const KEYS: [(&str, Slot); 12] = [
+    ("conntrack.timeouts.tcp_syn_sent", |t| &mut t.tcp_syn_sent),
+    ("conntrack.timeouts.tcp_syn_recv", |t| &mut t.tcp_syn_recv),
+    ("conntrack.timeouts.tcp_established", |t| &mut t.tcp_established),
+    ("conntrack.timeouts.tcp_established_unreplied", |t| {
+        &mut t.tcp_established_unreplied
+    }),
+    ("conntrack.timeouts.tcp_fin_wait", |t| &mut t.tcp_fin_wait),
+    ("conntrack.timeouts.tcp_close_wait", |t| &mut t.tcp_close_wait),
+    ("conntrack.timeouts.tcp_last_ack", |t| &mut t.tcp_last_ack),
+    ("conntrack.timeouts.tcp_time_wait", |t| &mut t.tcp_time_wait),
+    ("conntrack.timeouts.tcp_close", |t| &mut t.tcp_close),
+    ("conntrack.timeouts.udp_unreplied", |t| &mut t.udp_unreplied),
+    ("conntrack.timeouts.udp_replied", |t| &mut t.udp_replied),
+    ("conntrack.timeouts.icmp", |t| &mut t.icmp),
+];
+
+const PREFIX: &str = "conntrack.timeouts.";
+
+/// `tcp_established_unreplied`'s index in [`KEYS`].
+const UNREPLIED: usize = 3;
+
+impl RawConntrack {
+    /// The timeouts in force, or the key at fault and what is wrong.
+    pub(super) fn timeouts(self) -> Result<Timeouts, (&'static str, String)> {
+        let r = self.timeouts;
+        // In `KEYS`' order.
+        let values = [
+            r.tcp_syn_sent,
+            r.tcp_syn_recv,
+            r.tcp_established,
+            r.tcp_established_unreplied,
+            r.tcp_fin_wait,
+            r.tcp_close_wait,
+            r.tcp_last_ack,
+            r.tcp_time_wait,
+            r.tcp_close,
+            r.udp_unreplied,
+            r.udp_replied,
+            r.icmp,
+        ];
+        let unreplied_given = values[UNREPLIED].is_some();
+        let mut t = Timeouts::default();
+        for ((key, slot), value) in KEYS.into_iter().zip(values) {
+            if let Some(v) = value {
+                *slot(&mut t) = Duration::from_secs(seconds(&v).map_err(|m| (key, m))?.into());
+            }
+        }
+        if !unreplied_given {
+            t.tcp_established_unreplied = t.tcp_established_unreplied.min(t.tcp_established);
+        } else if t.tcp_established_unreplied > t.tcp_established {
+            return Err((
+                KEYS[UNREPLIED].0,
+                format!(
+                    "{} s is longer than tcp_established ({} s): a connection the backend has not answered may not outlive one it has",
+                    t.tcp_established_unreplied.as_secs(),
+                    t.tcp_established.as_secs()
+                ),
+            ));
+        }
+        Ok(t)
+    }
+}
+
+/// One value in seconds, within `1..=MAX_SECS`.
+fn seconds(v: &Value) -> Result<u32, String> {
+    let secs: i64 = match v {
+        Value::String(s) => parse_duration(s)?.into(),
+        Value::Integer(n) => *n,
+        _ => return Err("must be a duration such as \"15m\" or a whole number of seconds".into()),
+    };
+    u32::try_from(secs)
+        .ok()
+        .filter(|s| (1..=MAX_SECS).contains(s))
+        .ok_or_else(|| format!("{secs} s is not within 1..={MAX_SECS} s"))
+}
+
+/// The timeouts that differ from the defaults, for the start-up log:
+/// `tcp_established=3600s udp_replied=60s`, or `None` when all are default.
+pub fn non_default(t: &Timeouts) -> Option<String> {
+    let mut t = *t;
+    let mut d = Timeouts::default();
+    let changed: Vec<String> = KEYS
+        .iter()
+        .filter_map(|(key, slot)| {
+            let (v, dv) = (*slot(&mut t), *slot(&mut d));
+            (v != dv).then(|| format!("{}={}s", &key[PREFIX.len()..], v.as_secs()))
+        })
+        .collect();
+    (!changed.is_empty()).then(|| changed.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(toml_text: &str) -> Result<Timeouts, String> {
+        #[derive(Deserialize)]
+        struct File {
+            conntrack: Option<RawConntrack>,
+        }
+        let f: File = toml::from_str(toml_text).map_err(|e| e.to_string())?;
+        f.conntrack
+            .unwrap_or_default()
+            .timeouts()
+            .map_err(|(k, m)| format!("{k}: {m}"))
+    }
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    #[test]
+    fn absent_is_default() {
+        assert_eq!(parse("").unwrap(), Timeouts::default());
+        assert_eq!(parse("[conntrack]\n").unwrap(), Timeouts::default());
+        assert_eq!(parse("[conntrack.timeouts]\n").unwrap(), Timeouts::default());
+        assert_eq!(non_default(&Timeouts::default()), None);
+    }
+
+    /// Every key sets its own field and nothing else.
+    #[test]
+    fn each_key_sets_its_field() {
+        for (i, (key, slot)) in KEYS.iter().enumerate() {
+            let name = &key[PREFIX.len()..];
+            // Between the defaults of tcp_established_unreplied and
+            // tcp_established, so that neither follows the other.
+            let n = 301 + i as u64;
+            let t = parse(&format!("[conntrack.timeouts]\n{name} = {n}\n")).unwrap();
+            let mut want = Timeouts::default();
+            *slot(&mut want) = secs(n);
+            assert_eq!(t, want, "{name}");
+            assert_eq!(non_default(&t), Some(format!("{name}={n}s")), "{name}");
+        }
+        // Every field has a key: setting them all leaves no default.
+        let all: String = KEYS
+            .iter()
+            .map(|(k, _)| format!("{} = 1\n", &k[PREFIX.len()..]))
+            .collect();
+        let t = parse(&format!("[conntrack.timeouts]\n{all}")).unwrap();
+        for s in lb_dataplane::conntrack::ConnState::ALL {
+            assert_eq!(t.of(s), secs(1), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn durations_and_seconds() {
+        let t =
+            parse("[conntrack.timeouts]\ntcp_established = \"1h30m\"\nudp_replied = 60\nicmp = \"10s\"\n")
+                .unwrap();
+        assert_eq!(
+            (t.tcp_established, t.udp_replied, t.icmp),
+            (secs(5400), secs(60), secs(10))
+        );
+        assert_eq!(
+            non_default(&t).as_deref(),
+            Some("tcp_established=5400s udp_replied=60s icmp=10s")
+        );
+        // The inline-table spelling is the same table.
+        let u =
+            parse("[conntrack]\ntimeouts = { tcp_established = 5400, udp_replied = \"1m\", icmp = 10 }\n")
+                .unwrap();
+        assert_eq!(t, u);
+        assert_eq!(
+            parse("[conntrack.timeouts]\ntcp_established = \"7d\"\n")
+                .unwrap()
+                .tcp_established,
+            secs(604_800)
+        );
+    }
+
+    #[test]
+    fn bounds() {
+        for (v, want) in [
+            ("0", "tcp_fin_wait: 0 s is not within 1..=604800 s"),
+            ("-5", "tcp_fin_wait: -5 s is not within 1..=604800 s"),
+            ("604801", "tcp_fin_wait: 604801 s is not within 1..=604800 s"),
+            ("\"8d\"", "tcp_fin_wait: 691200 s is not within 1..=604800 s"),
+            ("\"0s\"", "tcp_fin_wait: 0 s is not within"),
+            ("99999999999", "tcp_fin_wait: 99999999999 s is not within"),
+            ("\"5x\"", "tcp_fin_wait: \"5x\" is not a duration"),
+            (
+                "1.5",
+                "tcp_fin_wait: must be a duration such as \"15m\" or a whole number of seconds",
+            ),
+            ("true", "tcp_fin_wait: must be a duration"),
+        ] {
+            let e = parse(&format!("[conntrack.timeouts]\ntcp_fin_wait = {v}\n")).unwrap_err();
+            assert!(
+                e.starts_with("conntrack.timeouts.") && e.contains(want),
+                "{v}: {e}"
+            );
+        }
+        let t = parse("[conntrack.timeouts]\ntcp_fin_wait = 1\ntcp_close = 604800\n").unwrap();
+        assert_eq!((t.tcp_fin_wait, t.tcp_close), (secs(1), secs(604_800)));
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let e = parse("[conntrack.timeouts]\ntcp_establshed = 60\n").unwrap_err();
+        assert!(e.contains("tcp_establshed"), "{e}");
+        let e = parse("[conntrack]\nsize = 1024\n").unwrap_err();
+        assert!(e.contains("size"), "{e}");
+    }
+
+    /// A client-only establishment may not outlive an answered one; left
+    /// out, it follows a shorter `tcp_established` down.
+    #[test]
+    fn unreplied_is_at_most_established() {
+        assert_eq!(KEYS[UNREPLIED].0, "conntrack.timeouts.tcp_established_unreplied");
+        let e = parse("[conntrack.timeouts]\ntcp_established_unreplied = 901\n").unwrap_err();
+        assert_eq!(
+            e,
+            "conntrack.timeouts.tcp_established_unreplied: 901 s is longer than tcp_established (900 s): a connection the backend has not answered may not outlive one it has"
+        );
+        let e = parse("[conntrack.timeouts]\ntcp_established = 60\ntcp_established_unreplied = 61\n")
+            .unwrap_err();
+        assert!(e.contains("61 s is longer than tcp_established (60 s)"), "{e}");
+        let t =
+            parse("[conntrack.timeouts]\ntcp_established = 60\ntcp_established_unreplied = 60\n").unwrap();
+        assert_eq!(t.tcp_established_unreplied, secs(60));
+        let t = parse("[conntrack.timeouts]\ntcp_established = 120\n").unwrap();
+        assert_eq!(t.tcp_established_unreplied, secs(120));
+        assert_eq!(
+            non_default(&t).as_deref(),
+            Some("tcp_established=120s tcp_established_unreplied=120s")
+        );
+        let t = parse("[conntrack.timeouts]\ntcp_established = 3600\n").unwrap();
+        assert_eq!(t.tcp_established_unreplied, secs(300));
+    }
+}
