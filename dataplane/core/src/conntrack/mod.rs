@@ -82,7 +82,7 @@ mod v4;
 use std::net::{IpAddr, Ipv4Addr};
 
 pub(crate) use insert::Evicted;
-pub use state::{tcp_flags, ConnState, EvictClass, Timeouts};
+pub use state::{tcp_flags, ConnState, EvictClass, Timeouts, UDP_STREAM_AFTER};
 pub(crate) use v4::KeyV4;
 pub use v4::RewriteV4;
 

@@ -3,16 +3,19 @@
 //! One optional key per [`Timeouts`] field, a duration (`"15m"`, `"1h30m"`)
 //! or integer seconds, as `session_affinity_timeout` is written. A missing
 //! key keeps the library's default (IPVS-like, see [`Timeouts`]). Each
-//! value is 1 s to [`MAX_SECS`]; the one rule between keys is the one
-//! the state exists for: `tcp_established_unreplied` (a connection the
-//! backend has not answered) may not outlive `tcp_established`. When it is
-//! not given it is its default or `tcp_established`, whichever is shorter,
-//! as Linux caps an unacknowledged connection's timeout.
+//! value is 1 s to [`MAX_SECS`]. Two more rules: `tcp_established_unreplied`
+//! (a connection the backend has not answered) may not outlive
+//! `tcp_established`, the one rule between keys, the one the state exists
+//! for; when it is not given it is its default or `tcp_established`,
+//! whichever is shorter, as Linux caps an unacknowledged connection's
+//! timeout. And `udp_unreplied` is longer than [`UDP_STREAM_AFTER`]: an
+//! answered UDP flow becomes a stream only by a packet that long after the
+//! answer, within that timeout (which runs from the answer).
 
 use std::time::Duration;
 
 use lb_control::services_file::parse_duration;
-use lb_dataplane::conntrack::Timeouts;
+use lb_dataplane::conntrack::{Timeouts, UDP_STREAM_AFTER};
 use serde::Deserialize;
 use toml::Value;
 
@@ -73,6 +76,8 @@ const PREFIX: &str = "conntrack.timeouts.";
 
 /// `tcp_established_unreplied`'s index in [`KEYS`].
 const UNREPLIED: usize = 3;
+/// `udp_unreplied`'s index in [`KEYS`].
+const UDP_UNREPLIED: usize = 9;
 
 impl RawConntrack {
     /// The timeouts in force, or the key at fault and what is wrong.
@@ -109,6 +114,17 @@ impl RawConntrack {
                     "{} s is longer than tcp_established ({} s): a connection the backend has not answered may not outlive one it has",
                     t.tcp_established_unreplied.as_secs(),
                     t.tcp_established.as_secs()
+                ),
+            ));
+        }
+        if t.udp_unreplied <= UDP_STREAM_AFTER {
+            return Err((
+                KEYS[UDP_UNREPLIED].0,
+                format!(
+                    "{} s is too short: an answered UDP flow becomes a stream by a packet {} s after the answer, within this timeout; give at least {} s",
+                    t.udp_unreplied.as_secs(),
+                    UDP_STREAM_AFTER.as_secs(),
+                    UDP_STREAM_AFTER.as_secs() + 1
                 ),
             ));
         }
@@ -186,14 +202,24 @@ mod tests {
             assert_eq!(t, want, "{name}");
             assert_eq!(non_default(&t), Some(format!("{name}={n}s")), "{name}");
         }
-        // Every field has a key: setting them all leaves no default.
+        // Every field has a key: setting them all leaves no default (UDP
+        // states at the shortest udp_unreplied allowed).
         let all: String = KEYS
             .iter()
-            .map(|(k, _)| format!("{} = 1\n", &k[PREFIX.len()..]))
+            .map(|(k, _)| {
+                let name = &k[PREFIX.len()..];
+                format!("{name} = {}\n", if name == "udp_unreplied" { 3 } else { 1 })
+            })
             .collect();
         let t = parse(&format!("[conntrack.timeouts]\n{all}")).unwrap();
+        use lb_dataplane::conntrack::ConnState::{UdpAnswered, UdpUnreplied};
         for s in lb_dataplane::conntrack::ConnState::ALL {
-            assert_eq!(t.of(s), secs(1), "{s:?}");
+            let want = if matches!(s, UdpUnreplied | UdpAnswered) {
+                3
+            } else {
+                1
+            };
+            assert_eq!(t.of(s), secs(want), "{s:?}");
         }
     }
 
@@ -247,6 +273,24 @@ mod tests {
         }
         let t = parse("[conntrack.timeouts]\ntcp_fin_wait = 1\ntcp_close = 604800\n").unwrap();
         assert_eq!((t.tcp_fin_wait, t.tcp_close), (secs(1), secs(604_800)));
+    }
+
+    #[test]
+    fn udp_unreplied_outlasts_the_stream_delay() {
+        assert_eq!(KEYS[UDP_UNREPLIED].0, "conntrack.timeouts.udp_unreplied");
+        for v in [1, 2] {
+            let e = parse(&format!("[conntrack.timeouts]\nudp_unreplied = {v}\n")).unwrap_err();
+            assert_eq!(
+                e,
+                format!("conntrack.timeouts.udp_unreplied: {v} s is too short: an answered UDP flow becomes a stream by a packet 2 s after the answer, within this timeout; give at least 3 s")
+            );
+        }
+        assert_eq!(
+            parse("[conntrack.timeouts]\nudp_unreplied = 3\n")
+                .unwrap()
+                .udp_unreplied,
+            secs(3)
+        );
     }
 
     #[test]
