@@ -1,7 +1,7 @@
 //! Proves the pipeline's per-packet promise: after the snapshot, the
 //! worker and every frame are built, 100k packets through
-//! `Worker::handle_packet` and the `handle_tick`s between them allocate and
-//! free nothing.
+//! `Worker::handle_packet` and the `handle_tick`s (and `end_orphaned_udp`)
+//! between them allocate and free nothing.
 //!
 //! The mix: new full-NAT and DNAT flows (TCP and UDP, IPv4 and IPv6),
 //! established traffic, backend replies (full-NAT replies are made from the
@@ -293,6 +293,9 @@ fn hundred_thousand_packets_allocate_nothing() {
             // Now and then far ahead, so that connections expire.
             let at = if n % 8192 == 0 { now + 10_000_000 } else { now };
             w.handle_tick(Tick(at), 512);
+            // Its first lap (the snapshot is new to the worker) looks up
+            // every UDP entry's frontend and backend.
+            w.end_orphaned_udp(snap, 512);
             if n % 8192 == 0 {
                 now += 10_000_000;
             }

@@ -27,7 +27,9 @@
 //! (ARP requests, gratuitous ARP, released held frames; worker 0 only), the
 //! tx bursts flushed (what the NIC does not take: `tx_full`), and, the
 //! first loop of every millisecond, conntrack expiry with a bounded budget
-//! ([`TICK_BUDGET`]).
+//! ([`TICK_BUDGET`]) and, after a snapshot of a new revision, the lap that
+//! ends UDP connections of deleted backends and frontends
+//! (`Worker::end_orphaned_udp`, the same budget).
 //!
 //! IPv4 header checksums go to the NIC where the ports offer it
 //! ([`Offloads`]): a frame whose header checksum the NIC verified reaches
@@ -337,11 +339,12 @@ pub fn run(mut worker: Worker, io: WorkerIo, mut links: Links, shared: Shared) -
             }
         }
         out.flush(&counters, &mut links);
-        drop(snap);
         if now != last_tick {
             last_tick = now;
             worker.handle_tick(now, TICK_BUDGET);
+            worker.end_orphaned_udp(&snap, TICK_BUDGET);
         }
+        drop(snap);
     }
     // The rings in are handed back: other lcores may still be filling
     // them, so main drains and counts them once all have stopped.

@@ -350,6 +350,56 @@ fn drain_and_delete_keep_established_connections() {
     );
     drop(conns);
 
+    // UDP is another matter: a client that keeps sending from one port
+    // moves off a deleted backend (which here still runs and answers)
+    // within one check of the table after the change (~4 s).
+    let ask = || {
+        lab.client(&format!(
+            "python3 -c \"
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('', 40053))
+s.settimeout(0.5)
+for _ in range(6):
+    s.sendto(b'steady', ('{}', 53))
+    try:
+        print(s.recvfrom(2048)[0].decode().split()[0]); break
+    except socket.timeout:
+        pass
+else:
+    raise SystemExit('no UDP answer')
+\"",
+            lab.vip()
+        ))
+        .trim()
+        .to_string()
+    };
+    let first = ask();
+    assert_eq!(ask(), first, "one flow, one backend");
+    let di: usize = first["backend-".len()..].parse().unwrap();
+    lab.lbctl_ok(&[
+        "delete",
+        "backend",
+        "default/dns",
+        &format!("{}:5353", lab.backend_addr(di)),
+    ]);
+    let mut seen = Vec::new();
+    for _ in 0..30 {
+        let b = ask();
+        let moved = b != first;
+        seen.push(b);
+        if moved {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_ne!(
+        seen.last(),
+        Some(&first),
+        "the UDP flow stayed on deleted {first}: {seen:?}"
+    );
+
     let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(10));
     assert_eq!(code, Some(0), "{}", lbd.log_text());
 }

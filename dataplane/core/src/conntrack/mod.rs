@@ -86,7 +86,7 @@ pub use state::{tcp_flags, ConnState, EvictClass, Timeouts, UDP_STREAM_AFTER};
 pub(crate) use v4::KeyV4;
 pub use v4::RewriteV4;
 
-use crate::flow::{FlowKey, FlowKeyV4, FlowKeyV6, SnatPorts};
+use crate::flow::{FlowKey, FlowKeyV4, FlowKeyV6, Proto, SnatPorts};
 use crate::prefetch::Prefetch;
 use crate::time::Tick;
 use reply_ports::ReplyPorts;
@@ -351,6 +351,8 @@ pub struct Conntrack {
     evict_window: u32,
     /// Expiry cursor over slots `0..cap_v4` (IPv4) then `cap_v4..cap_v4+cap_v6`.
     sweep: u64,
+    /// [`Conntrack::end_udp_where`]'s cursor, over the same positions.
+    scan: u64,
     stats: ConntrackStats,
 }
 
@@ -433,6 +435,7 @@ impl Conntrack {
             timeout_ms: config.timeouts.millis_table(),
             evict_window: config.evict_window,
             sweep: 0,
+            scan: 0,
             stats: ConntrackStats::default(),
         })
     }
@@ -749,6 +752,45 @@ impl Conntrack {
         }
     }
 
+    /// Examines at most `budget` slab slots from a cursor of its own (the
+    /// expiry sweep's is untouched; same order, wrapping around) and
+    /// removes every UDP entry that `ends` picks, passing it to `on_ended`
+    /// first (to release its SNAT port). Other entries cost one byte
+    /// compare; UDP ones are decoded for `ends`.
+    pub fn end_udp_where(
+        &mut self,
+        budget: usize,
+        mut ends: impl FnMut(&Entry) -> bool,
+        mut on_ended: impl FnMut(&Entry),
+    ) -> ExpireStats {
+        let cap4 = self.v4.capacity() as u64;
+        let total = cap4 + self.v6.capacity() as u64;
+        let examined = (budget as u64).min(total);
+        let mut ended = 0;
+        let mut pos = self.scan;
+        for _ in 0..examined {
+            let hit = if pos < cap4 {
+                end_udp_one(&mut self.v4, pos as u32, &mut ends)
+            } else {
+                end_udp_one(&mut self.v6, (pos - cap4) as u32, &mut ends)
+            };
+            if let Some(e) = hit {
+                on_ended(&e);
+                ended += 1;
+            }
+            pos += 1;
+            if pos == total {
+                pos = 0;
+            }
+        }
+        self.scan = pos;
+        self.stats.removed += ended as u64;
+        ExpireStats {
+            examined: examined as usize,
+            expired: ended,
+        }
+    }
+
     /// Checks the tables' internal invariants; for tests.
     #[cfg(test)]
     pub(crate) fn check(&self) {
@@ -831,6 +873,21 @@ fn sweep_one<A: Addr>(t: &mut Table<A>, idx: u32, now: u64) -> Option<Entry> {
         return None;
     }
     let e = decode(s);
+    t.discard(idx);
+    Some(e)
+}
+
+/// Removes the slot at `idx` if it holds a UDP entry that `ends` picks.
+#[inline]
+fn end_udp_one<A: Addr>(t: &mut Table<A>, idx: u32, ends: &mut impl FnMut(&Entry) -> bool) -> Option<Entry> {
+    let s = t.get(idx)?;
+    if s.proto != Proto::Udp as u8 {
+        return None;
+    }
+    let e = decode(s);
+    if !ends(&e) {
+        return None;
+    }
     t.discard(idx);
     Some(e)
 }

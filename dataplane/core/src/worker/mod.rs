@@ -21,7 +21,9 @@
 //! knows whether the NIC or the ring took them.
 //!
 //! `handle_tick(now, budget)` expires connections with bounded work and
-//! returns their SNAT ports.
+//! returns their SNAT ports; `end_orphaned_udp(snapshot, budget)` ends the
+//! UDP connections of backends and frontends a new snapshot revision
+//! deleted, likewise bounded.
 //!
 //! Flow ownership: a flow belongs to exactly one worker. DNAT flows by their
 //! client endpoint (both directions carry it); full-NAT replies by the SNAT
@@ -221,6 +223,9 @@ pub struct Worker {
     counters: Arc<WorkerCounters>,
     /// [`WorkerConfig::burst_lookup_min_len`].
     burst_lookup_min_len: usize,
+    /// [`Worker::end_orphaned_udp`]'s progress: the snapshot revision it
+    /// checks against, and the slots of that check still to examine.
+    orphan_scan: (u64, u64),
 }
 
 impl Worker {
@@ -237,6 +242,7 @@ impl Worker {
             snat,
             counters: Arc::new(WorkerCounters::new(cfg.frontend_slots, cfg.backend_slots)),
             burst_lookup_min_len: cfg.burst_lookup_min_len,
+            orphan_scan: (0, 0),
         })
     }
 
@@ -391,6 +397,57 @@ impl Worker {
             examined: st.examined,
             expired: st.expired,
         }
+    }
+}
+
+impl Worker {
+    /// Ends UDP connections that the snapshot no longer serves: whose
+    /// frontend is gone, or whose backend is no longer a backend of that
+    /// frontend's service (deleted, not merely drained: a terminating or
+    /// maintenance backend keeps its connections). kube-proxy clears UDP
+    /// conntrack entries of removed endpoints likewise: UDP has no end, so
+    /// a client that keeps sending (syslog, statsd, QUIC, a DNS client
+    /// reusing its socket) would stay pinned to the deleted backend for
+    /// good, every datagram restarting the timeout. Its next datagram opens
+    /// a new connection with a new pick. TCP connections run to their end
+    /// (README).
+    ///
+    /// Call it with the current snapshot next to [`Worker::handle_tick`].
+    /// When the snapshot's revision differs from the last call's, a check
+    /// of the whole table begins, `budget` slots a call (its own cursor),
+    /// and ends after one lap; between revisions a call costs nothing.
+    /// Ended connections count in `conntrack_expirations` and release
+    /// their SNAT ports. Returns how many it ended.
+    pub fn end_orphaned_udp(&mut self, snap: &Snapshot, budget: usize) -> usize {
+        let (cap4, cap6) = self.conntrack.capacity();
+        if self.orphan_scan.0 != snap.revision() {
+            self.orphan_scan = (snap.revision(), u64::from(cap4) + u64::from(cap6));
+        }
+        let left = self.orphan_scan.1;
+        if left == 0 {
+            return 0;
+        }
+        let budget = usize::try_from(left).map_or(budget, |l| budget.min(l));
+        let Worker {
+            conntrack,
+            snat,
+            counters,
+            ..
+        } = self;
+        let st = conntrack.end_udp_where(
+            budget,
+            |e: &Entry| {
+                let (vip, vip_port) = e.original.dst();
+                let (addr, port) = e.nat.backend();
+                snap.lookup(vip, vip_port, Proto::Udp)
+                    .is_none_or(|(_, svc)| svc.find_backend(addr, port).is_none())
+            },
+            |e: &Entry| release_snat(snat, e.nat.snat(), Proto::Udp),
+        );
+        self.orphan_scan.1 = left - st.examined as u64;
+        counters.conntrack_expirations.add(st.expired as u64);
+        counters.conntrack_entries.set(conntrack.len() as u64);
+        st.expired
     }
 }
 

@@ -53,12 +53,11 @@ fn snapshot_web_draining(backend: Ipv4Addr) -> Snapshot {
     )
 }
 
-/// [`snapshot_with`] whose web backend `10.1.0.i` is in `web_state(i)`.
-fn snapshot_web_states(
-    web_state: impl Fn(u8) -> BackendState,
-    extra: impl FnOnce(&mut SnapshotBuilder),
-) -> Snapshot {
-    let mut b = SnapshotBuilder::new(1);
+/// The test snapshot's ports, SNAT addresses and neighbors, at `revision`:
+/// port 0 10.0.0.1/24 + fd00::1/64 (clients, gateway 10.0.0.254), port 1
+/// 10.1.0.1/24 + fd01::1/64 (backends .11-.13).
+fn ports_and_neighbors(revision: u64) -> SnapshotBuilder<'static> {
+    let mut b = SnapshotBuilder::new(revision);
     b.interface(
         0,
         MAC0,
@@ -76,6 +75,15 @@ fn snapshot_web_states(
         b.neighbor(v4(&format!("10.1.0.{i}")), BACKEND_MAC);
         b.neighbor(v4(&format!("fd01::{i}")), BACKEND_MAC);
     }
+    b
+}
+
+/// [`snapshot_with`] whose web backend `10.1.0.i` is in `web_state(i)`.
+fn snapshot_web_states(
+    web_state: impl Fn(u8) -> BackendState,
+    extra: impl FnOnce(&mut SnapshotBuilder),
+) -> Snapshot {
+    let mut b = ports_and_neighbors(1);
     let mut web = ServiceSpec::new("default/web");
     web.mode = ForwardMode::FullNat;
     let web = b.service(web).unwrap();
@@ -1398,3 +1406,6 @@ fn icmp_error_to_an_unresolved_client_is_resolve() {
 
 #[path = "reject_tests.rs"]
 mod reject_tests;
+
+#[path = "orphan_tests.rs"]
+mod orphan_tests;
