@@ -17,7 +17,8 @@ pub enum DropReason {
     MalformedArp,
     /// ARP request for an address the balancer does not own.
     ArpNotForUs,
-    /// IPv4 header invalid: version, IHL, total length or header checksum.
+    /// IPv4 header invalid: version, IHL, total length, header checksum, or
+    /// an option list that runs past the header.
     MalformedIpv4,
     /// IPv6 header invalid: version or payload length.
     MalformedIpv6,
@@ -103,11 +104,17 @@ pub enum DropReason {
     /// receive all multicast (for neighbor discovery), so any IPv6 segment
     /// brings some; lbd is configured, not autoconfigured.
     LinkControl,
+    /// An IPv4 loose or strict source route option (LSRR, SSRR) with route
+    /// addresses left: lbd is not the packet's final destination, and the
+    /// L4 pseudo-header holds the route's last address, not the destination
+    /// NAT would rewrite. (The IPv6 twin, a routing header with segments
+    /// left, is `Ipv6ExtensionHeader`.)
+    Ipv4SourceRoute,
 }
 
 impl DropReason {
     /// Number of reasons: the length of a per-worker drop counter array.
-    pub const COUNT: usize = DropReason::LinkControl as usize + 1;
+    pub const COUNT: usize = DropReason::Ipv4SourceRoute as usize + 1;
 
     /// Every reason, in discriminant order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -146,6 +153,7 @@ impl DropReason {
         DropReason::IcmpNotTranslated,
         DropReason::OwnSource,
         DropReason::LinkControl,
+        DropReason::Ipv4SourceRoute,
     ];
 
     /// The stable snake_case name used in counters, logs and the API.
@@ -186,6 +194,7 @@ impl DropReason {
             DropReason::IcmpNotTranslated => "icmp_not_translated",
             DropReason::OwnSource => "own_source",
             DropReason::LinkControl => "link_control",
+            DropReason::Ipv4SourceRoute => "ipv4_source_route",
         }
     }
 }

@@ -64,7 +64,10 @@
 //!
 //! IPv6 packets with a routing header that still has segments left never
 //! get here: parsing refuses them (`Ipv6ExtensionHeader`, see
-//! [`walk_extensions`](crate::wire::ipv6::walk_extensions)).
+//! [`walk_extensions`](crate::wire::ipv6::walk_extensions)); nor do IPv4
+//! packets with a source route that has addresses left (`Ipv4SourceRoute`,
+//! see [`check_options`](crate::wire::ipv4::check_options)): their L4
+//! checksum covers the route's last address, not the one NAT rewrites.
 
 mod icmp_error;
 

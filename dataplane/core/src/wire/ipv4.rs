@@ -7,6 +7,14 @@
 //! checksum; [`Ipv4Packet::verify_checksum`] does, so a caller with NIC
 //! offload can skip it. The payload ends at the total length, never at the
 //! buffer's end (Ethernet padding).
+//!
+//! Nor does it look into the options; [`check_options`] walks them (RFC 791
+//! §3.1): an option list that runs past the header is `MalformedIpv4`, and
+//! a loose or strict source route (LSRR, SSRR) with route addresses left is
+//! `Ipv4SourceRoute`: lbd is not the packet's final destination, does not
+//! forward source routes, and the L4 pseudo-header holds the route's last
+//! address, not the destination NAT would rewrite (the IPv4 twin of an IPv6
+//! routing header with segments left).
 
 use std::net::Ipv4Addr;
 
@@ -40,6 +48,55 @@ pub mod field {
     pub const SRC: Range<usize> = 12..16;
     /// Destination address.
     pub const DST: Range<usize> = 16..20;
+}
+
+/// IPv4 option types [`check_options`] tells apart (RFC 791 §3.1).
+pub mod option {
+    /// End of option list: what follows is padding.
+    pub const END: u8 = 0;
+    /// No operation: one byte, no length.
+    pub const NOP: u8 = 1;
+    /// Loose source and record route.
+    pub const LSRR: u8 = 131;
+    /// Strict source and record route.
+    pub const SSRR: u8 = 137;
+}
+
+/// Walk the IPv4 options `opts` (the header bytes after the first 20).
+/// End of list stops the walk and no-operation is one byte; every other
+/// option has a length byte, at least 2, and must lie inside `opts`, else
+/// `MalformedIpv4`. A source route (LSRR, SSRR) whose pointer (1-based,
+/// from the option's start) is not past the option's end still has
+/// addresses to visit: `Ipv4SourceRoute`. One whose pointer is past it is
+/// spent: the destination address is the final one, as in a packet
+/// without the option.
+#[inline]
+pub fn check_options(opts: &[u8]) -> Result<(), DropReason> {
+    let mut i = 0;
+    while let Some(&kind) = opts.get(i) {
+        match kind {
+            option::END => break,
+            option::NOP => i += 1,
+            _ => {
+                let len = opts.get(i + 1).map_or(0, |&l| usize::from(l));
+                if len < 2 || len > opts.len() - i {
+                    return Err(DropReason::MalformedIpv4);
+                }
+                if kind == option::LSRR || kind == option::SSRR {
+                    // Type, length, pointer, then the route: a length of 2
+                    // leaves no room for the pointer.
+                    let pointer = opts.get(i + 2).filter(|_| len >= 3);
+                    match pointer {
+                        None => return Err(DropReason::MalformedIpv4),
+                        Some(&p) if usize::from(p) <= len => return Err(DropReason::Ipv4SourceRoute),
+                        Some(_) => {}
+                    }
+                }
+                i += len;
+            }
+        }
+    }
+    Ok(())
 }
 
 const FLAG_DF: u16 = 0x4000;
@@ -204,6 +261,13 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     #[inline]
     pub fn options(&self) -> &[u8] {
         &self.buffer.as_ref()[MIN_HEADER_LEN..self.header_len()]
+    }
+
+    /// [`check_options`] of this header's options. Needs a view that
+    /// passed [`Self::check_header`].
+    #[inline]
+    pub fn check_options(&self) -> Result<(), DropReason> {
+        check_options(self.options())
     }
 
     /// The payload, up to the total length. Clamped to the buffer so it is

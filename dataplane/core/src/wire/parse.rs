@@ -7,9 +7,12 @@
 //! see each `DropReason` below; in particular a non-first fragment (IPv4 or
 //! IPv6) is `Err(Fragment)`, because without reassembly it carries no ports
 //! and cannot be matched to a flow. UDP over IPv6 with a zero checksum is
-//! `MalformedUdp` (RFC 8200 §8.1). L4 checksums are not verified: the
-//! balancer rewrites incrementally, which keeps a bad checksum bad for the
-//! receiver to catch. The IPv4 header checksum is verified unless the NIC
+//! `MalformedUdp` (RFC 8200 §8.1). IPv4 options are walked: a malformed
+//! list is `MalformedIpv4`, and a source route with addresses left is
+//! `Ipv4SourceRoute`, as an IPv6 routing header with segments left is
+//! `Ipv6ExtensionHeader` (see [`super::ipv4::check_options`]). L4
+//! checksums are not verified: the balancer rewrites incrementally, which
+//! keeps a bad checksum bad for the receiver to catch. The IPv4 header checksum is verified unless the NIC
 //! already did it ([`ChecksumOffload::rx_ipv4_verified`]).
 
 use std::net::IpAddr;
@@ -133,6 +136,9 @@ fn parse_ipv4(frame: &[u8], l3: usize, vlan: Option<u16>, verify: bool) -> Resul
     let ip = Ipv4Packet::new_checked(&frame[l3..])?;
     if verify && !ip.verify_checksum() {
         return Err(DropReason::MalformedIpv4);
+    }
+    if ip.header_len() > super::ipv4::MIN_HEADER_LEN {
+        ip.check_options()?;
     }
     let fragment = if !ip.is_fragment() {
         Fragment::None

@@ -214,6 +214,111 @@ fn ipv6_atomic_fragments_and_routing_headers() {
     assert_eq!(parse(&f), Err(DropReason::Ipv6ExtensionHeader));
 }
 
+/// TCP/IPv4 from C4 to V4 with the IPv4 options `opts` (a multiple of 4
+/// bytes, at most 40), every checksum computed by etherparse.
+fn tcp_v4_options(opts: &[u8]) -> Vec<u8> {
+    let mut h = etherparse::Ipv4Header::new(0, 64, etherparse::IpNumber::TCP, C4, V4).unwrap();
+    h.options = opts.try_into().unwrap();
+    build(|v| {
+        PacketBuilder::ethernet2(SRC_MAC, DST_MAC)
+            .ip(etherparse::IpHeaders::Ipv4(h, Default::default()))
+            .tcp(40000, 443, 1, 65535)
+            .syn()
+            .write(v, b"data")
+            .unwrap()
+    })
+}
+
+/// Options lbd passes through: the L4 header starts after them.
+#[test]
+fn ipv4_options_are_walked_and_kept() {
+    const ROUTE: [u8; 4] = [192, 0, 2, 1];
+    let r = ROUTE;
+    for (desc, opts) in [
+        ("router alert", vec![0x94, 4, 0, 0]),
+        // Pointer 8 is past the 7-byte option: the route is spent and the
+        // destination is the final one.
+        ("spent LSRR", vec![131, 7, 8, r[0], r[1], r[2], r[3], 0]),
+        (
+            "spent SSRR after a NOP",
+            vec![1, 137, 7, 8, r[0], r[1], r[2], r[3]],
+        ),
+        ("record route, room left", vec![7, 7, 4, 0, 0, 0, 0, 0]),
+        // Timestamp: pointer 5, no overflow, flag 0, room for two stamps.
+        ("timestamp", vec![68, 12, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+        // After the end of the list comes padding, never read as options.
+        ("end of list, then junk", vec![0, 131, 7, 4]),
+        (
+            "40 bytes: record route, NOPs, spent LSRR",
+            [
+                vec![7, 27, 4],
+                vec![0; 24],
+                vec![1; 6],
+                vec![131, 7, 8, r[0], r[1], r[2], r[3]],
+            ]
+            .concat(),
+        ),
+    ] {
+        let f = tcp_v4_options(&opts);
+        let p = parse(&f).unwrap_or_else(|e| panic!("{desc}: {e:?}"));
+        assert_eq!(usize::from(p.l4_offset), 14 + 20 + opts.len(), "{desc}");
+        assert_eq!((p.dst, p.dst_port), (IpAddr::from(V4), 443), "{desc}");
+        assert_eq!(p.l4(&f).len(), 20 + 4, "{desc}");
+    }
+}
+
+/// A source route with addresses left names another final destination,
+/// whose address the L4 checksum covers: refused, like an IPv6 routing
+/// header with segments left.
+#[test]
+fn ipv4_unspent_source_routes_are_refused() {
+    let r = [192, 0, 2, 1];
+    for (desc, opts) in [
+        (
+            "LSRR, one address left",
+            vec![131, 7, 4, r[0], r[1], r[2], r[3], 0],
+        ),
+        (
+            "SSRR, one address left",
+            vec![137, 7, 4, r[0], r[1], r[2], r[3], 0],
+        ),
+        (
+            "LSRR, second of two addresses left",
+            vec![131, 11, 8, 1, 1, 1, 1, r[0], r[1], r[2], r[3], 1],
+        ),
+        // A pointer before the route data still points into the option.
+        ("LSRR, pointer 1", vec![131, 7, 1, r[0], r[1], r[2], r[3], 0]),
+        (
+            "unspent LSRR after a record route",
+            vec![7, 3, 4, 131, 7, 4, r[0], r[1], r[2], r[3], 0, 0],
+        ),
+    ] {
+        assert_eq!(
+            parse(&tcp_v4_options(&opts)),
+            Err(DropReason::Ipv4SourceRoute),
+            "{desc}"
+        );
+    }
+}
+
+#[test]
+fn malformed_ipv4_options_are_dropped() {
+    for (desc, opts) in [
+        ("length past the options", vec![0x94, 8, 0, 0]),
+        ("length 0", vec![7, 0, 0, 0]),
+        ("length 1", vec![68, 1, 0, 0]),
+        ("no length byte", vec![1, 1, 1, 7]),
+        ("LSRR without a pointer", vec![131, 2, 0, 0]),
+        ("second option runs past", vec![1, 7, 8, 4, 0, 0, 0, 0]),
+    ] {
+        assert_eq!(
+            parse(&tcp_v4_options(&opts)),
+            Err(DropReason::MalformedIpv4),
+            "{desc}"
+        );
+    }
+}
+
 #[test]
 fn arp() {
     let mut buf = [0u8; 60];
@@ -291,6 +396,20 @@ proptest! {
     #[test]
     fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..200)) {
         let _ = parse(&data);
+    }
+
+    /// Any option bytes: no panic, and only the option reasons refuse.
+    #[test]
+    fn arbitrary_ipv4_options_never_panic(words in 1usize..=10, bytes in proptest::collection::vec(any::<u8>(), 40)) {
+        let opts = &bytes[..4 * words];
+        let f = tcp_v4_options(opts);
+        match parse(&f) {
+            Ok(p) => prop_assert_eq!(usize::from(p.l4_offset), 34 + opts.len()),
+            Err(e) => prop_assert!(
+                matches!(e, DropReason::MalformedIpv4 | DropReason::Ipv4SourceRoute),
+                "{:?}", e
+            ),
+        }
     }
 
     /// Valid frames with a few random byte changes: no panic, and whenever

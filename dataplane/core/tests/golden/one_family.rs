@@ -39,6 +39,61 @@ pub fn v4_cases() -> Vec<Case> {
         ],
     ));
 
+    // Source routes (RFC 791 §3.1). One with addresses left names another
+    // final destination, which the sender's L4 checksum covers: refused
+    // before any state (the plain SYN after it gets the first SNAT port).
+    let hop = [192, 0, 2, 1];
+    let lsrr = [131, 7, 4, hop[0], hop[1], hop[2], hop[3], 0];
+    let ssrr = [137, 7, 4, hop[0], hop[1], hop[2], hop[3], 0];
+    cases.push(Case::new(
+        "IPv4 with a loose or strict source route with addresses left is ipv4_source_route, before any state",
+        vec![
+            drop(0, &syn.clone().v4_options(&lsrr), DropReason::Ipv4SourceRoute),
+            drop(0, &syn.clone().v4_options(&ssrr), DropReason::Ipv4SourceRoute),
+            fwd(&syn, &syn_out),
+        ],
+    ));
+    cases.push(Case::new(
+        "IPv4 with an option list running past the header is malformed_ipv4",
+        vec![
+            drop(
+                0,
+                &syn.clone().v4_options(&[7, 8, 4, 0]),
+                DropReason::MalformedIpv4,
+            ),
+            drop(
+                0,
+                &syn.clone().v4_options(&[1, 68, 0, 0]),
+                DropReason::MalformedIpv4,
+            ),
+        ],
+    ));
+    // Spent routes (pointer past the option), record route and timestamp:
+    // DNAT rewrites the destination the L4 checksum covers, options kept.
+    let spent = [
+        vec![131, 7, 8, hop[0], hop[1], hop[2], hop[3], 1],
+        vec![7, 7, 4, 0, 0, 0, 0, 1],
+        vec![68, 12, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+    ]
+    .concat();
+    let (dsyn, dsyn_out) = dnat_tcp(V4, 41100, "S");
+    let dq = from_client(Pkt::udp(ep(C4, 5310), ep("10.0.0.102", 53), b"query"));
+    let dq_out = to_backend(&dq).endpoints(ep(C4, 5310), ep("10.1.0.13", 5353));
+    let ssrr_spent = [137, 7, 8, hop[0], hop[1], hop[2], hop[3], 0];
+    cases.push(Case::new(
+        "IPv4 DNAT with a spent source route, record route and timestamp: translated, options kept",
+        vec![
+            fwd(
+                &dsyn.clone().v4_options(&spent),
+                &dsyn_out.clone().v4_options(&spent),
+            ),
+            fwd(
+                &dq.clone().v4_options(&ssrr_spent),
+                &dq_out.clone().v4_options(&ssrr_spent),
+            ),
+        ],
+    ));
+
     // Ethernet padding: a 60-byte frame; padding is not part of the packet.
     cases.push(Case::new(
         "IPv4 SYN in a padded 60-byte frame: translated, padding kept as is",
