@@ -45,6 +45,11 @@
 //! | `tx_l4`                        |                      | [`offload_pseudo_v4`]/[`offload_pseudo_v6`] of the new header, for the NIC to complete |
 //! | `rx_l4_partial`, not `tx_l4`   |                      | partial in: [`crate::checksum::ChecksumDelta::apply_partial`] with the address change, then completed in software over the L4 bytes (O(length)), so a full checksum goes out |
 //!
+//! Both L4 flags take the length UDP's checksum covers from the UDP length
+//! field, not the IP payload length, which is longer when the datagram has
+//! trailing bytes (RFC 768): the `tx_l4` pseudo-header holds the UDP length,
+//! and `rx_l4_partial` sums the datagram only.
+//!
 //! For a first fragment both L4 flags are ignored (plain incremental): a NIC
 //! cannot checksum a datagram it sees only part of, and no sender fragments a
 //! datagram whose checksum is still partial. The shell must not request L4
@@ -365,11 +370,32 @@ impl PortChange {
     }
 }
 
+/// How many bytes of `l4`, a whole datagram's L4 header and data up to the
+/// IP end, its checksum covers, which is also the length its pseudo-header
+/// holds: all of them for TCP; for UDP the length field's count, which may
+/// stop short of the IP end (trailing bytes the parse allows, outside the
+/// UDP checksum, RFC 768). The parse and the fast path checked
+/// `8 <= length <= l4.len()`; another value (a `Parsed` of another frame)
+/// counts as all of `l4`. Needs the 8 bytes `L4::of` checked.
+#[inline(always)]
+fn covered_len(l4: &[u8], kind: L4) -> usize {
+    if kind != L4::Udp {
+        return l4.len();
+    }
+    let n = usize::from(be16_at(l4, 4));
+    if (8..=l4.len()).contains(&n) {
+        n
+    } else {
+        l4.len()
+    }
+}
+
 /// Update the L4 checksum of `l4` (the L4 header and data up to the IP end).
 /// `all` is every change the checksum covers (pseudo-header and ports),
 /// `addrs` the pseudo-header part alone, for a partial checksum; `pseudo` is
-/// the offload pseudo-header sum of the new header, computed only when the
-/// NIC is to finish the job. See the module doc's offload table.
+/// the offload pseudo-header sum of the new header for an L4 length
+/// ([`covered_len`]), computed only when the NIC is to finish the job. See
+/// the module doc's offload table.
 #[inline(always)]
 fn update_l4_checksum(
     l4: &mut [u8],
@@ -378,20 +404,20 @@ fn update_l4_checksum(
     all: Wide,
     fragment: Fragment,
     offload: &ChecksumOffload,
-    pseudo: impl FnOnce() -> u16,
+    pseudo: impl FnOnce(usize) -> u16,
 ) {
     let at = kind.checksum_at();
     let old = be16_at(l4, at);
     let whole = fragment == Fragment::None;
     let new = match kind {
         L4::Echo { .. } => all.apply(old),
-        L4::Tcp | L4::Udp if offload.tx_l4 && whole => pseudo(),
+        L4::Tcp | L4::Udp if offload.tx_l4 && whole => pseudo(covered_len(l4, kind)),
         L4::Tcp | L4::Udp if offload.rx_l4_partial && whole => {
             // The field holds the pseudo-header sum: move it to the new
             // addresses (the NIC would sum the ports itself), then do what
             // the NIC would have done, so that a full checksum leaves.
             put16(l4, at, addrs.apply_partial(old));
-            let s = sum(l4);
+            let s = sum(&l4[..covered_len(l4, kind)]);
             if kind == L4::Udp {
                 udp_finish(s)
             } else {
@@ -514,9 +540,8 @@ fn write_v4(
         Some(d) => Wide(u64::from(d.l4)),
         None => ports.delta(base),
     };
-    let len = l4.len() as u16;
-    update_l4_checksum(l4, kind, addrs, all, fragment, offload, || {
-        offload_pseudo_v4(src.0, dst.0, proto, len)
+    update_l4_checksum(l4, kind, addrs, all, fragment, offload, |len| {
+        offload_pseudo_v4(src.0, dst.0, proto, len as u16)
     });
     match delta {
         Some(d) => d,
@@ -554,9 +579,8 @@ fn rewrite_v6(
     let ports = PortChange::new(l4, kind, src.1, dst.1);
     ports.write(l4);
     let all = ports.delta(addrs);
-    let len = l4.len() as u32;
-    update_l4_checksum(l4, kind, addrs, all, p.fragment, offload, || {
-        offload_pseudo_v6(&src.0, &dst.0, proto, len)
+    update_l4_checksum(l4, kind, addrs, all, p.fragment, offload, |len| {
+        offload_pseudo_v6(&src.0, &dst.0, proto, len as u32)
     });
     Ok(())
 }

@@ -599,6 +599,104 @@ fn checksum_offload_conventions() {
     }
 }
 
+/// `frame` (one IP packet) with `n` bytes of 0xa5 after its end, inside the
+/// IP packet: the IP length grows, the UDP length does not.
+fn with_trailing_bytes(mut frame: Vec<u8>, n: usize) -> Vec<u8> {
+    let p = parse(&frame).unwrap();
+    assert_eq!(p.end as usize, frame.len(), "no padding to keep");
+    let l3 = usize::from(p.l3_offset);
+    let at = l3 + if p.l3 == L3::Ipv4 { 2 } else { 4 };
+    let len = u16::from_be_bytes([frame[at], frame[at + 1]]) + n as u16;
+    frame[at..at + 2].copy_from_slice(&len.to_be_bytes());
+    if p.l3 == L3::Ipv4 {
+        frame[l3 + 10..l3 + 12].copy_from_slice(&[0, 0]);
+        let c = checksum::checksum(&frame[l3..usize::from(p.l4_offset)]);
+        frame[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
+    }
+    frame.resize(frame.len() + n, 0xa5);
+    frame
+}
+
+/// The UDP datagram of `frame` (up to its length field) and the full
+/// pseudo-header sum for it.
+fn udp_datagram(frame: &[u8]) -> (&[u8], u32) {
+    let p = parse(frame).unwrap();
+    let l4 = p.l4(frame);
+    let ulen = usize::from(u16::from_be_bytes([l4[4], l4[5]]));
+    let pseudo = match (p.src, p.dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => pseudo_header_v4(s, d, ip_proto::UDP, ulen as u16),
+        (IpAddr::V6(s), IpAddr::V6(d)) => pseudo_header_v6(&s, &d, ip_proto::UDP, ulen as u32),
+        _ => unreachable!(),
+    };
+    (&l4[..ulen], pseudo)
+}
+
+/// UDP with a length of 12 in an IP payload of 20: its checksum and
+/// pseudo-header cover the 12 bytes of the datagram only, under either L4
+/// offload flag. The results are checked by full recomputation over the
+/// UDP length.
+#[test]
+fn checksum_offload_covers_the_udp_length_not_the_ip_payload() {
+    for (spec, r) in [
+        (
+            Spec::new(Tp::Udp, v4(C4, 5353), v4(VIP4, 53)),
+            rw(v4(SNAT4, 61001), v4(B4, 5300)),
+        ),
+        (
+            Spec::new(Tp::Udp, v6(C6, 5353), v6(VIP6, 53)),
+            rw(v6(SNAT6, 61001), v6(B6, 5300)),
+        ),
+    ] {
+        let spec = Spec {
+            payload: b"abcd".to_vec(),
+            ..spec
+        };
+        let full_in = with_trailing_bytes(spec.build(), 8);
+        let full_out = with_trailing_bytes(spec.translated(&r).build(), 8);
+        let p = parse(&full_in).unwrap();
+        assert_eq!((p.l4(&full_in).len(), udp_datagram(&full_in).0.len()), (20, 12));
+        let (dgram, pseudo) = udp_datagram(&full_in);
+        assert!(verify_l4(pseudo, dgram), "input checksum");
+        let family = if p.l3 == L3::Ipv4 { "v4" } else { "v6" };
+        // What a sender with a partial checksum puts in the field.
+        let partial = |f: &[u8]| fold(udp_datagram(f).1);
+
+        // rx_l4_partial: the sum is completed in software over the datagram.
+        let rx_partial = ChecksumOffload {
+            rx_l4_partial: true,
+            ..ChecksumOffload::NONE
+        };
+        let mut f = full_in.clone();
+        set_l4_checksum(&mut f, partial(&full_in));
+        let p = parse_with(&f, &rx_partial).unwrap();
+        rewrite(&mut f, &p, &r, &rx_partial).unwrap();
+        let (dgram, pseudo) = udp_datagram(&f);
+        assert!(verify_l4(pseudo, dgram), "{family} rx_l4_partial: UDP checksum");
+        assert_eq!(f, full_out, "{family} rx_l4_partial");
+
+        // tx_l4: the pseudo-header sum over the UDP length, which the NIC
+        // completes over the datagram (done here as it would).
+        let tx = ChecksumOffload {
+            tx_l4: true,
+            ..ChecksumOffload::NONE
+        };
+        let mut f = full_in.clone();
+        let p = parse(&f).unwrap();
+        rewrite(&mut f, &p, &r, &tx).unwrap();
+        assert_eq!(
+            u16::from_be_bytes([f[usize::from(p.l4_offset) + 6], f[usize::from(p.l4_offset) + 7]]),
+            partial(&f),
+            "{family} tx_l4: pseudo-header sum"
+        );
+        let at = usize::from(p.l4_offset) + 6;
+        let nic = checksum::udp_finish(checksum::sum(udp_datagram(&f).0));
+        f[at..at + 2].copy_from_slice(&nic.to_be_bytes());
+        let (dgram, pseudo) = udp_datagram(&f);
+        assert!(verify_l4(pseudo, dgram), "{family} tx_l4: UDP checksum");
+        assert_eq!(f, full_out, "{family} tx_l4, completed");
+    }
+}
+
 /// A first IPv4 fragment of a UDP datagram: the first `keep` bytes of the
 /// UDP datagram, MF set, checksum over the whole datagram.
 fn first_fragment(spec: &Spec, keep: usize) -> Vec<u8> {
