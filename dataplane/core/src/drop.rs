@@ -47,7 +47,8 @@ pub enum DropReason {
     SourceRangeDenied,
     /// TTL or hop limit would reach zero when forwarded.
     TtlExceeded,
-    /// A non-first IPv4 fragment or an IPv6 fragment: not reassembled.
+    /// A non-first IPv4 or IPv6 fragment (not reassembled), or a fragmented
+    /// echo request or neighbor discovery message to lbd itself.
     Fragment,
     /// A reply-direction packet (from a backend) with no conntrack entry.
     NoConntrackReply,
