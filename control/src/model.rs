@@ -461,6 +461,22 @@ impl Service {
                 format!("{} ranges, at most {MAX_SOURCE_RANGES}", self.source_ranges.len()),
             ));
         }
+        // An IPv4 client is matched against IPv4 ranges only: a range of
+        // IPv4-mapped IPv6 addresses (never on the wire) would admit nobody.
+        for r in &self.source_ranges {
+            if let (IpAddr::V6(a), p @ 96..) = (r.0.network(), r.0.prefix()) {
+                if let Some(v4) = a.to_ipv4_mapped() {
+                    return Err(ValidationError::invalid(
+                        &obj,
+                        "source_ranges",
+                        format!(
+                            "{r} is an IPv4-mapped range, which no client matches: write {v4}/{}",
+                            p - 96
+                        ),
+                    ));
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -624,6 +640,18 @@ mod tests {
             e.to_string(),
             "service \"default/web\": session_affinity_timeout_seconds: 0 s is not within 1..=86400 s"
         );
+        let mut s = service("default/web");
+        s.source_ranges = vec![
+            "10.0.0.0/8".parse().unwrap(),
+            "::ffff:192.168.0.0/112".parse().unwrap(),
+        ];
+        assert_eq!(
+            s.validate().unwrap_err().to_string(),
+            "service \"default/web\": source_ranges: ::ffff:192.168.0.0/112 is an IPv4-mapped range, which no client matches: write 192.168.0.0/16"
+        );
+        // Ranges that merely contain the mapped block are IPv6 ranges.
+        s.source_ranges = vec!["::/0".parse().unwrap(), "::ffff:0:0/95".parse().unwrap()];
+        assert!(s.validate().is_ok());
         let f = Frontend {
             service: "default/web".into(),
             key: FrontendKey {
