@@ -21,6 +21,8 @@ mod burst;
 mod fixture;
 #[path = "../../fuzz/src/harness.rs"]
 mod harness;
+#[path = "../../fuzz/src/oracle.rs"]
+mod oracle;
 #[path = "golden/pkt.rs"]
 mod pkt;
 
@@ -65,17 +67,24 @@ fn replay_handle_packet_corpus() {
     inputs.extend(files_in(&fuzz_dir().join("artifacts/handle_packet")));
     // The fuzzer's fixture, and the same with no neighbor known, so that
     // every translated frame also takes the `Resolve` path.
+    let mut checked = 0;
     for fixture in [Fixture::TwoPort, Fixture::NoNeighbors] {
         let snap = fixture.snapshot();
         for path in &inputs {
             let data = std::fs::read(path).unwrap();
             let result = std::panic::catch_unwind(|| harness::run(snap, &data));
             match result {
-                Ok(n) => assert!(n > 0, "{} ({fixture:?}): no verdict", path.display()),
+                Ok(ran) => {
+                    assert!(ran.verdicts > 0, "{} ({fixture:?}): no verdict", path.display());
+                    checked += ran.checked;
+                }
                 Err(_) => panic!("{} ({fixture:?}) panics (see above)", path.display()),
             }
         }
     }
+    // The oracle looked at frames sent (it is not skipped for every one).
+    eprintln!("handle_packet corpus: {checked} frames sent checked by the oracle");
+    assert!(checked >= 100, "the oracle checked only {checked} frames sent");
 }
 
 #[test]
@@ -105,6 +114,7 @@ fn replay_burst_corpus() {
             total.prefetches += r.prefetches;
             total.icmp_translated += r.icmp_translated;
             total.variant_frames += r.variant_frames;
+            total.oracle_checked += r.oracle_checked;
         }
     }
     eprintln!("burst corpus: {total:?}");
@@ -114,7 +124,8 @@ fn replay_burst_corpus() {
             && total.answers > 0
             && total.prefetches > 0
             && total.icmp_translated > 0
-            && total.variant_frames > 0,
+            && total.variant_frames > 0
+            && total.oracle_checked > 0,
         "the burst corpus no longer reaches what it is for: {total:?}"
     );
 }
@@ -445,4 +456,121 @@ fn seeds_are_distinct() {
     names.sort();
     names.dedup();
     assert_eq!(names.len(), s.len());
+}
+
+/// The oracle (`fuzz/src/oracle.rs`) on hand-made outputs: it passes
+/// correct frames, fails a wrong checksum anywhere it can be checked (the
+/// quoted datagram's included when the quote is whole) and a length that
+/// does not match, and skips offloaded frames, inputs with a bad checksum
+/// and the L4 checksum of a quote cut short.
+#[test]
+fn oracle_catches_wrong_outputs() {
+    use lb_dataplane::checksum::ChecksumOffload;
+    use lb_dataplane::worker::{PacketMeta, Verdict};
+
+    let none = PacketMeta {
+        port: 0,
+        offload: ChecksumOffload::NONE,
+    };
+    let send = |f: &[u8]| Verdict::Transmit {
+        port: 1,
+        len: f.len(),
+    };
+    let passes = |input: &[u8], output: &[u8]| oracle::check(input, &none, &send(output), output);
+    let fails = |input: &[u8], output: &[u8]| {
+        std::panic::catch_unwind(|| oracle::check(input, &none, &send(output), output)).is_err()
+    };
+    let client = |p: Pkt| p.macs(CLIENT_MAC, MAC0);
+    let tcp4 = client(Pkt::tcp(("10.0.0.2", 40000), ("10.0.0.100", 80), "AP").payload(b"data"));
+    let udp6 = client(Pkt::udp(("fd00::2", 40000), ("fd00::102", 53), b"q"));
+    let icmp6 = client(Pkt::echo("fd00::2", "fd00::100", false, 7, 1, b"ping"));
+    let tagged = tcp4.clone().vlan(5).v4_options(&[0x94, 0x04, 0, 0]);
+    for good in [&tcp4, &udp6, &icmp6, &tagged] {
+        let f = good.frame();
+        assert!(passes(&f, &f), "{good:?}");
+        // A byte of the L4 payload flipped: its checksum no longer holds.
+        let mut bad = f.clone();
+        *bad.last_mut().unwrap() ^= 0x40;
+        assert!(fails(&f, &bad), "{good:?}");
+        // The input is not valid either: nothing to check.
+        assert!(!oracle::check(&bad, &none, &send(&bad), &bad));
+        // Offload: nothing checked.
+        let offload = PacketMeta {
+            port: 0,
+            offload: ChecksumOffload {
+                tx_l4: true,
+                ..ChecksumOffload::NONE
+            },
+        };
+        assert!(!oracle::check(&f, &offload, &send(&bad), &bad));
+        // Padded past 60 bytes, or cut short.
+        let mut long = f.clone();
+        long.resize(f.len().max(60) + 1, 0);
+        assert!(fails(&f, &long), "{good:?}");
+        assert!(fails(&f, &f[..f.len() - 1]), "{good:?}");
+    }
+    // The IPv4 header checksum.
+    let f = tcp4.frame();
+    let mut bad = f.clone();
+    bad[14 + 8] -= 1; // TTL, without the checksum
+    assert!(fails(&f, &bad));
+    // Padding to 60 bytes is allowed.
+    let syn = client(Pkt::tcp(("10.0.0.2", 40000), ("10.0.0.100", 80), "S")).frame();
+    assert_eq!(syn.len(), 54);
+    let mut padded = syn.clone();
+    padded.resize(60, 0);
+    assert!(passes(&syn, &padded) && passes(&padded, &syn) && passes(&padded, &padded));
+    // UDP over IPv6 with checksum 0 is never valid; over IPv4 it is "none".
+    let zero6 = udp6.clone().zero_udp_checksum().frame();
+    assert!(!oracle::check(&zero6, &none, &send(&zero6), &zero6));
+    assert!(fails(&udp6.frame(), &zero6));
+    let zero4 = client(Pkt::udp(("10.0.0.2", 40000), ("10.0.0.102", 53), b"q")).zero_udp_checksum();
+    assert!(passes(&zero4.frame(), &zero4.frame()));
+
+    // ICMP errors: the quoted datagram's checksums, each error's outer
+    // checksum right (etherparse computes it over the quote as given).
+    let error4 = |quote: Vec<u8>| {
+        Pkt::icmp4(
+            "10.1.0.254",
+            "10.0.0.2",
+            Icmpv4Type::DestinationUnreachable(DestUnreachableHeader::Port),
+            quote,
+        )
+        .macs(ROUTER_MAC, MAC1)
+        .frame()
+    };
+    let error6 = |quote: Vec<u8>| {
+        Pkt::icmp6(
+            "fd01::fe",
+            "fd00::2",
+            Icmpv6Type::PacketTooBig { mtu: 1280 },
+            quote,
+        )
+        .macs(ROUTER_MAC, MAC1)
+        .frame()
+    };
+    for (quoted, error, ip_header) in [
+        (tcp4.ip_bytes(), &error4 as &dyn Fn(Vec<u8>) -> Vec<u8>, 20),
+        (udp6.ip_bytes(), &error6, 40),
+    ] {
+        let good = error(quoted.clone());
+        assert!(passes(&good, &good));
+        // The quoted datagram's last byte flipped: its L4 checksum fails,
+        // when the quote is whole.
+        let mut bad = quoted.clone();
+        *bad.last_mut().unwrap() ^= 1;
+        assert!(fails(&good, &error(bad.clone())));
+        // Cut short, the quote's L4 checksum is not checked.
+        bad.pop();
+        let short = error(bad);
+        assert!(passes(&short, &short));
+        if ip_header == 20 {
+            // The quoted IPv4 header's checksum, whole quote or not.
+            let mut bad = quoted.clone();
+            bad[8] -= 1;
+            assert!(fails(&good, &error(bad.clone())));
+            assert!(fails(&good, &error(bad[..28].to_vec())));
+            assert!(passes(&good, &error(quoted[..28].to_vec())));
+        }
+    }
 }

@@ -9,6 +9,8 @@
 mod burst;
 #[path = "../../core/tests/golden/fixture.rs"]
 mod fixture;
+#[path = "../src/oracle.rs"]
+mod oracle;
 #[path = "../../core/tests/golden/pkt.rs"]
 mod pkt;
 

@@ -39,7 +39,10 @@
 //! `TickStats` from each expiry; and at the end of the input, the same
 //! whole worker state (every table, by `Debug`, which shows the reply-port
 //! cells and the SNAT pools by what they hold: ~45 KB of text, ~0.4 ms a
-//! worker in a release build).
+//! worker in a release build). Without offload, every frame sent for an
+//! input whose checksums all verify must have correct checksums and
+//! lengths (`oracle.rs`; the outputs of both workers are the same, so
+//! `handle_packet`'s are checked).
 
 use std::cell::Cell;
 
@@ -54,6 +57,7 @@ use std::net::IpAddr;
 use etherparse::{icmpv4, icmpv6, Icmpv4Type, Icmpv6Type};
 
 use crate::fixture::{ip, CLIENT_MAC, MAC0, SNAT4, SNAT6};
+use crate::oracle;
 use crate::pkt::{Frag, Pkt};
 
 /// Clients: on port 0's prefixes (with and without a neighbor entry), and
@@ -138,6 +142,8 @@ pub struct Reached {
     /// Lines the staged lookups warmed (through the counting `Prefetch` of
     /// every other burst): that path ran.
     pub prefetches: u64,
+    /// Frames sent whose checksums and lengths the oracle checked.
+    pub oracle_checked: u64,
 }
 
 /// A warming that counts its calls and loads nothing: the answers must not
@@ -438,6 +444,8 @@ pub fn run(snap: &Snapshot, data: &[u8]) -> Reached {
             metas.push(PacketMeta { port, offload });
         }
         let mut expect_frames = frames.clone();
+        // The frames as they go in, for the oracle.
+        let inputs = frames.clone();
         let expect: Vec<Verdict> = expect_frames
             .iter_mut()
             .zip(&metas)
@@ -452,6 +460,9 @@ pub fn run(snap: &Snapshot, data: &[u8]) -> Reached {
         assert_eq!(got, expect, "round {round}: verdicts");
         assert_eq!(frames, expect_frames, "round {round}: frames");
         assert_eq!(digest(&burst), digest(&one), "round {round}: worker state");
+        for (((input, meta), v), output) in inputs.iter().zip(&metas).zip(&expect).zip(&expect_frames) {
+            reached.oracle_checked += u64::from(oracle::check(input, meta, v, output));
+        }
         for ((f, v), error) in expect_frames.iter().zip(&expect).zip(&is_error) {
             let (port, len) = match *v {
                 Verdict::Transmit { port, len } | Verdict::Resolve { port, len, .. } => (port, len),

@@ -12,8 +12,11 @@
 //!
 //! Invariants checked (a violation panics, which the fuzzer reports):
 //! no panic inside the pipeline; a `Transmit` names a configured port and
-//! at least an Ethernet header, never more than the frame; the tick leaves
-//! an empty conntrack and a full SNAT pool.
+//! at least an Ethernet header, never more than the frame; on the worker
+//! without offload, every frame sent (`Transmit`, `Resolve`,
+//! `ReplyToNeighbor`, echoed ones included) for an input whose checksums
+//! all verify has correct checksums and lengths (`oracle.rs`); the tick
+//! leaves an empty conntrack and a full SNAT pool.
 
 use std::net::IpAddr;
 
@@ -22,6 +25,8 @@ use lb_dataplane::conntrack;
 use lb_dataplane::flow::{Proto, WorkerId};
 use lb_dataplane::worker::{PacketMeta, Verdict, Worker, WorkerConfig};
 use lb_dataplane::{Snapshot, Tick};
+
+use crate::oracle;
 
 /// Every offload flag set: the other code path of parse and NAT.
 const FULL_OFFLOAD: ChecksumOffload = ChecksumOffload {
@@ -88,10 +93,19 @@ fn check(snap: &Snapshot, v: Verdict, frame_len: usize) -> Option<usize> {
     }
 }
 
-/// Runs one input; returns how many verdicts it produced (never 0).
-pub fn run(snap: &Snapshot, data: &[u8]) -> usize {
+/// What one input ran.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Ran {
+    /// Verdicts (never 0).
+    pub verdicts: usize,
+    /// Frames sent whose checksums and lengths the oracle checked.
+    pub checked: usize,
+}
+
+/// Runs one input; see the module doc.
+pub fn run(snap: &Snapshot, data: &[u8]) -> Ran {
     let addrs = snat_addresses(snap);
-    let mut verdicts = 0;
+    let mut ran = Ran::default();
     for (n_workers, id, offload) in [(1, 0, ChecksumOffload::NONE), (2, 1, FULL_OFFLOAD)] {
         let mut w = worker(snap, n_workers, id);
         let free = free_snat_ports(&w, &addrs);
@@ -100,16 +114,20 @@ pub fn run(snap: &Snapshot, data: &[u8]) -> usize {
             for port in [0u16, 1] {
                 now += 1;
                 let mut frame = data.to_vec();
-                let v = w.handle_packet(Tick(now), snap, &mut frame, &PacketMeta { port, offload });
-                verdicts += 1;
+                let meta = PacketMeta { port, offload };
+                let v = w.handle_packet(Tick(now), snap, &mut frame, &meta);
+                ran.verdicts += 1;
+                ran.checked += usize::from(oracle::check(data, &meta, &v, &frame));
                 if let Some(len) = check(snap, v, frame.len()) {
-                    let mut echoed = frame[..len].to_vec();
+                    let sent = &frame[..len];
+                    let mut echoed = sent.to_vec();
                     let meta = PacketMeta {
                         port: 1 - port,
                         offload,
                     };
                     let v = w.handle_packet(Tick(now), snap, &mut echoed, &meta);
-                    verdicts += 1;
+                    ran.verdicts += 1;
+                    ran.checked += usize::from(oracle::check(sent, &meta, &v, &echoed));
                     check(snap, v, echoed.len());
                 }
             }
@@ -118,5 +136,5 @@ pub fn run(snap: &Snapshot, data: &[u8]) -> usize {
         assert_eq!(w.conntrack().len(), 0, "a tick far ahead expires everything");
         assert_eq!(free_snat_ports(&w, &addrs), free, "every SNAT port comes back");
     }
-    verdicts
+    ran
 }
