@@ -462,7 +462,8 @@ fn seeds_are_distinct() {
 /// correct frames, fails a wrong checksum anywhere it can be checked (the
 /// quoted datagram's included when the quote is whole) and a length that
 /// does not match, and skips offloaded frames, inputs with a bad checksum
-/// and the L4 checksum of a quote cut short.
+/// and the L4 checksum of a quote cut short; `repair` makes a frame it
+/// applies to.
 #[test]
 fn oracle_catches_wrong_outputs() {
     use lb_dataplane::checksum::ChecksumOffload;
@@ -492,8 +493,11 @@ fn oracle_catches_wrong_outputs() {
         let mut bad = f.clone();
         *bad.last_mut().unwrap() ^= 0x40;
         assert!(fails(&f, &bad), "{good:?}");
-        // The input is not valid either: nothing to check.
+        // The input is not valid either: nothing to check, until repaired.
         assert!(!oracle::check(&bad, &none, &send(&bad), &bad));
+        assert_eq!(oracle::repair(&f), f);
+        let fixed = oracle::repair(&bad);
+        assert!(passes(&fixed, &fixed), "{good:?}");
         // Offload: nothing checked.
         let offload = PacketMeta {
             port: 0,
@@ -555,11 +559,14 @@ fn oracle_catches_wrong_outputs() {
     ] {
         let good = error(quoted.clone());
         assert!(passes(&good, &good));
+        assert_eq!(oracle::repair(&good), good);
         // The quoted datagram's last byte flipped: its L4 checksum fails,
         // when the quote is whole.
         let mut bad = quoted.clone();
         *bad.last_mut().unwrap() ^= 1;
         assert!(fails(&good, &error(bad.clone())));
+        let fixed = oracle::repair(&error(bad.clone()));
+        assert!(passes(&fixed, &fixed));
         // Cut short, the quote's L4 checksum is not checked.
         bad.pop();
         let short = error(bad);
@@ -570,6 +577,8 @@ fn oracle_catches_wrong_outputs() {
             bad[8] -= 1;
             assert!(fails(&good, &error(bad.clone())));
             assert!(fails(&good, &error(bad[..28].to_vec())));
+            let fixed = oracle::repair(&error(bad[..28].to_vec()));
+            assert!(passes(&fixed, &fixed));
             assert!(passes(&good, &error(quoted[..28].to_vec())));
         }
     }

@@ -66,25 +66,40 @@ fn verifies(mut acc: u64) -> bool {
     acc == 0xffff
 }
 
-/// The addresses of an IP header, for its pseudo-header.
+/// The addresses of an IP header (source then destination), for its
+/// pseudo-header.
 #[derive(Clone, Copy)]
-enum Addrs<'a> {
-    V4(&'a [u8]),
-    V6(&'a [u8]),
+struct Addrs {
+    bytes: [u8; 32],
+    v6: bool,
 }
 
-impl Addrs<'_> {
-    /// The pseudo-header sum for `proto` over `len` bytes of L4.
-    fn pseudo(self, proto: u8, len: usize) -> u64 {
-        let a = match self {
-            Addrs::V4(a) | Addrs::V6(a) => a,
-        };
-        sum(a) + u64::from(proto) + (len as u64 >> 16) + (len as u64 & 0xffff)
+impl Addrs {
+    fn v4(a: &[u8]) -> Addrs {
+        let mut bytes = [0; 32];
+        bytes[..8].copy_from_slice(&a[..8]);
+        Addrs { bytes, v6: false }
     }
 
-    fn v6(self) -> bool {
-        matches!(self, Addrs::V6(_))
+    fn v6(a: &[u8]) -> Addrs {
+        let mut bytes = [0; 32];
+        bytes.copy_from_slice(&a[..32]);
+        Addrs { bytes, v6: true }
     }
+
+    /// The pseudo-header sum for `proto` over `len` bytes of L4.
+    fn pseudo(self, proto: u8, len: usize) -> u64 {
+        sum(&self.bytes) + u64::from(proto) + (len as u64 >> 16) + (len as u64 & 0xffff)
+    }
+}
+
+/// The checksum to write over a message whose sum (checksum field zero)
+/// is `acc`.
+fn finish(mut acc: u64) -> u16 {
+    while acc > 0xffff {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    !(acc as u16)
 }
 
 fn be16(b: &[u8], at: usize) -> usize {
@@ -176,7 +191,7 @@ fn ipv4(r: &mut Inspection, b: &[u8], depth: Depth) -> Option<usize> {
     }
     // MF or a fragment offset: the L4 checksum covers other fragments.
     if be16(b, 6) & 0x3fff == 0 {
-        l4(r, Addrs::V4(&b[12..20]), b[9], &b[hlen..total], depth);
+        l4(r, Addrs::v4(&b[12..20]), b[9], &b[hlen..total], depth);
     }
     Some(total)
 }
@@ -198,61 +213,71 @@ fn ipv6(r: &mut Inspection, b: &[u8], depth: Depth) -> Option<usize> {
         }
         return None;
     }
-    let payload = &b[40..end];
-    // The extension headers lb-dataplane walks (`wire::ipv6`): hop-by-hop,
-    // routing, destination options, fragment.
-    let mut next = b[6];
+    match upper(b[6], &b[40..end]) {
+        Upper::L4(next, at) => l4(r, Addrs::v6(&b[8..40]), next, &b[40 + at..end], depth),
+        Upper::Unchecked => {}
+        Upper::Malformed(what) => {
+            if outer {
+                r.fail(what);
+            }
+            return None;
+        }
+    }
+    Some(end)
+}
+
+/// Where an IPv6 payload's upper layer starts.
+enum Upper {
+    /// Its protocol and offset in the payload.
+    L4(u8, usize),
+    /// A fragment, or a routing header with segments left (the
+    /// pseudo-header's destination is another address): not checked.
+    Unchecked,
+    /// An extension header cut short.
+    Malformed(String),
+}
+
+/// Walks the extension headers lb-dataplane walks (`wire::ipv6`):
+/// hop-by-hop, routing, destination options, fragment.
+fn upper(mut next: u8, payload: &[u8]) -> Upper {
     let mut at = 0;
     loop {
         match next {
             0 | 43 | 60 => {
                 let Some(h) = payload.get(at..at + 2) else {
-                    if outer {
-                        r.fail(format!("IPv6 extension header {next} cut short"));
-                    }
-                    return None;
+                    return Upper::Malformed(format!("IPv6 extension header {next} cut short"));
                 };
                 let len = (usize::from(h[1]) + 1) * 8;
                 if at + len > payload.len() {
-                    if outer {
-                        r.fail(format!("IPv6 extension header {next} cut short"));
-                    }
-                    return None;
+                    return Upper::Malformed(format!("IPv6 extension header {next} cut short"));
                 }
                 if next == 43 && payload[at + 3] != 0 {
-                    // Segments left: the pseudo-header's destination is
-                    // another address.
-                    return Some(end);
+                    return Upper::Unchecked;
                 }
                 next = h[0];
                 at += len;
             }
             44 => {
                 let Some(h) = payload.get(at..at + 8) else {
-                    if outer {
-                        r.fail("IPv6 fragment header cut short".into());
-                    }
-                    return None;
+                    return Upper::Malformed("IPv6 fragment header cut short".into());
                 };
                 if be16(h, 2) & 0xfff9 != 0 {
                     // A fragment (not an atomic one).
-                    return Some(end);
+                    return Upper::Unchecked;
                 }
                 next = h[0];
                 at += 8;
             }
-            _ => break,
+            _ => return Upper::L4(next, at),
         }
     }
-    l4(r, Addrs::V6(&b[8..40]), next, &payload[at..], depth);
-    Some(end)
 }
 
 /// Checks a whole (unfragmented) L4 datagram `d` of protocol `proto`.
-fn l4(r: &mut Inspection, addrs: Addrs<'_>, proto: u8, d: &[u8], depth: Depth) {
+fn l4(r: &mut Inspection, addrs: Addrs, proto: u8, d: &[u8], depth: Depth) {
     let outer = depth == Depth::Outer;
     let tag = if outer { "" } else { "quoted " };
-    let v6 = addrs.v6();
+    let v6 = addrs.v6;
     match (proto, v6) {
         (6, _) => {
             if d.len() < 20 {
@@ -309,6 +334,98 @@ fn l4(r: &mut Inspection, addrs: Addrs<'_>, proto: u8, d: &[u8], depth: Depth) {
                     ipv4(r, q, Depth::Quoted);
                 }
             }
+        }
+        _ => {}
+    }
+}
+
+/// `frame` with every checksum the oracle checks recomputed (the quoted
+/// datagram's before the error's own), so that an input the fuzzer
+/// mutated is one the oracle applies to. Lengths are left as they are;
+/// what cannot be read is left unchanged.
+pub fn repair(frame: &[u8]) -> Vec<u8> {
+    let mut f = frame.to_vec();
+    if f.len() < 14 {
+        return f;
+    }
+    let (ethertype, l3) = match be16(&f, 12) {
+        0x8100 if f.len() >= 18 => (be16(&f, 16), 18),
+        t => (t, 14),
+    };
+    match ethertype {
+        0x0800 => repair_ipv4(&mut f[l3..], false),
+        0x86dd => repair_ipv6(&mut f[l3..], false),
+        _ => {}
+    }
+    f
+}
+
+fn put16(b: &mut [u8], at: usize, v: u16) {
+    b[at..at + 2].copy_from_slice(&v.to_be_bytes());
+}
+
+fn repair_ipv4(b: &mut [u8], quoted: bool) {
+    if b.len() < 20 || b[0] >> 4 != 4 || b[0] & 0xf < 5 || usize::from(b[0] & 0xf) * 4 > b.len() {
+        return;
+    }
+    let hlen = usize::from(b[0] & 0xf) * 4;
+    let total = be16(b, 2);
+    if (hlen..=b.len()).contains(&total) && be16(b, 6) & 0x3fff == 0 {
+        let addrs = Addrs::v4(&b[12..20]);
+        let proto = b[9];
+        repair_l4(addrs, proto, &mut b[hlen..total], quoted);
+    }
+    put16(b, 10, 0);
+    let c = finish(sum(&b[..hlen]));
+    put16(b, 10, c);
+}
+
+fn repair_ipv6(b: &mut [u8], quoted: bool) {
+    if b.len() < 40 || b[0] >> 4 != 6 || 40 + be16(b, 4) > b.len() {
+        return;
+    }
+    let end = 40 + be16(b, 4);
+    if let Upper::L4(next, at) = upper(b[6], &b[40..end]) {
+        let addrs = Addrs::v6(&b[8..40]);
+        repair_l4(addrs, next, &mut b[40 + at..end], quoted);
+    }
+}
+
+fn repair_l4(addrs: Addrs, proto: u8, d: &mut [u8], quoted: bool) {
+    match (proto, addrs.v6) {
+        (6, _) if d.len() >= 20 => {
+            put16(d, 16, 0);
+            let c = finish(addrs.pseudo(6, d.len()) + sum(d));
+            put16(d, 16, c);
+        }
+        (17, v6) if d.len() >= 8 && (8..=d.len()).contains(&be16(d, 4)) => {
+            // UDP over IPv4 without a checksum stays so.
+            if !v6 && be16(d, 6) == 0 {
+                return;
+            }
+            let ulen = be16(d, 4);
+            put16(d, 6, 0);
+            let c = finish(addrs.pseudo(17, ulen) + sum(&d[..ulen]));
+            put16(d, 6, if c == 0 { 0xffff } else { c });
+        }
+        (1, false) | (58, true) if d.len() >= 8 => {
+            let v6 = addrs.v6;
+            let error = if v6 {
+                d[0] < 128
+            } else {
+                matches!(d[0], 3 | 4 | 5 | 11 | 12)
+            };
+            if error && !quoted {
+                if v6 {
+                    repair_ipv6(&mut d[8..], true);
+                } else {
+                    repair_ipv4(&mut d[8..], true);
+                }
+            }
+            put16(d, 2, 0);
+            let pseudo = if v6 { addrs.pseudo(58, d.len()) } else { 0 };
+            let c = finish(pseudo + sum(d));
+            put16(d, 2, c);
         }
         _ => {}
     }
