@@ -12,8 +12,8 @@ use std::time::Duration;
 use arbitrary::Arbitrary;
 use lb_dataplane::flow::Proto;
 use lb_dataplane::snapshot::{
-    BackendSpec, BackendState, Cidr, Family, ForwardMode, FrontendKind, FrontendSpec, ServiceId,
-    ServiceSpec, SessionAffinity, TrafficPolicy,
+    BackendSpec, BackendState, Cidr, Family, ForwardMode, FrontendKind, FrontendSpec, ServiceId, ServiceSpec,
+    SessionAffinity, TrafficPolicy,
 };
 use lb_dataplane::{Snapshot, SnapshotBuilder};
 use libfuzzer_sys::fuzz_target;
