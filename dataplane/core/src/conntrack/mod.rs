@@ -723,33 +723,17 @@ impl Conntrack {
     /// Examines at most `budget` slab slots from the sweep cursor (IPv4
     /// slots, then IPv6, wrapping around) and removes every entry whose
     /// expiry is at or before `now`, passing each to `on_expired` first.
-    pub fn expire(&mut self, now: Tick, budget: usize, mut on_expired: impl FnMut(&Entry)) -> ExpireStats {
-        let cap4 = self.v4.capacity() as u64;
-        let total = cap4 + self.v6.capacity() as u64;
-        let examined = (budget as u64).min(total);
-        let mut expired = 0;
-        let mut pos = self.sweep;
-        for _ in 0..examined {
-            let hit = if pos < cap4 {
-                sweep_one(&mut self.v4, pos as u32, now.0)
-            } else {
-                sweep_one(&mut self.v6, (pos - cap4) as u32, now.0)
-            };
-            if let Some(e) = hit {
-                on_expired(&e);
-                expired += 1;
-            }
-            pos += 1;
-            if pos == total {
-                pos = 0;
-            }
-        }
-        self.sweep = pos;
-        self.stats.expired += expired as u64;
-        ExpireStats {
-            examined: examined as usize,
-            expired,
-        }
+    pub fn expire(&mut self, now: Tick, budget: usize, on_expired: impl FnMut(&Entry)) -> ExpireStats {
+        let st = walk(
+            &mut self.v4,
+            &mut self.v6,
+            &mut self.sweep,
+            budget,
+            &mut Expired(now.0),
+            on_expired,
+        );
+        self.stats.expired += st.expired as u64;
+        st
     }
 
     /// Examines at most `budget` slab slots from a cursor of its own (the
@@ -760,35 +744,19 @@ impl Conntrack {
     pub fn end_udp_where(
         &mut self,
         budget: usize,
-        mut ends: impl FnMut(&Entry) -> bool,
-        mut on_ended: impl FnMut(&Entry),
+        ends: impl FnMut(&Entry) -> bool,
+        on_ended: impl FnMut(&Entry),
     ) -> ExpireStats {
-        let cap4 = self.v4.capacity() as u64;
-        let total = cap4 + self.v6.capacity() as u64;
-        let examined = (budget as u64).min(total);
-        let mut ended = 0;
-        let mut pos = self.scan;
-        for _ in 0..examined {
-            let hit = if pos < cap4 {
-                end_udp_one(&mut self.v4, pos as u32, &mut ends)
-            } else {
-                end_udp_one(&mut self.v6, (pos - cap4) as u32, &mut ends)
-            };
-            if let Some(e) = hit {
-                on_ended(&e);
-                ended += 1;
-            }
-            pos += 1;
-            if pos == total {
-                pos = 0;
-            }
-        }
-        self.scan = pos;
-        self.stats.removed += ended as u64;
-        ExpireStats {
-            examined: examined as usize,
-            expired: ended,
-        }
+        let st = walk(
+            &mut self.v4,
+            &mut self.v6,
+            &mut self.scan,
+            budget,
+            &mut UdpWhere(ends),
+            on_ended,
+        );
+        self.stats.removed += st.expired as u64;
+        st
     }
 
     /// Checks the tables' internal invariants; for tests.
@@ -868,31 +836,83 @@ fn udp_answered<A: Addr>(s: &mut Slot<A>, now: Tick, timeout_ms: &[u64; ConnStat
     ConnState::UdpReplied
 }
 
-/// Removes the slot at `idx` if it is in use and expired at `now`.
-#[inline]
-fn sweep_one<A: Addr>(t: &mut Table<A>, idx: u32, now: u64) -> Option<Entry> {
-    let s = t.get(idx)?;
-    if s.expires > now {
-        return None;
-    }
-    let e = decode(s);
-    t.discard(idx);
-    Some(e)
+/// What a [`walk`] does at one slot of either table: remove its entry, or
+/// leave it.
+trait SlotOp {
+    fn at<A: Addr>(&mut self, t: &mut Table<A>, idx: u32) -> Option<Entry>;
 }
 
-/// Removes the slot at `idx` if it holds a UDP entry that `ends` picks.
-#[inline]
-fn end_udp_one<A: Addr>(t: &mut Table<A>, idx: u32, ends: &mut impl FnMut(&Entry) -> bool) -> Option<Entry> {
-    let s = t.get(idx)?;
-    if s.proto != Proto::Udp as u8 {
-        return None;
+/// Removes an entry expired at this tick.
+struct Expired(u64);
+
+impl SlotOp for Expired {
+    #[inline]
+    fn at<A: Addr>(&mut self, t: &mut Table<A>, idx: u32) -> Option<Entry> {
+        let s = t.get(idx)?;
+        if s.expires > self.0 {
+            return None;
+        }
+        let e = decode(s);
+        t.discard(idx);
+        Some(e)
     }
-    let e = decode(s);
-    if !ends(&e) {
-        return None;
+}
+
+/// Removes a UDP entry that the function picks.
+struct UdpWhere<F>(F);
+
+impl<F: FnMut(&Entry) -> bool> SlotOp for UdpWhere<F> {
+    #[inline]
+    fn at<A: Addr>(&mut self, t: &mut Table<A>, idx: u32) -> Option<Entry> {
+        let s = t.get(idx)?;
+        if s.proto != Proto::Udp as u8 {
+            return None;
+        }
+        let e = decode(s);
+        if !(self.0)(&e) {
+            return None;
+        }
+        t.discard(idx);
+        Some(e)
     }
-    t.discard(idx);
-    Some(e)
+}
+
+/// Applies `op` to at most `budget` slab slots from `cursor` (IPv4 slots,
+/// then IPv6, wrapping around), passing every entry it removes to
+/// `on_removed`, and moves the cursor past them.
+fn walk(
+    v4: &mut Table<[u8; 4]>,
+    v6: &mut Table<[u8; 16]>,
+    cursor: &mut u64,
+    budget: usize,
+    op: &mut impl SlotOp,
+    mut on_removed: impl FnMut(&Entry),
+) -> ExpireStats {
+    let cap4 = v4.capacity() as u64;
+    let total = cap4 + v6.capacity() as u64;
+    let examined = (budget as u64).min(total);
+    let mut removed = 0;
+    let mut pos = *cursor;
+    for _ in 0..examined {
+        let hit = if pos < cap4 {
+            op.at(v4, pos as u32)
+        } else {
+            op.at(v6, (pos - cap4) as u32)
+        };
+        if let Some(e) = hit {
+            on_removed(&e);
+            removed += 1;
+        }
+        pos += 1;
+        if pos == total {
+            pos = 0;
+        }
+    }
+    *cursor = pos;
+    ExpireStats {
+        examined: examined as usize,
+        expired: removed,
+    }
 }
 
 /// The endpoints of [`Conntrack::rewrite`] in the table's raw form:
