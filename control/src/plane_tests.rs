@@ -805,6 +805,14 @@ fn a_backend_at_an_own_address_is_refused_on_every_path() {
     assert_eq!(p.revision(), 1);
 }
 
+/// `open_with` refused, with the configuration's error (a `Validation`
+/// naming its entry), not the state file's.
+fn refused_by_config(node: NodeConfig, path: &std::path::Path, config: InitialResync) -> PlaneError {
+    let e = ControlPlane::open_with(node, Some(path), Some(config)).unwrap_err();
+    assert!(matches!(e, PlaneError::Validation(_)), "{e}");
+    e
+}
+
 /// A node configuration that cannot work (an SNAT address nobody can own)
 /// is its own error, not the state file's, with or without a file.
 #[test]
@@ -875,8 +883,7 @@ fn the_config_resync_at_open_comes_before_the_first_compile() {
     // Still full-NAT: the resync changes nothing, but its own frontend
     // fails for v2, which dropped the SNAT address. The config's error,
     // naming its entry; the file is not blamed and is left as it was.
-    let e = ControlPlane::open_with(v2.clone(), Some(&path), Some(config(Mode::FullNat))).unwrap_err();
-    assert!(matches!(e, PlaneError::Validation(_)), "{e}");
+    let e = refused_by_config(v2.clone(), &path, config(Mode::FullNat));
     assert_eq!(
         e.to_string(),
         "frontends[0] frontend 192.0.2.1:80/tcp: address: service \"default/web\" is full-NAT, and this node has no IPv4 SNAT address"
@@ -887,8 +894,7 @@ fn the_config_resync_at_open_comes_before_the_first_compile() {
     let mut broken = config(Mode::Dnat);
     broken.services.push(svc("default/api"));
     broken.frontends.push(fe("default/api", "192.0.2.2", 80));
-    let e = ControlPlane::open_with(v2.clone(), Some(&path), Some(broken)).unwrap_err();
-    assert!(matches!(e, PlaneError::Validation(_)), "{e}");
+    let e = refused_by_config(v2.clone(), &path, broken);
     assert!(
         e.to_string().starts_with(
             "frontends[1] frontend 192.0.2.2:80/tcp: address: service \"default/api\" is full-NAT"
@@ -920,8 +926,7 @@ fn the_config_resync_at_open_comes_before_the_first_compile() {
     drop(p);
     // A resync that breaks a state that compiles is the resync's error,
     // named by its entry although the frontend itself did not change.
-    let e = ControlPlane::open_with(v2, Some(&path), Some(config(Mode::FullNat))).unwrap_err();
-    assert!(matches!(e, PlaneError::Validation(_)), "{e}");
+    let e = refused_by_config(v2, &path, config(Mode::FullNat));
     assert!(
         e.to_string().starts_with(
             "frontends[0] frontend 192.0.2.1:80/tcp: address: service \"default/web\" is full-NAT"
@@ -965,8 +970,7 @@ fn an_unchanged_config_object_failing_for_a_new_node_config_blames_the_config() 
         snat_addresses: vec![],
         ..node()
     };
-    let e = ControlPlane::open_with(v2, Some(&path), Some(config())).unwrap_err();
-    assert!(matches!(e, PlaneError::Validation(_)), "{e}");
+    let e = refused_by_config(v2, &path, config());
     assert_eq!(e.kind(), ErrorKind::Precondition);
     assert_eq!(
         e.to_string(),
@@ -984,8 +988,7 @@ fn an_unchanged_config_object_failing_for_a_new_node_config_blames_the_config() 
         }],
         ..node()
     };
-    let e = ControlPlane::open_with(v3, Some(&path), Some(config())).unwrap_err();
-    assert!(matches!(e, PlaneError::Validation(_)), "{e}");
+    let e = refused_by_config(v3, &path, config());
     assert!(
         e.to_string()
             .starts_with("backends[1] backend 10.1.0.1:8080 of default/web: address: 10.1.0.1 is one of lbd's own addresses"),
@@ -996,8 +999,7 @@ fn an_unchanged_config_object_failing_for_a_new_node_config_blames_the_config() 
         snat_addresses: vec![ip("10.0.0.100"), ip("192.0.2.1")],
         ..node()
     };
-    let e = ControlPlane::open_with(v4, Some(&path), Some(config())).unwrap_err();
-    assert!(matches!(e, PlaneError::Validation(_)), "{e}");
+    let e = refused_by_config(v4, &path, config());
     assert_eq!(
         e.to_string(),
         "frontends[1] frontend 192.0.2.1:80/tcp: address: 192.0.2.1 is one of this node's SNAT addresses"
@@ -1031,8 +1033,7 @@ fn an_operators_frontend_of_a_config_service_blames_the_config_service() {
         snat_addresses: vec![],
         ..node()
     };
-    let e = ControlPlane::open_with(v2, Some(&path), Some(config())).unwrap_err();
-    assert!(matches!(e, PlaneError::Validation(_)), "{e}");
+    let e = refused_by_config(v2, &path, config());
     assert_eq!(
         e.to_string(),
         "services[0] frontend 192.0.2.9:80/tcp: address: service \"default/web\" is full-NAT, and this node has no IPv4 SNAT address"

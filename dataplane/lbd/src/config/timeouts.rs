@@ -12,6 +12,7 @@
 //! answered UDP flow becomes a stream only by a packet that long after the
 //! answer, within that timeout (which runs from the answer).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use lb_control::services_file::parse_duration;
@@ -28,26 +29,10 @@ pub const MAX_SECS: u32 = 7 * 86_400;
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawConntrack {
+    /// `[conntrack.timeouts]` as written; [`RawConntrack::timeouts`]
+    /// checks the keys against [`KEYS`] and the values.
     #[serde(default)]
-    timeouts: RawTimeouts,
-}
-
-/// `[conntrack.timeouts]`, values checked by [`RawConntrack::timeouts`].
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawTimeouts {
-    tcp_syn_sent: Option<Value>,
-    tcp_syn_recv: Option<Value>,
-    tcp_established: Option<Value>,
-    tcp_established_unreplied: Option<Value>,
-    tcp_fin_wait: Option<Value>,
-    tcp_close_wait: Option<Value>,
-    tcp_last_ack: Option<Value>,
-    tcp_time_wait: Option<Value>,
-    tcp_close: Option<Value>,
-    udp_unreplied: Option<Value>,
-    udp_replied: Option<Value>,
-    icmp: Option<Value>,
+    timeouts: BTreeMap<String, Value>,
 }
 
 /// Where a key's value goes in [`Timeouts`].
@@ -74,42 +59,29 @@ const KEYS: [(&str, Slot); 12] = [
 
 const PREFIX: &str = "conntrack.timeouts.";
 
-/// `tcp_established_unreplied`'s index in [`KEYS`].
-const UNREPLIED: usize = 3;
-/// `udp_unreplied`'s index in [`KEYS`].
-const UDP_UNREPLIED: usize = 9;
+/// The keys the cross-key rules name.
+const UNREPLIED: &str = "conntrack.timeouts.tcp_established_unreplied";
+const UDP_UNREPLIED: &str = "conntrack.timeouts.udp_unreplied";
 
 impl RawConntrack {
     /// The timeouts in force, or the key at fault and what is wrong.
     pub(super) fn timeouts(self) -> Result<Timeouts, (&'static str, String)> {
-        let r = self.timeouts;
-        // In `KEYS`' order.
-        let values = [
-            r.tcp_syn_sent,
-            r.tcp_syn_recv,
-            r.tcp_established,
-            r.tcp_established_unreplied,
-            r.tcp_fin_wait,
-            r.tcp_close_wait,
-            r.tcp_last_ack,
-            r.tcp_time_wait,
-            r.tcp_close,
-            r.udp_unreplied,
-            r.udp_replied,
-            r.icmp,
-        ];
-        let unreplied_given = values[UNREPLIED].is_some();
         let mut t = Timeouts::default();
-        for ((key, slot), value) in KEYS.into_iter().zip(values) {
-            if let Some(v) = value {
-                *slot(&mut t) = Duration::from_secs(seconds(&v).map_err(|m| (key, m))?.into());
-            }
+        for (name, value) in &self.timeouts {
+            let Some((key, slot)) = KEYS.iter().find(|(k, _)| k[PREFIX.len()..] == **name) else {
+                let known: Vec<&str> = KEYS.iter().map(|(k, _)| &k[PREFIX.len()..]).collect();
+                return Err((
+                    "conntrack.timeouts",
+                    format!("unknown key {name:?}; the keys are {}", known.join(", ")),
+                ));
+            };
+            *slot(&mut t) = Duration::from_secs(seconds(value).map_err(|m| (*key, m))?.into());
         }
-        if !unreplied_given {
+        if !self.timeouts.contains_key(&UNREPLIED[PREFIX.len()..]) {
             t.tcp_established_unreplied = t.tcp_established_unreplied.min(t.tcp_established);
         } else if t.tcp_established_unreplied > t.tcp_established {
             return Err((
-                KEYS[UNREPLIED].0,
+                UNREPLIED,
                 format!(
                     "{} s is longer than tcp_established ({} s): a connection the backend has not answered may not outlive one it has",
                     t.tcp_established_unreplied.as_secs(),
@@ -119,7 +91,7 @@ impl RawConntrack {
         }
         if t.udp_unreplied <= UDP_STREAM_AFTER {
             return Err((
-                KEYS[UDP_UNREPLIED].0,
+                UDP_UNREPLIED,
                 format!(
                     "{} s is too short: an answered UDP flow becomes a stream by a packet {} s after the answer, within this timeout; give at least {} s",
                     t.udp_unreplied.as_secs(),
@@ -277,7 +249,6 @@ mod tests {
 
     #[test]
     fn udp_unreplied_outlasts_the_stream_delay() {
-        assert_eq!(KEYS[UDP_UNREPLIED].0, "conntrack.timeouts.udp_unreplied");
         for v in [1, 2] {
             let e = parse(&format!("[conntrack.timeouts]\nudp_unreplied = {v}\n")).unwrap_err();
             assert_eq!(
@@ -305,7 +276,6 @@ mod tests {
     /// out, it follows a shorter `tcp_established` down.
     #[test]
     fn unreplied_is_at_most_established() {
-        assert_eq!(KEYS[UNREPLIED].0, "conntrack.timeouts.tcp_established_unreplied");
         let e = parse("[conntrack.timeouts]\ntcp_established_unreplied = 901\n").unwrap_err();
         assert_eq!(
             e,
