@@ -366,6 +366,9 @@ fn stats_to_proto(s: PlaneStats) -> pb::GetStatsResponse {
                 conntrack_evictions: w.conntrack_evictions,
                 conntrack_expirations: w.conntrack_expirations,
                 drops: drops(w.drops),
+                affinity_hits: w.affinity_hits,
+                affinity_pins: w.affinity_pins,
+                affinity_evictions: w.affinity_evictions,
             })
             .collect(),
         drops: drops(s.drops),

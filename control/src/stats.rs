@@ -66,6 +66,12 @@ pub struct WorkerStats {
     pub conntrack_entries: u64,
     /// Conntrack evictions.
     pub conntrack_evictions: u64,
+    /// New connections sent to their client's pinned backend.
+    pub affinity_hits: u64,
+    /// Clients pinned to a backend.
+    pub affinity_pins: u64,
+    /// Live pins replaced for want of room.
+    pub affinity_evictions: u64,
     /// Conntrack expirations.
     pub conntrack_expirations: u64,
     /// Non-zero drops by reason name.
@@ -173,6 +179,9 @@ pub fn collect(
             conntrack_entries: entries,
             conntrack_evictions: w.conntrack_evictions.get(),
             conntrack_expirations: w.conntrack_expirations.get(),
+            affinity_hits: w.affinity_hits.get(),
+            affinity_pins: w.affinity_pins.get(),
+            affinity_evictions: w.affinity_evictions.get(),
             drops,
         });
     }

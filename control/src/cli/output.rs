@@ -468,6 +468,8 @@ pub fn stats_text(s: &pb::GetStatsResponse, rates: Option<&Rates>) -> String {
                 w.conntrack_entries.to_string(),
                 w.conntrack_evictions.to_string(),
                 w.conntrack_expirations.to_string(),
+                w.affinity_pins.to_string(),
+                w.affinity_evictions.to_string(),
                 w.drops.values().sum::<u64>().to_string(),
             ]);
             v
@@ -485,6 +487,8 @@ pub fn stats_text(s: &pb::GetStatsResponse, rates: Option<&Rates>) -> String {
         "ct-entries",
         "ct-evictions",
         "ct-expirations",
+        "aff-pins",
+        "aff-evictions",
         "drops",
     ]);
     out.push('\n');

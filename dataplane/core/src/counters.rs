@@ -112,6 +112,15 @@ pub struct WorkerCounters {
     /// DNAT packets forwarded without a conntrack entry because the table
     /// was full and nothing could be evicted.
     pub stateless_forwards: Counter,
+    /// New connections of client-IP affinity services sent to the backend
+    /// their client was pinned to.
+    pub affinity_hits: Counter,
+    /// Clients pinned to a backend: no live pin, or its backend left the
+    /// ring.
+    pub affinity_pins: Counter,
+    /// Live pins whose slot a new pin took (the affinity table's bucket was
+    /// full): those clients are pinned again by hash.
+    pub affinity_evictions: Counter,
     /// Conntrack entries evicted under pressure.
     pub conntrack_evictions: Counter,
     /// Conntrack entries expired.
@@ -138,6 +147,9 @@ impl WorkerCounters {
             resets_sent: Counter::default(),
             new_connections: Counter::default(),
             stateless_forwards: Counter::default(),
+            affinity_hits: Counter::default(),
+            affinity_pins: Counter::default(),
+            affinity_evictions: Counter::default(),
             conntrack_evictions: Counter::default(),
             conntrack_expirations: Counter::default(),
             conntrack_entries: Counter::default(),

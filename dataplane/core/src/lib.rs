@@ -16,10 +16,13 @@
 //! - [`local`]: answers for the balancer's own addresses (ARP, ICMP echo,
 //!   ICMPv6 echo and neighbor solicitation).
 //! - [`maglev`]: the Maglev consistent-hash ring.
+//! - [`affinity`]: the node's client-IP session affinity pins, shared by the
+//!   workers without a lock.
 //! - [`flow`] and [`conntrack`]: flow keys and the per-worker connection table.
 //! - [`prefetch`]: how the burst path warms the lines its lookups will read.
 #![forbid(unsafe_code)]
 
+pub mod affinity;
 pub mod checksum;
 pub mod conntrack;
 pub mod counters;

@@ -46,6 +46,7 @@
 
 use std::cell::Cell;
 
+use lb_dataplane::affinity::{self, AffinityTable};
 use lb_dataplane::checksum::ChecksumOffload;
 use lb_dataplane::conntrack;
 use lb_dataplane::flow::{Proto, WorkerId};
@@ -169,6 +170,9 @@ fn worker(n_workers: u16, v4: u32, v6: u32, window: u32, ports: u16) -> Worker {
     cfg.backend_slots = 64;
     // The staged lookup at every size: what is compared.
     cfg.burst_lookup_min_len = 0;
+    // A small table: a worker is built for every input.
+    let pins = AffinityTable::new(affinity::MIN_CAPACITY, 1).expect("valid size");
+    cfg.affinity = Some(std::sync::Arc::new(pins));
     Worker::new(cfg).expect("fuzz worker config is valid")
 }
 

@@ -24,6 +24,7 @@
 
 use std::net::IpAddr;
 
+use lb_dataplane::affinity::{self, AffinityTable};
 use lb_dataplane::checksum::ChecksumOffload;
 use lb_dataplane::conntrack;
 use lb_dataplane::flow::{Proto, WorkerId};
@@ -52,6 +53,9 @@ fn worker(snap: &Snapshot, n_workers: u16, id: u16) -> Worker {
     cfg.snat_ports = 20000..=20999;
     cfg.frontend_slots = 64;
     cfg.backend_slots = 64;
+    // A small table: a worker is built for every input.
+    let pins = AffinityTable::new(affinity::MIN_CAPACITY, 1).expect("valid size");
+    cfg.affinity = Some(std::sync::Arc::new(pins));
     Worker::new(cfg).expect("fuzz worker config is valid")
 }
 

@@ -88,6 +88,13 @@ pub struct Cli {
     #[arg(long, value_name = "N", default_value_t = 1 << 20, value_parser = clap::value_parser!(u32).range(1024..=(1 << 26)))]
     pub conntrack_size: u32,
 
+    /// Client-IP affinity pins (client, service → backend) for the whole
+    /// node, shared by the workers and fixed at start: 16 bytes each,
+    /// rounded up to a power of two. When full, a new pin replaces the one
+    /// that expires first (`affinity_evictions`).
+    #[arg(long, value_name = "N", default_value_t = 1 << 18, value_parser = clap::value_parser!(u32).range(64..=(1 << 26)))]
+    pub affinity_size: u32,
+
     /// Do IPv4 header checksums in software even where the NIC could
     /// verify received ones and fill sent ones (by default lbd uses those
     /// offloads on every port that has them; see the README).

@@ -53,6 +53,7 @@ use lb_control::grpc::{ControlCounters, PortInfo, PortStatus, ServerInfo};
 use lb_control::listen::{ListenConfig, ListenError, TlsPaths};
 use lb_control::model::Source;
 use lb_control::plane::{ControlPlane, InitialResync, InterfaceConfig, NodeConfig, PlaneError};
+use lb_dataplane::affinity::AffinityTable;
 use lb_dataplane::conntrack;
 use lb_dataplane::flow::WorkerId;
 use lb_dataplane::worker::{Worker, WorkerConfig};
@@ -151,7 +152,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
     // With --no-huge, DPDK's memory comes from the same ordinary memory.
     let dpdk_mib = cli.ordinary_dpdk_mem().map_or(0, u64::from);
-    preflight::check_conntrack_memory(cli.conntrack_size, lcores.workers(), dpdk_mib)?;
+    // The affinity table comes from the same memory as the connection tables.
+    let affinity_mib = preflight::affinity_bytes(cli.affinity_size).div_ceil(1 << 20);
+    preflight::check_conntrack_memory(cli.conntrack_size, lcores.workers(), dpdk_mib + affinity_mib)?;
 
     // Signals first: a SIGTERM during start-up must still stop us cleanly.
     // A second SIGINT/SIGTERM while stopping exits at once with status 1.
@@ -363,6 +366,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(changed) => tracing::info!("conntrack timeouts: {changed}, the others default"),
         None => tracing::info!("conntrack timeouts: the defaults"),
     }
+    let affinity =
+        Arc::new(AffinityTable::new(cli.affinity_size as usize, random_seed()).context("--affinity-size")?);
+    tracing::info!(
+        pins = affinity.capacity(),
+        mib = preflight::affinity_bytes(cli.affinity_size) >> 20,
+        "client-IP affinity table"
+    );
     let mut pipeline = Vec::new();
     for w in 0..queues {
         let mut wc = WorkerConfig::new(WorkerId(w), queues);
@@ -370,12 +380,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             conntrack::Config::new(cli.conntrack_size, preflight::conntrack_v6(cli.conntrack_size));
         wc.conntrack.timeouts = config.conntrack_timeouts;
         // A per-process secret: clients cannot aim for long probe runs.
-        wc.conntrack.hash_seed = {
-            use std::hash::{BuildHasher, Hasher};
-            std::collections::hash_map::RandomState::new()
-                .build_hasher()
-                .finish()
-        };
+        wc.conntrack.hash_seed = random_seed();
+        wc.affinity = Some(Arc::clone(&affinity));
         wc.snat_addresses = config.services.snat.clone();
         pipeline.push(Worker::new(wc).with_context(|| format!("worker {w}"))?);
     }
@@ -847,6 +853,15 @@ fn print_summary(ports: &[Port], workers: &[Worker], ctl: &ControlCounters, left
         c.neighbor_entries
     );
     out!("  rings: left_at_exit {left_in_rings}");
+}
+
+/// A per-process secret for the keyed hashes of the connection and affinity
+/// tables: clients cannot aim for long probe runs or one crowded bucket.
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
 }
 
 #[cfg(test)]

@@ -39,10 +39,16 @@ pub fn conntrack_bytes_per_worker(size: u32) -> u64 {
         + conntrack_v6(size) as u64 * Conntrack::BYTES_PER_CONN_V6 as u64
 }
 
+/// Bytes of the client-IP affinity table for `--affinity-size N`.
+pub fn affinity_bytes(size: u32) -> u64 {
+    use lb_dataplane::affinity::BYTES_PER_PIN;
+    u64::from(size).next_power_of_two() * BYTES_PER_PIN as u64
+}
+
 /// Fails when the connection tables of `workers` workers do not fit in the
 /// memory the kernel says is available, less `dpdk_mib` MiB that DPDK
 /// takes from the same ordinary memory (`--mem` with `--no-huge`; 0 with
-/// hugepages): allocating them would abort lbd, or wake the OOM killer,
+/// hugepages) and the affinity table: allocating them would abort lbd, or wake the OOM killer,
 /// once EAL and the ports are up. Skipped when /proc/meminfo cannot be
 /// read.
 pub fn check_conntrack_memory(size: u32, workers: usize, dpdk_mib: u64) -> anyhow::Result<()> {
@@ -64,7 +70,7 @@ fn check_conntrack_fits(size: u32, workers: usize, available: u64) -> anyhow::Re
     let need = each * workers as u64;
     if need > available {
         anyhow::bail!(
-            "--conntrack-size {size}: the connection tables need {} MiB ({} MiB for each of {workers} workers), more than the {} MiB available (MemAvailable in /proc/meminfo, less DPDK's --mem under --no-huge): lower --conntrack-size or use fewer workers",
+            "--conntrack-size {size}: the connection tables need {} MiB ({} MiB for each of {workers} workers), more than the {} MiB available (MemAvailable in /proc/meminfo, less DPDK's --mem under --no-huge and the affinity table): lower --conntrack-size or use fewer workers",
             need.div_ceil(MIB),
             each.div_ceil(MIB),
             available / MIB

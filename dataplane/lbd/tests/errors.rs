@@ -191,6 +191,16 @@ fn bad_flag_values() {
     for (args, flag, want) in [
         (vec!["--mem", "0"], "--mem", "not in 64..=1048576"),
         (vec!["--mem", "4294967295"], "--mem", "not in 64..=1048576"),
+        (
+            vec!["--affinity-size", "63"],
+            "--affinity-size",
+            "not in 64..=67108864",
+        ),
+        (
+            vec!["--affinity-size", "67108865"],
+            "--affinity-size",
+            "not in 64..=67108864",
+        ),
         (vec!["--file-prefix", ""], "--file-prefix", "letters, digits"),
         (vec!["--file-prefix", "a/b"], "--file-prefix", "letters, digits"),
         (

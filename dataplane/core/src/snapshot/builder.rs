@@ -57,6 +57,7 @@ use super::{
     FrontendSpec, OwnerKind, PortConfig, Service, ServiceId, ServiceSpec, SessionAffinity, Snapshot,
     TrafficPolicy, V6Key,
 };
+use crate::affinity::{affinity_id, backend_tag};
 use crate::flow::Proto;
 use crate::local::LocalAddrs;
 use crate::maglev::{ring_size_for, MaglevBackend, MaglevRing, DEFAULT_RING_SIZE, MAX_BACKENDS};
@@ -768,11 +769,27 @@ fn build_service(
             },
             _ => Arc::new(MaglevRing::build(&rings.members, size).map_err(maglev_err)?),
         };
-        Ok(FamilyRing { ring_map, ring })
+        let mut by_tag: Box<[(u32, u32)]> = match d.affinity {
+            SessionAffinity::None => Box::default(),
+            SessionAffinity::ClientIp { .. } => ring_map
+                .iter()
+                .map(|&i| {
+                    let b = &d.backends[i as usize];
+                    (backend_tag(b.addr, b.port), i)
+                })
+                .collect(),
+        };
+        by_tag.sort_unstable();
+        Ok(FamilyRing {
+            ring_map,
+            ring,
+            by_tag,
+        })
     };
     let v4 = family_ring(true, prev.map(|p| &p.v4))?;
     let v6 = family_ring(false, prev.map(|p| &p.v6))?;
     Ok(Service {
+        affinity_id: affinity_id(&d.name),
         name: d.name,
         mode: d.mode,
         traffic_policy: d.traffic_policy,

@@ -110,6 +110,10 @@ pub(crate) struct FamilyRing {
     /// which is what lets a later snapshot share the ring.
     pub(crate) ring_map: Box<[u32]>,
     pub(crate) ring: Arc<MaglevRing>,
+    /// Under client-IP affinity, `(backend_tag, index into
+    /// Service::backends)` of the ring's backends, sorted: which eligible
+    /// backend a pin names. Empty without affinity.
+    pub(crate) by_tag: Box<[(u32, u32)]>,
 }
 
 /// A service's index in [`Snapshot::services`]. Valid only for the
@@ -159,12 +163,13 @@ pub enum SessionAffinity {
     /// Each flow is hashed on its 5-tuple.
     #[default]
     None,
-    /// All flows of a client address go to the same backend while the ring
-    /// is unchanged: the caller hashes with [`client_hash`] (see
-    /// [`Service::pick_hash`]). `timeout` is how long an idle client stays
-    /// pinned; it is carried for the pipeline's affinity/conntrack timers.
+    /// All new connections of a client address go to the backend the
+    /// client is pinned to (see [`crate::affinity`]): the pin is made from
+    /// the [`client_hash`] pick (see [`Service::pick_hash`]), kept while the
+    /// backend stays eligible, and forgotten after `timeout` without a new
+    /// connection from the client.
     ClientIp {
-        /// Idle time after which the affinity may be forgotten.
+        /// Idle time after which the pin is forgotten.
         timeout: Duration,
     },
 }
@@ -241,6 +246,8 @@ pub struct Service {
     traffic_policy: TrafficPolicy,
     affinity: SessionAffinity,
     source_ranges: Box<[Cidr]>,
+    /// A fixed hash of the name: names the service in affinity pins.
+    affinity_id: u64,
     backends: Box<[Backend]>,
     /// Indices into `backends` sorted by (addr, port): lookups by address.
     by_addr: Box<[u32]>,
@@ -333,6 +340,24 @@ impl Service {
         let i = f.ring.lookup(hash)?;
         let b = *f.ring_map.get(i)?;
         self.backends.get(b as usize)
+    }
+
+    /// The eligible backend of `family` whose
+    /// [`backend_tag`](crate::affinity::backend_tag) is `tag`, under
+    /// client-IP affinity (`None` without affinity): where a pin sends a
+    /// client if its backend is still in the ring. O(log n).
+    #[inline]
+    pub fn pinned(&self, tag: u32, family: Family) -> Option<&Backend> {
+        let by_tag = &self.family(family).by_tag;
+        let i = by_tag.binary_search_by_key(&tag, |&(t, _)| t).ok()?;
+        self.backends.get(by_tag[i].1 as usize)
+    }
+
+    /// The service's name in affinity pins: a fixed hash of
+    /// [`name`](Self::name), the same in every snapshot.
+    #[inline]
+    pub fn affinity_id(&self) -> u64 {
+        self.affinity_id
     }
 
     /// The hash to [`pick`](Self::pick) with: `flow_hash` normally,

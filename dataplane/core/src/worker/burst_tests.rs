@@ -17,7 +17,8 @@ use super::*;
 use crate::conntrack;
 use crate::flow::{Proto, WorkerId};
 use crate::snapshot::{
-    BackendSpec, Cidr, ForwardMode, FrontendKind, FrontendSpec, ServiceSpec, Snapshot, SnapshotBuilder,
+    BackendSpec, Cidr, ForwardMode, FrontendKind, FrontendSpec, ServiceSpec, SessionAffinity, Snapshot,
+    SnapshotBuilder,
 };
 use crate::worker::WorkerConfig;
 
@@ -64,6 +65,10 @@ pub(in crate::worker) fn builder() -> SnapshotBuilder<'static> {
     b.frontend(web6, fe).unwrap();
     let mut dns = ServiceSpec::new("default/dns");
     dns.mode = ForwardMode::Dnat;
+    // Its new flows take the general path, past the affinity table.
+    dns.affinity = SessionAffinity::ClientIp {
+        timeout: std::time::Duration::from_secs(10),
+    };
     let dns = b.service(dns).unwrap();
     let fe = FrontendSpec::new(ip("10.0.0.101"), 53, Proto::Udp, FrontendKind::ClusterIp);
     b.frontend(dns, fe).unwrap();
@@ -113,6 +118,9 @@ pub(in crate::worker) fn worker_with_ports(
     cfg.snat_ports = ports;
     cfg.frontend_slots = 8;
     cfg.backend_slots = 8;
+    cfg.affinity = Some(std::sync::Arc::new(
+        crate::affinity::AffinityTable::new(crate::affinity::MIN_CAPACITY, 1).unwrap(),
+    ));
     Worker::new(cfg).unwrap()
 }
 

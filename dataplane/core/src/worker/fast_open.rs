@@ -24,7 +24,7 @@ use crate::conntrack::{ConnState, Direction, KeyHash, NatV4, Tags};
 use crate::flow::{AllocGuess, Proto};
 use crate::maglev::flow_hash_v4;
 use crate::prefetch::Prefetch;
-use crate::snapshot::{Backend, Family, ForwardMode, Service, Snapshot};
+use crate::snapshot::{Backend, Family, ForwardMode, Service, SessionAffinity, Snapshot};
 use crate::{DropReason, Tick};
 
 use super::fast::{write_v4, FastV4};
@@ -232,13 +232,17 @@ pub(super) struct OpenHashes {
 }
 
 /// The backend Maglev picks for a new connection read as `k` to `svc`
-/// (IPv4 ring; client-IP affinity as `Service::pick_hash` says), with its
-/// address as an `Ipv4Addr`: what `paths::open` picks for the same packet.
+/// (IPv4 ring), with its address as an `Ipv4Addr`: what `paths::open`
+/// picks for the same packet. `None` for a service with client-IP
+/// affinity, whose pick reads and writes the affinity table: such new
+/// connections take the general path.
 #[inline(always)]
 fn pick_v4<'s>(svc: &'s Service, k: &FastV4) -> Option<(&'s Backend, Ipv4Addr)> {
-    let client = IpAddr::V4(Ipv4Addr::from(k.src));
+    if svc.affinity() != SessionAffinity::None {
+        return None;
+    }
     let flow = flow_hash_v4(k.src, k.dst, k.sport, k.dport, k.proto as u8);
-    let b = svc.pick(svc.pick_hash(client, flow), Family::V4)?;
+    let b = svc.pick(flow, Family::V4)?;
     match b.addr {
         IpAddr::V4(a) => Some((b, a)),
         IpAddr::V6(_) => None,

@@ -43,9 +43,11 @@
 //!   client endpoint DNATed by two VIPs to the same backend endpoint) is
 //!   dropped with `conntrack_conflict`: its replies could not be told from
 //!   the other's.
-//! - Session affinity by client IP hashes only the client address into the
-//!   ring, so a client keeps its backend as long as the backend set does not
-//!   change; the affinity timeout is not enforced separately.
+//! - Session affinity by client IP pins each client to a backend in the
+//!   node's [`AffinityTable`], shared by all workers: a client keeps its
+//!   backend while the backend stays eligible and the client opens a
+//!   connection within the timeout (see [`crate::affinity`]). Such new
+//!   connections take the general path, not the IPv4 fast path.
 //! - Non-first fragments are dropped (`fragment`): they carry no ports.
 //! - TCP to a VIP port without a frontend is refused with a RST sent back
 //!   where it came from (`resets_sent`); UDP and the rest are dropped
@@ -65,6 +67,7 @@ use std::net::IpAddr;
 use std::ops::RangeInclusive;
 use std::sync::Arc;
 
+use crate::affinity::{self, AffinityError, AffinityTable};
 use crate::checksum::ChecksumOffload;
 use crate::conntrack::{self, Conntrack, Endpoint, Entry};
 use crate::counters::WorkerCounters;
@@ -162,6 +165,11 @@ pub struct WorkerConfig {
     /// always takes the staged lookup, which is how tests and the `burst`
     /// fuzz target exercise it on small tables.
     pub burst_lookup_min_len: usize,
+    /// The node's client-IP affinity pins, shared by every worker (give all
+    /// of them the same table). `None`: a table of
+    /// [`affinity::DEFAULT_CAPACITY`] pins of this worker's own, which is
+    /// right for a single worker.
+    pub affinity: Option<Arc<AffinityTable>>,
 }
 
 /// [`WorkerConfig::frontend_slots`]' default: counters for 64k frontends.
@@ -173,7 +181,7 @@ impl WorkerConfig {
     /// Defaults for worker `id` of `n_workers`: 1M IPv4 and 64k IPv6
     /// connections, default timeouts, SNAT ports 1024-65535, 64k frontend
     /// and 256k backend slots, the staged burst lookup from
-    /// [`BURST_LOOKUP_MIN_LEN`] connections.
+    /// [`BURST_LOOKUP_MIN_LEN`] connections, an affinity table of its own.
     pub fn new(id: WorkerId, n_workers: u16) -> WorkerConfig {
         WorkerConfig {
             id,
@@ -184,6 +192,7 @@ impl WorkerConfig {
             frontend_slots: DEFAULT_FRONTEND_SLOTS,
             backend_slots: DEFAULT_BACKEND_SLOTS,
             burst_lookup_min_len: BURST_LOOKUP_MIN_LEN,
+            affinity: None,
         }
     }
 }
@@ -197,6 +206,9 @@ pub enum WorkerError {
     /// The SNAT port pool could not be built.
     #[error("SNAT ports: {0}")]
     Snat(#[from] SnatNewError),
+    /// The affinity table could not be built.
+    #[error("affinity: {0}")]
+    Affinity(#[from] AffinityError),
     /// `n_workers` is 0.
     #[error("the number of workers must be at least 1")]
     NoWorkers,
@@ -223,6 +235,8 @@ pub struct Worker {
     counters: Arc<WorkerCounters>,
     /// [`WorkerConfig::burst_lookup_min_len`].
     burst_lookup_min_len: usize,
+    /// Client-IP affinity pins, shared with the node's other workers.
+    affinity: Arc<AffinityTable>,
     /// [`Worker::end_orphaned_udp`]'s progress: the snapshot revision it
     /// checks against, and the slots of that check still to examine.
     orphan_scan: (u64, u64),
@@ -235,6 +249,14 @@ impl Worker {
             return Err(WorkerError::NoWorkers);
         }
         let snat = SnatPorts::new(cfg.id, cfg.n_workers, &cfg.snat_addresses, cfg.snat_ports)?;
+        let affinity = match cfg.affinity {
+            Some(t) => t,
+            // A fixed seed: a private table is for tests and tools.
+            None => Arc::new(AffinityTable::new(
+                affinity::DEFAULT_CAPACITY,
+                0x6c62_643a_6166_6631,
+            )?),
+        };
         Ok(Worker {
             id: cfg.id,
             n_workers: cfg.n_workers,
@@ -242,6 +264,7 @@ impl Worker {
             snat,
             counters: Arc::new(WorkerCounters::new(cfg.frontend_slots, cfg.backend_slots)),
             burst_lookup_min_len: cfg.burst_lookup_min_len,
+            affinity,
             orphan_scan: (0, 0),
         })
     }
@@ -259,6 +282,11 @@ impl Worker {
     /// The connection table (read-only; for statistics and tests).
     pub fn conntrack(&self) -> &Conntrack {
         &self.conntrack
+    }
+
+    /// The client-IP affinity table (shared; for statistics and tests).
+    pub fn affinity(&self) -> &Arc<AffinityTable> {
+        &self.affinity
     }
 
     /// The SNAT port pool (read-only; for statistics and tests).

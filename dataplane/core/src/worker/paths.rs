@@ -2,16 +2,18 @@
 //! ICMP error. See the module doc of [`super`] for the policies.
 
 use std::net::IpAddr;
+use std::time::Duration;
 
+use crate::affinity::{self, backend_tag, Pinned};
 use crate::conntrack::{
     Conntrack, Direction, EntryId, Evicted, InsertError, KeyHash, Nat, NatV4, Rewrite, Tags,
 };
 use crate::counters::WorkerCounters;
 use crate::flow::{owner_of_client, owner_of_snat_port, FlowKey, FlowKeyV4, Proto, SnatPorts, WorkerId};
-use crate::maglev::{flow_hash_v4, flow_hash_v6};
+use crate::maglev::{client_hash, flow_hash_v4, flow_hash_v6};
 use crate::nat;
 use crate::reject;
-use crate::snapshot::{Family, ForwardMode, OwnerKind, Route, Service, Snapshot};
+use crate::snapshot::{Backend, Family, ForwardMode, OwnerKind, Route, Service, SessionAffinity, Snapshot};
 use crate::wire::{icmpv4, Parsed, TcpFlags, L3};
 use crate::{DropReason, Tick};
 
@@ -197,9 +199,13 @@ impl Worker {
         if !full_nat && snap.is_owned(p.src) {
             return Err(DropReason::OwnSource);
         }
-        let hash = svc.pick_hash(p.src, flow_hash(p));
         // The destination's family ring: never translate across families.
-        let backend = svc.pick(hash, Family::of(p.dst)).ok_or(DropReason::NoBackend)?;
+        let family = Family::of(p.dst);
+        let backend = match svc.affinity() {
+            SessionAffinity::None => svc.pick(flow_hash(p), family),
+            SessionAffinity::ClientIp { timeout } => self.pick_pinned(now, svc, p.src, family, timeout),
+        }
+        .ok_or(DropReason::NoBackend)?;
         let be = (backend.addr, backend.port);
         let be_slot = backend.stats_slot;
         // A backend nothing routes to: `translate` would drop the packet,
@@ -225,6 +231,47 @@ impl Worker {
         };
         let id = self.insert_opened(now, (key, nat), tags, None)?;
         Ok((id.map(|id| (id, Direction::Original)), rw))
+    }
+
+    /// The backend for a new connection from `client` to `svc`, a service
+    /// with client-IP affinity of `timeout` (see [`crate::affinity`]): the
+    /// client's pin if it is live and its backend is still in `family`'s
+    /// ring, its timeout restarted (`affinity_hits`); else the ring's pick
+    /// for the client address, pinned (`affinity_pins`, and
+    /// `affinity_evictions` if that took a live pin's slot).
+    fn pick_pinned<'s>(
+        &self,
+        now: Tick,
+        svc: &'s Service,
+        client: IpAddr,
+        family: Family,
+        timeout: Duration,
+    ) -> Option<&'s Backend> {
+        let table = &*self.affinity;
+        let key = table.key(svc.affinity_id(), client);
+        let now_s = affinity::seconds(now);
+        // Whole seconds, rounded up: a pin lives at least `timeout`.
+        let secs = timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0);
+        let expires = now_s.saturating_add(secs.clamp(1, u64::from(u32::MAX)) as u32);
+        if let Some(pin) = table.lookup(key, now_s) {
+            if let Some(b) = svc.pinned(pin.tag, family) {
+                table.touch(&pin, expires);
+                self.counters.affinity_hits.inc();
+                return Some(b);
+            }
+        }
+        let b = svc.pick(client_hash(client), family)?;
+        match table.pin(key, backend_tag(b.addr, b.port), expires, now_s) {
+            Pinned::Stored => self.counters.affinity_pins.inc(),
+            Pinned::Evicted => {
+                self.counters.affinity_pins.inc();
+                self.counters.affinity_evictions.inc();
+            }
+            // Another worker is pinning this client (or its bucket's
+            // oldest pin) right now: the next connection will find it.
+            Pinned::Raced => {}
+        }
+        Some(b)
     }
 
     /// Tracks a connection being opened (`what`: its key and translation,

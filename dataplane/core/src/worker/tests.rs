@@ -1409,3 +1409,6 @@ mod reject_tests;
 
 #[path = "orphan_tests.rs"]
 mod orphan_tests;
+
+#[path = "affinity_tests.rs"]
+mod affinity_tests;
