@@ -453,6 +453,61 @@ fn two_workers_hand_replies_over() {
     );
 }
 
+/// Client-IP affinity on two workers: the client's connections (spread
+/// over both workers by their source ports) all go to one backend; when
+/// that backend drains they move together to another, and stay there when
+/// it comes back, though the ring's hash of the client address points at
+/// it again (without pins the client would go back). That the workers
+/// read one another's pins is `workers_of_a_node_share_pins` in
+/// lb-dataplane.
+#[test]
+fn client_ip_affinity_pins_outlive_ring_changes() {
+    let _g = serial();
+    let lab = Lab::new("eaf", 71);
+    let services = lab.services_toml("dnat").replace(
+        "mode = \"dnat\"\n",
+        "mode = \"dnat\"\nsession_affinity_timeout = \"1h\"\n",
+    );
+    let cfg = lab.file("lbd.toml", &(lab.interfaces_toml() + &services));
+    let mut lbd = lab.start_lbd("0@0,1@0,2@1", 2, &["--config", &cfg]);
+    lab.wait_for_service(Duration::from_secs(15));
+    let first = spread(&lab.requests(24));
+    assert_eq!(first.len(), 1, "one client, one backend: {first:?}");
+    let pinned = first.keys().next().unwrap().clone();
+    let i: usize = pinned["backend-".len()..].parse().unwrap();
+
+    lab.lbctl_ok(&["backend", "drain", &lab.backend_addr(i)]);
+    let moved = spread(&lab.requests(24));
+    assert_eq!(moved.len(), 1, "the client moves as one: {moved:?}");
+    assert!(!moved.contains_key(&pinned), "{moved:?}");
+
+    // Back in the ring, the hash would send the client to it again.
+    lab.lbctl_ok(&["backend", "enable", &lab.backend_addr(i)]);
+    let after = spread(&lab.requests(24));
+    assert_eq!(after, moved, "the client stays where it was pinned");
+
+    let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(10));
+    let log = lbd.log_text();
+    assert_eq!(code, Some(0), "{log}");
+    // Both workers opened connections for it.
+    let opened: Vec<u64> = log
+        .lines()
+        .filter(|l| l.contains("  worker "))
+        .filter_map(|l| {
+            l.split("new_connections ")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert!(
+        opened.len() == 2 && opened.iter().all(|&n| n > 0),
+        "{opened:?}\n{log}"
+    );
+}
+
 #[test]
 fn state_file_survives_sigkill() {
     let _g = serial();
