@@ -440,9 +440,26 @@ impl LoadBalancer for LoadBalancerService {
         let changes = convert::changes_from_proto(&req.changes, source).map_err(invalid)?;
         let expected = (req.expected_revision != 0).then_some(req.expected_revision);
         let n = changes.len();
-        let revision = self.write(move |p| p.apply(source, changes, expected)).await?;
-        tracing::info!(revision, source = source.name(), changes = n, "apply committed");
-        Ok(Response::new(pb::ApplyResponse { revision }))
+        let o = self
+            .write(move |p| p.apply_counted(source, changes, expected))
+            .await?;
+        tracing::info!(
+            revision = o.revision,
+            source = source.name(),
+            changes = n,
+            added = o.added,
+            updated = o.updated,
+            unchanged = o.unchanged,
+            removed = o.removed,
+            "apply committed"
+        );
+        Ok(Response::new(pb::ApplyResponse {
+            revision: o.revision,
+            added: o.added,
+            updated: o.updated,
+            unchanged: o.unchanged,
+            removed: o.removed,
+        }))
     }
 
     async fn resync(

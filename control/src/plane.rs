@@ -116,6 +116,24 @@ pub struct ResyncOutcome {
     pub removed: u32,
 }
 
+/// What a [`ControlPlane::apply_counted`] did. A request whose changes
+/// undid one another (delete a backend, then upsert it as it was) counts
+/// them all as unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ApplyOutcome {
+    /// The revision after the apply (unchanged if nothing changed).
+    pub revision: u64,
+    /// Objects created by an upsert.
+    pub added: u32,
+    /// Objects an upsert replaced by a different value.
+    pub updated: u32,
+    /// Upserts of an object equal to the one already there.
+    pub unchanged: u32,
+    /// Objects deleted: a deleted service counts once, and its frontends and
+    /// backends count too.
+    pub removed: u32,
+}
+
 /// One committed revision and what it changed, for watchers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommitEvent {
@@ -724,13 +742,27 @@ impl ControlPlane {
     }
 
     /// Applies `changes` in order as one transaction (see the module doc).
-    /// Upserted objects record `source`. Errors name `changes[i]`.
+    /// Upserted objects record `source`. Errors name `changes[i]`. Returns
+    /// the revision; [`apply_counted`](Self::apply_counted) says what
+    /// changed too.
     pub fn apply(
         &mut self,
         source: Source,
         changes: Vec<Change>,
         expected_revision: Option<u64>,
     ) -> Result<u64, PlaneError> {
+        self.apply_counted(source, changes, expected_revision)
+            .map(|o| o.revision)
+    }
+
+    /// [`apply`](Self::apply), with what it added, updated, left unchanged
+    /// and removed.
+    pub fn apply_counted(
+        &mut self,
+        source: Source,
+        changes: Vec<Change>,
+        expected_revision: Option<u64>,
+    ) -> Result<ApplyOutcome, PlaneError> {
         if changes.len() > MAX_CHANGES {
             return Err(ValidationError::invalid(
                 "request",
@@ -743,11 +775,24 @@ impl ControlPlane {
         for (i, c) in changes.iter().enumerate() {
             c.validate().map_err(|e| e.within(&format!("changes[{i}]")))?;
         }
-        self.commit(
+        let (before, n) = (self.revision, changes.len() as u32);
+        let mut out = ApplyOutcome::default();
+        out.revision = self.commit(
             source,
             |txn| {
                 let mut origins = Origins::default();
                 for (i, c) in changes.into_iter().enumerate() {
+                    let existed = match &c {
+                        Change::UpsertService(s) => txn.state().services.contains_key(&s.name),
+                        Change::UpsertFrontend(f) => txn.state().frontends.contains_key(&f.key),
+                        Change::UpsertBackend(b) => txn.state().backends.contains_key(&b.key),
+                        _ => false,
+                    };
+                    let upsert = !matches!(
+                        c,
+                        Change::DeleteService(_) | Change::DeleteFrontend(_) | Change::DeleteBackend(_)
+                    );
+                    let before = txn.committed.len();
                     let c = match c {
                         Change::UpsertService(s) => Change::UpsertService(Service { source, ..s }),
                         Change::UpsertFrontend(f) => Change::UpsertFrontend(Frontend { source, ..f }),
@@ -759,12 +804,28 @@ impl ControlPlane {
                         other => other,
                     };
                     txn.change(c).map_err(|e| e.within(&format!("changes[{i}]")))?;
+                    let made = (txn.committed.len() - before) as u32;
+                    match (upsert, made, existed) {
+                        (true, 0, _) => out.unchanged += 1,
+                        (true, _, true) => out.updated += 1,
+                        (true, _, false) => out.added += 1,
+                        (false, n, _) => out.removed += n,
+                    }
                     origins.note(txn, i);
                 }
                 Ok(origins)
             },
             |i| Some(format!("changes[{i}]")),
-        )
+        )?;
+        if out.revision == before {
+            // Changes that undid one another: the state is as it was.
+            return Ok(ApplyOutcome {
+                revision: before,
+                unchanged: n,
+                ..ApplyOutcome::default()
+            });
+        }
+        Ok(out)
     }
 
     /// Replaces exactly what `source` owns by the given objects (which

@@ -155,13 +155,44 @@ fn apply_publishes_and_identical_apply_does_not_bump() {
         vec![Change::UpsertBackend(heavy), Change::UpsertBackend(b.clone())],
     ] {
         assert_eq!(
-            p.apply(Source::Api, changes, None).unwrap(),
-            1,
+            p.apply_counted(Source::Api, changes, None).unwrap(),
+            ApplyOutcome {
+                revision: 1,
+                unchanged: 2,
+                ..Default::default()
+            },
             "changed back: no bump"
         );
         assert!(rx.try_recv().is_err(), "no event");
         assert!(Arc::ptr_eq(&s, &p.snapshot()), "nothing published");
     }
+    // What an apply did, counted per change; a service's delete counts its
+    // frontend and backends.
+    let mut heavy = be("default/web", "10.1.0.1", 8080);
+    heavy.weight = 7;
+    let mut mixed = web();
+    mixed.push(Change::UpsertBackend(heavy));
+    mixed.push(Change::UpsertBackend(be("default/web", "10.1.0.4", 8080)));
+    mixed.push(Change::DeleteBackend(bkey("default/web", "10.1.0.3", 8080)));
+    mixed.push(Change::UpsertService(svc("default/other")));
+    mixed.push(Change::DeleteService("default/other".into()));
+    let o = p.apply_counted(Source::Api, mixed, None).unwrap();
+    assert_eq!(
+        o,
+        ApplyOutcome {
+            revision: 2,
+            added: 2,
+            updated: 1,
+            unchanged: 5,
+            removed: 2,
+        }
+    );
+    let o = p.apply_counted(
+        Source::Api,
+        vec![Change::DeleteService("default/web".into())],
+        None,
+    );
+    assert_eq!(o.unwrap().removed, 1 + 1 + 3, "service, frontend, backends");
 }
 
 #[test]

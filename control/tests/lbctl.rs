@@ -97,7 +97,11 @@ fn apply_get_drain_and_delete() {
     let file = write_file(s.dir.path(), "services.toml", FILE);
 
     let out = ok(&s, &["apply", "-f", &file]);
-    assert_eq!(out, "revision 1: applied 7 changes\n");
+    assert_eq!(out, "revision 1: 7 added, 0 updated, 0 unchanged, 0 removed\n");
+    assert_eq!(s.revision(), 1);
+    // The same file again changes nothing, and says so.
+    let out = ok(&s, &["apply", "-f", &file]);
+    assert_eq!(out, "revision 1: nothing changed (7 unchanged)\n");
     assert_eq!(s.revision(), 1);
     let st = s.state();
     assert!(st

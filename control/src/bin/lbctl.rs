@@ -282,13 +282,16 @@ async fn client(cli: &Cli) -> Result<LoadBalancerClient<Channel>, Failure> {
         })
 }
 
-async fn apply(c: &mut LoadBalancerClient<Channel>, changes: Vec<Change>) -> Result<u64, Failure> {
+async fn apply(
+    c: &mut LoadBalancerClient<Channel>,
+    changes: Vec<Change>,
+) -> Result<pb::ApplyResponse, Failure> {
     let req = pb::ApplyRequest {
         changes: changes.iter().map(convert::change_to_proto).collect(),
         source: convert::source_to_proto(Source::Api),
         expected_revision: 0,
     };
-    Ok(c.apply(req).await?.into_inner().revision)
+    Ok(c.apply(req).await?.into_inner())
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
@@ -302,9 +305,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Apply { .. } => {
             let changes = file.map(|f| f.to_changes()).unwrap_or_default();
-            let n = changes.len();
-            let revision = apply(&mut c, changes).await?;
-            out(&format!("revision {revision}: applied {n} changes\n"))?;
+            out(&output::applied_text(&apply(&mut c, changes).await?))?;
         }
         Command::Delete { what } => {
             let (change, text) = match what {
@@ -321,7 +322,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     (Change::DeleteBackend(k), text)
                 }
             };
-            let revision = apply(&mut c, vec![change]).await?;
+            let revision = apply(&mut c, vec![change]).await?.revision;
             out(&format!("revision {revision}: deleted {text}\n"))?;
         }
         Command::Get {

@@ -437,6 +437,21 @@ fn control_table(c: &pb::ControlStats, rates: Option<&Rates>) -> String {
     table(&h, &cells)
 }
 
+/// What `apply` prints: the revision, and what the request added, updated,
+/// left unchanged and removed.
+pub fn applied_text(r: &pb::ApplyResponse) -> String {
+    if r.added == 0 && r.updated == 0 && r.removed == 0 {
+        return format!(
+            "revision {}: nothing changed ({} unchanged)\n",
+            r.revision, r.unchanged
+        );
+    }
+    format!(
+        "revision {}: {} added, {} updated, {} unchanged, {} removed\n",
+        r.revision, r.added, r.updated, r.unchanged, r.removed
+    )
+}
+
 /// The `stats` report: workers, ports, the control thread, frontends,
 /// backends, drops. With `rates`, per-second rates since the previous
 /// sample are added.
@@ -691,6 +706,26 @@ pub fn parse_source(s: &str) -> Result<Source, String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn applied_text_says_what_changed() {
+        let mut r = super::pb::ApplyResponse {
+            revision: 7,
+            unchanged: 12,
+            ..Default::default()
+        };
+        assert_eq!(
+            super::applied_text(&r),
+            "revision 7: nothing changed (12 unchanged)\n"
+        );
+        r.added = 2;
+        r.updated = 1;
+        r.removed = 3;
+        assert_eq!(
+            super::applied_text(&r),
+            "revision 7: 2 added, 1 updated, 12 unchanged, 3 removed\n"
+        );
+    }
+
     use super::*;
 
     #[test]
