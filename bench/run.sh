@@ -2,8 +2,8 @@
 # End-to-end benchmark of lbd against the I/O limit of the same link, in one
 # run. Two processes joined by a memif pair:
 #
-#   lb-bench gen (CPU 0) <== memif ==> lbd, one worker (CPU 1)
-#   lb-bench gen (CPU 0) <== memif ==> dpdk-testpmd --forward-mode=io (CPU 1)
+#   lb-bench gen (CPU G) <== memif ==> lbd, one worker (CPU D)
+#   lb-bench gen (CPU G) <== memif ==> dpdk-testpmd --forward-mode=io (CPU D)
 #
 # lb-bench plays the clients and the backends: it sends client packets to
 # the VIP, checks every packet that comes back, answers each forward packet
@@ -18,6 +18,8 @@
 #   (defaults: 3 rounds, 2 s trials, 6 search steps; --quick: 1 round, 3 steps;
 #   --rounds and --seconds at least 1; --only takes the names --help lists)
 #   LBD=<path>: measure that lbd binary instead of target/release/lbd.
+#   GEN_CPU=<G> DUT_CPU=<D>: the generator's CPU and the device's (default:
+#   the first two CPUs this shell may run on, as taskset or cpuset allow).
 #
 # Needs root (hugepages, /run); uses hugepages when setup could reserve
 # them, else --no-huge. Results: a table on stdout, every run's JSON, logs
@@ -51,7 +53,7 @@ while [ $# -gt 0 ]; do
         --steps) SEARCH_STEPS=$(value "$1" "${2-}"); shift 2 ;;
         --only) ONLY=$(value "$1" "${2-}" text); shift 2 ;;
         --quick) ROUNDS=1; SEARCH_STEPS=3; shift ;;
-        -h|--help) sed -n '2,24p' "$0"; echo "# scenarios: ${SCENARIOS// /, }"; exit 0 ;;
+        -h|--help) sed -n '2,26p' "$0"; echo "# scenarios: ${SCENARIOS// /, }"; exit 0 ;;
         *) echo "bench/run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -66,7 +68,18 @@ for name in ${ONLY//,/ }; do
     esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "bench/run.sh: run as root (hugepages, memif sockets)" >&2; exit 1; }
-[ "$(nproc)" -ge 2 ] || { echo "bench/run.sh: needs 2 CPUs (generator and device on their own)" >&2; exit 1; }
+# The CPUs this shell may use (taskset, cpusets), in order.
+ALLOWED=$(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0)))')
+set -- $ALLOWED
+[ $# -ge 2 ] || { echo "bench/run.sh: needs 2 CPUs (generator and device on their own); allowed: $ALLOWED" >&2; exit 1; }
+GEN_CPU=${GEN_CPU:-$1}
+DUT_CPU=${DUT_CPU:-$2}
+for v in "GEN_CPU=$GEN_CPU" "DUT_CPU=$DUT_CPU"; do
+    case " $ALLOWED " in *" ${v#*=} "*) ;; *)
+        echo "bench/run.sh: $v: not a CPU this shell may use ($ALLOWED)" >&2; exit 2 ;;
+    esac
+done
+[ "$GEN_CPU" != "$DUT_CPU" ] || { echo "bench/run.sh: GEN_CPU and DUT_CPU are both $GEN_CPU: they need a CPU each" >&2; exit 2; }
 # One run at a time: two would share the memif socket, the DPDK prefixes
 # and the hugepage files (and each other's CPUs).
 exec 9>/run/lb-bench.lock
@@ -159,7 +172,7 @@ write_config() { # MODE FILE
     } > "$2"
 }
 
-# Starts the device under test (memif server) on CPU 1 and waits until it
+# Starts the device under test (memif server) on CPU $DUT_CPU and waits until it
 # forwards. DUT: testpmd, or lbd-MODE.
 start_dut() { # DUT LOG [RSIZE]
     local dut=$1 log=$2 rsize=${3:-10}
@@ -177,7 +190,7 @@ start_dut() { # DUT LOG [RSIZE]
         # its "Press enter" line reach the log at once.
         [ -p "$RUN/testpmd.in" ] || mkfifo "$RUN/testpmd.in"
         exec 3<>"$RUN/testpmd.in"
-        taskset -c 1 stdbuf -oL "$TESTPMD" --lcores '0@1,1@1' --file-prefix lbb-dut --no-pci --no-telemetry \
+        taskset -c "$DUT_CPU" stdbuf -oL "$TESTPMD" --lcores "0@$DUT_CPU,1@$DUT_CPU" --file-prefix lbb-dut --no-pci --no-telemetry \
             "${HUGE[@]}" $([ ${#HUGE[@]} -gt 0 ] && echo -m 512) --vdev "$vdev" -- \
             --forward-mode=io --port-topology=loop --nb-cores=1 --total-num-mbufs=32768 \
             --burst=64 --disable-link-check \
@@ -189,7 +202,7 @@ start_dut() { # DUT LOG [RSIZE]
         write_config "$mode" "$RUN/lbd.toml"
         # Readiness is lbd's info-level "lbd running": an inherited
         # LBD_LOG=warn would hide it.
-        LBD_LOG=info taskset -c 1 "$LBD" --lcores '0@1,1@1' --file-prefix lbb-dut "${HUGE[@]}" \
+        LBD_LOG=info taskset -c "$DUT_CPU" "$LBD" --lcores "0@$DUT_CPU,1@$DUT_CPU" --file-prefix lbb-dut "${HUGE[@]}" \
             --vdev "$vdev" --config "$RUN/lbd.toml" --grpc "$RUN/lbd.sock" \
             > "$log" 2>&1 &
         DUT_PID=$!
@@ -227,7 +240,7 @@ stop_dut() {
 gen() { # NAME DUT-ARG JSON LOG ARGS...
     local name=$1 dut=$2 json=$3 log=$4; shift 4
     rm -f "$json"
-    taskset -c 0 "$GEN" gen --vdev "net_memif0,role=client,socket=$SOCK,rsize=${GEN_RSIZE:-10}" --lcore 0 \
+    taskset -c "$GEN_CPU" "$GEN" gen --vdev "net_memif0,role=client,socket=$SOCK,rsize=${GEN_RSIZE:-10}" --lcore "$GEN_CPU" \
         --file-prefix lbb-gen "${HUGE[@]}" --dut "$dut" --scenario "$name" \
         --seconds "${GEN_SECONDS:-$SECONDS_MEASURED}" --warmup "$WARMUP" --snat 10.0.0.200 \
         --snat-count "$SNAT_COUNT" --json "$json" --linger 30 "$@" > "$log" 2>&1 &
@@ -311,7 +324,7 @@ CHURN_OK=skipped
 case ",$ONLY," in ",,"|*",churn,"*)
     tag=churn
     start_dut lbd-fullnat "$OUT/$tag.dut.log" 14
-    taskset -c 0 "$GEN" churn --server "$RUN/lbd.sock" --backend 10.0.1.3:8080 --rate 100 \
+    taskset -c "$GEN_CPU" "$GEN" churn --server "$RUN/lbd.sock" --backend 10.0.1.3:8080 --rate 100 \
         --seconds "$((CHURN_SECONDS + WARMUP + 2))" > "$OUT/$tag.churn.log" 2>&1 &
     churn_pid=$!
     gen_ok=1

@@ -21,16 +21,20 @@
 //! disagree after a ring change. The table is therefore shared by every
 //! worker of the node (an `Arc`), without a lock:
 //!
-//! - Buckets of four (key, value) pairs of `AtomicU64`, one cache line.
-//!   The key is a 64-bit keyed hash of (service, client address); the value
-//!   is the backend's [`backend_tag`] and the pin's expiry in seconds.
-//! - A writer claims a slot by swapping its key for `BUSY` (compare and
-//!   exchange, so two writers never fill one slot at once), stores the value
-//!   and then the new key; a reader takes a value only if the slot's key was
-//!   the one it wanted both before and after reading it (a seqlock whose
-//!   sequence is the key). A writer that loses the race to another gives up:
-//!   both would pin the same client to the same backend (the hash pick),
-//!   bar a ring change at that very moment.
+//! - Buckets of four (key word, value) pairs of `AtomicU64`, one cache
+//!   line. A key word holds the pin's key, a 56-bit keyed hash of (service,
+//!   client address), over a 7-bit generation and a busy bit; the value is
+//!   the backend's [`backend_tag`] and the pin's expiry in seconds.
+//! - A writer claims a slot by setting its busy bit (compare and exchange,
+//!   so two writers never fill one slot at once), stores the value, then
+//!   the new key with the generation moved on; a reader takes a value only
+//!   if the slot's key word, generation included, was the same before and
+//!   after reading it (a seqlock whose sequence is the generation). A
+//!   writer that finds a slot of the bucket busy and none holding its key
+//!   gives up, as does one that loses the race for a slot: the busy slot
+//!   may be another worker pinning the same client to the same backend (the
+//!   hash pick, bar a ring change at that very moment), and the next
+//!   connection pins it otherwise.
 //! - A restart of the timeout is a compare-and-exchange on the value alone,
 //!   made at most once a second per pin, so a busy client does not make
 //!   every worker write the line on every connection.
@@ -49,6 +53,7 @@
 
 use std::net::IpAddr;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::time::Duration;
 
 use crate::flow::fold_mul;
 use crate::Tick;
@@ -65,10 +70,12 @@ pub const BYTES_PER_PIN: usize = 16;
 
 /// Pins per bucket: 4 keys and 4 values fill one 64-byte line.
 const WAYS: usize = 4;
-/// A slot nobody has written.
-const EMPTY: u64 = 0;
-/// A slot a writer has claimed and not finished.
+/// A key word's busy bit: a writer has claimed the slot and not finished.
 const BUSY: u64 = 1;
+/// A key word's generation: bits 1-7, moved on by every write.
+const GEN: u64 = 0x7f << 1;
+/// A key word's key: the top 56 bits; 0 in a slot nobody has written.
+const KEY_SHIFT: u32 = 8;
 
 /// One cache line: four keys, then their four values.
 #[derive(Debug, Default)]
@@ -97,7 +104,8 @@ impl std::fmt::Debug for AffinityTable {
             .flat_map(|b| b.keys.iter().zip(&b.vals))
             .filter_map(|(k, v)| {
                 let (k, v) = (k.load(Ordering::Acquire), v.load(Ordering::Relaxed));
-                (k != EMPTY).then(|| format!("{k:016x}: {:08x}@{}", v >> 32, v as u32))
+                (k >> KEY_SHIFT != 0)
+                    .then(|| format!("{:014x}: {:08x}@{}", k >> KEY_SHIFT, v >> 32, v as u32))
             });
         f.debug_struct("AffinityTable")
             .field("capacity", &self.capacity())
@@ -143,6 +151,18 @@ pub enum Pinned {
 pub fn seconds(now: Tick) -> u32 {
     // 136 years of uptime before it wraps.
     (now.as_millis() / 1000) as u32
+}
+
+/// The expiry of a pin made or used at `now` under `timeout`: in whole
+/// seconds, rounded up so that the pin lives at least `timeout` (at most a
+/// second more), and at least a second past `now`'s.
+#[inline]
+pub fn expiry(now: Tick, timeout: Duration) -> u32 {
+    let ms = now
+        .as_millis()
+        .saturating_add(timeout.as_millis().min(u128::from(u64::MAX)) as u64);
+    let s = ms.div_ceil(1000).max(now.as_millis() / 1000 + 1);
+    s.min(u64::from(u32::MAX)) as u32
 }
 
 /// The tag that names a backend in a pin: a fixed hash of its address and
@@ -201,7 +221,7 @@ impl AffinityTable {
 
     /// The key of `client`'s pin for the service whose
     /// [`affinity_id`](crate::snapshot::Service::affinity_id) is `service`.
-    /// Never `EMPTY` or `BUSY`.
+    /// 56 bits, never 0.
     #[inline]
     pub fn key(&self, service: u64, client: IpAddr) -> u64 {
         let (hi, lo) = match client {
@@ -212,7 +232,7 @@ impl AffinityTable {
             }
         };
         let h = mix(mix(mix(self.seed, service), hi), lo);
-        h.max(BUSY + 1)
+        (h >> KEY_SHIFT).max(1)
     }
 
     #[inline]
@@ -226,14 +246,16 @@ impl AffinityTable {
     pub fn lookup(&self, key: u64, now: u32) -> Option<Pin> {
         let (b, bucket) = self.bucket(key);
         for w in 0..WAYS {
-            if bucket.keys[w].load(Ordering::Acquire) != key {
+            let word = bucket.keys[w].load(Ordering::Acquire);
+            if word >> KEY_SHIFT != key || word & BUSY != 0 {
                 continue;
             }
             let raw = bucket.vals[w].load(Ordering::Relaxed);
-            // Orders the value's load before the key's second load: a
-            // writer that changed the slot meanwhile changed its key first.
+            // Orders the value's load before the key word's second load: a
+            // writer that changed the slot meanwhile set its busy bit first,
+            // and left another generation.
             fence(Ordering::Acquire);
-            if bucket.keys[w].load(Ordering::Relaxed) != key {
+            if bucket.keys[w].load(Ordering::Relaxed) != word {
                 continue;
             }
             let (tag, expires) = ((raw >> 32) as u32, raw as u32);
@@ -269,40 +291,47 @@ impl AffinityTable {
     /// empty slot, else the slot of the bucket's pin that expires first.
     pub fn pin(&self, key: u64, tag: u32, expires: u32, now: u32) -> Pinned {
         let (_, bucket) = self.bucket(key);
-        // (way, key seen, expiry seen)
+        // (way, key word seen, expiry seen)
         let mut victim: Option<(usize, u64, u32)> = None;
+        let mut busy = false;
         for w in 0..WAYS {
-            let k = bucket.keys[w].load(Ordering::Acquire);
-            if k == key {
-                victim = Some((w, k, 0));
-                break;
-            }
-            if k == BUSY {
+            let word = bucket.keys[w].load(Ordering::Acquire);
+            if word & BUSY != 0 {
+                busy = true;
                 continue;
             }
-            let exp = if k == EMPTY {
+            if word >> KEY_SHIFT == key {
+                victim = Some((w, word, 0));
+                busy = false;
+                break;
+            }
+            let exp = if word >> KEY_SHIFT == 0 {
                 0
             } else {
                 bucket.vals[w].load(Ordering::Relaxed) as u32
             };
             if victim.is_none_or(|(_, _, e)| exp < e) {
-                victim = Some((w, k, exp));
+                victim = Some((w, word, exp));
             }
         }
-        let Some((w, seen, exp)) = victim else {
+        // A busy slot may be this very key being written elsewhere: a
+        // second copy of it would waste a slot and evict another pin.
+        let Some((w, seen, exp)) = victim.filter(|_| !busy) else {
             return Pinned::Raced;
         };
         if bucket.keys[w]
-            .compare_exchange(seen, BUSY, Ordering::Relaxed, Ordering::Relaxed)
+            .compare_exchange(seen, seen | BUSY, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
             return Pinned::Raced;
         }
-        // Orders the key's `BUSY` before the value's store, for readers.
+        // Orders the busy bit before the value's store, for readers.
         fence(Ordering::Release);
         bucket.vals[w].store(u64::from(tag) << 32 | u64::from(expires), Ordering::Relaxed);
-        bucket.keys[w].store(key, Ordering::Release);
-        if seen != key && seen != EMPTY && exp > now {
+        let generation = (seen + (1 << 1)) & GEN;
+        bucket.keys[w].store(key << KEY_SHIFT | generation, Ordering::Release);
+        let other = seen >> KEY_SHIFT;
+        if other != key && other != 0 && exp > now {
             Pinned::Evicted
         } else {
             Pinned::Stored
@@ -316,7 +345,7 @@ impl AffinityTable {
             .flat_map(|b| b.keys.iter().zip(&b.vals))
             .filter(|(k, v)| {
                 let k = k.load(Ordering::Acquire);
-                k > BUSY && v.load(Ordering::Relaxed) as u32 > now
+                k >> KEY_SHIFT != 0 && k & BUSY == 0 && v.load(Ordering::Relaxed) as u32 > now
             })
             .count()
     }
@@ -372,6 +401,46 @@ mod tests {
     }
 
     #[test]
+    fn every_write_moves_the_generation_on() {
+        let t = AffinityTable::new(64, 3).unwrap();
+        let k = t.key(1, v4(1));
+        let word = |t: &AffinityTable| {
+            let (_, b) = t.bucket(k);
+            b.keys
+                .iter()
+                .map(|w| w.load(Ordering::Relaxed))
+                .find(|w| w >> KEY_SHIFT == k)
+                .unwrap()
+        };
+        t.pin(k, 1, 10, 0);
+        let first = word(&t);
+        // The same key and value written again: another generation, which
+        // a reader that straddled the write can tell.
+        t.pin(k, 1, 10, 0);
+        assert_ne!(word(&t), first);
+        assert_eq!(word(&t) & !GEN, first & !GEN);
+        // It wraps within its bits.
+        for _ in 0..200 {
+            t.pin(k, 1, 10, 0);
+        }
+        assert_eq!(word(&t) >> KEY_SHIFT, k);
+        assert_eq!(word(&t) & BUSY, 0);
+    }
+
+    #[test]
+    fn expiry_rounds_up_to_whole_seconds() {
+        let s = Duration::from_secs;
+        assert_eq!(expiry(Tick(0), s(60)), 60);
+        // Made at 0.999 s: lives to 2 s, not 1 s.
+        assert_eq!(expiry(Tick(999), s(1)), 2);
+        assert_eq!(expiry(Tick(1000), s(1)), 2);
+        assert_eq!(expiry(Tick(1500), Duration::from_millis(100)), 2);
+        assert_eq!(expiry(Tick(5_000), Duration::ZERO), 6);
+        assert_eq!(expiry(Tick(u64::MAX), s(1)), u32::MAX);
+        assert_eq!(expiry(Tick(0), Duration::MAX), u32::MAX);
+    }
+
+    #[test]
     fn keys_separate_services_clients_and_seeds() {
         let t = AffinityTable::new(64, 7).unwrap();
         let u = AffinityTable::new(64, 8).unwrap();
@@ -384,7 +453,7 @@ mod tests {
             u.key(1, v4(1)),
         ];
         for (i, a) in keys.iter().enumerate() {
-            assert!(*a > BUSY);
+            assert!(*a != 0 && *a >> 56 == 0);
             for b in &keys[i + 1..] {
                 assert_ne!(a, b);
             }
@@ -428,12 +497,21 @@ mod tests {
         for &key in &k[..4] {
             t.pin(key, 9, 100, 0);
         }
-        // Every slot claimed by writers in flight.
-        for w in 0..WAYS {
-            t.buckets[0].keys[w].store(BUSY, Ordering::Relaxed);
-        }
+        // A slot claimed by a writer in flight: a pin of a key the bucket
+        // does not hold waits (it may be that key being written), and the
+        // other keys stay readable and writable.
+        t.buckets[0].keys[0].fetch_or(BUSY, Ordering::Relaxed);
         assert_eq!(t.lookup(k[0], 0), None);
+        assert_eq!(t.lookup(k[1], 0).unwrap().tag, 9);
         assert_eq!(t.pin(k[4], 1, 100, 0), Pinned::Raced);
+        assert_eq!(t.pin(k[1], 2, 100, 0), Pinned::Stored);
+        assert_eq!(t.lookup(k[1], 0).unwrap().tag, 2);
+        // Every slot claimed.
+        for w in 0..WAYS {
+            t.buckets[0].keys[w].fetch_or(BUSY, Ordering::Relaxed);
+        }
+        assert_eq!(t.lookup(k[1], 0), None);
+        assert_eq!(t.pin(k[1], 3, 100, 0), Pinned::Raced);
     }
 
     /// Writers on two threads hammer one bucket with pins whose value

@@ -70,7 +70,7 @@ fn check_conntrack_fits(size: u32, workers: usize, available: u64) -> anyhow::Re
     let need = each * workers as u64;
     if need > available {
         anyhow::bail!(
-            "--conntrack-size {size}: the connection tables need {} MiB ({} MiB for each of {workers} workers), more than the {} MiB available (MemAvailable in /proc/meminfo, less DPDK's --mem under --no-huge and the affinity table): lower --conntrack-size or use fewer workers",
+            "--conntrack-size {size}: the connection tables need {} MiB ({} MiB for each of {workers} workers), more than the {} MiB available (MemAvailable in /proc/meminfo, less DPDK's --mem under --no-huge and the affinity table): lower --conntrack-size (or --affinity-size) or use fewer workers",
             need.div_ceil(MIB),
             each.div_ceil(MIB),
             available / MIB

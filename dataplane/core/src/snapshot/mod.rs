@@ -361,7 +361,9 @@ impl Service {
     }
 
     /// The hash to [`pick`](Self::pick) with: `flow_hash` normally,
-    /// [`client_hash`]`(client)` under client-IP affinity.
+    /// [`client_hash`]`(client)` under client-IP affinity, which is where a
+    /// client's pin starts (the worker then keeps it in its
+    /// [`AffinityTable`](crate::affinity::AffinityTable)).
     #[inline]
     pub fn pick_hash(&self, client: IpAddr, flow_hash: u64) -> u64 {
         match self.affinity {

@@ -132,11 +132,11 @@ fn a_pinned_client_keeps_its_backend_across_ring_changes_until_idle() {
     // Second 80: 80 s after the first pin, 50 s after the last connection.
     let m = clients[moved[0]];
     assert_eq!(connect(&mut w, &s2, 80, m, 1002, false), first[moved[0]]);
-    // Idle for the whole timeout (80 + 60): the pin is forgotten, and the
-    // client starts again from the hash pick.
-    assert_eq!(connect(&mut w, &s2, 140, m, 1003, true), hash_pick(&s2, m));
+    // Idle for the whole timeout (30 + 60): the pin is forgotten, and the
+    // client starts again from the hash pick; likewise at 80 + 60.
     let m2 = clients[moved[1]];
     assert_eq!(connect(&mut w, &s2, 90, m2, 1002, false), hash_pick(&s2, m2));
+    assert_eq!(connect(&mut w, &s2, 140, m, 1003, true), hash_pick(&s2, m));
     assert_eq!(c.affinity_pins.get(), 123);
     assert_eq!(c.affinity_evictions.get(), 0);
     assert_eq!(c.new_connections.get(), 120 + 120 + 4);

@@ -32,7 +32,7 @@ pub(in crate::worker) fn ip(s: &str) -> IpAddr {
 
 /// Clients on port 0 (10.0.0.0/24, fd00::/64, others via 10.0.0.254),
 /// backends on port 1; full-NAT TCP 10.0.0.100:80 and [fd00::100]:80, DNAT
-/// UDP 10.0.0.101:53.
+/// UDP 10.0.0.101:53, and DNAT UDP 10.0.0.102:53 with client-IP affinity.
 pub(in crate::worker) fn snapshot() -> Snapshot {
     builder().build().unwrap()
 }
@@ -65,13 +65,19 @@ pub(in crate::worker) fn builder() -> SnapshotBuilder<'static> {
     b.frontend(web6, fe).unwrap();
     let mut dns = ServiceSpec::new("default/dns");
     dns.mode = ForwardMode::Dnat;
-    // Its new flows take the general path, past the affinity table.
-    dns.affinity = SessionAffinity::ClientIp {
-        timeout: std::time::Duration::from_secs(10),
-    };
     let dns = b.service(dns).unwrap();
     let fe = FrontendSpec::new(ip("10.0.0.101"), 53, Proto::Udp, FrontendKind::ClusterIp);
     b.frontend(dns, fe).unwrap();
+    // Client-IP affinity: its new flows take the general path, past the
+    // affinity table.
+    let mut sticky = ServiceSpec::new("default/sticky");
+    sticky.mode = ForwardMode::Dnat;
+    sticky.affinity = SessionAffinity::ClientIp {
+        timeout: std::time::Duration::from_secs(10),
+    };
+    let sticky = b.service(sticky).unwrap();
+    let fe = FrontendSpec::new(ip("10.0.0.102"), 53, Proto::Udp, FrontendKind::ClusterIp);
+    b.frontend(sticky, fe).unwrap();
     for i in 11..=13 {
         b.neighbor(ip(&format!("10.1.0.{i}")), PEER);
         b.neighbor(ip(&format!("fd01::{i}")), PEER);
@@ -80,6 +86,8 @@ pub(in crate::worker) fn builder() -> SnapshotBuilder<'static> {
         b.backend(web6, BackendSpec::new(ip(&format!("fd01::{i}")), 8080))
             .unwrap();
         b.backend(dns, BackendSpec::new(ip(&format!("10.1.0.{i}")), 53))
+            .unwrap();
+        b.backend(sticky, BackendSpec::new(ip(&format!("10.1.0.{i}")), 54))
             .unwrap();
     }
     b
@@ -216,7 +224,8 @@ pub(in crate::worker) fn frame(rng: &mut Rng, replies: &[Reply]) -> (Vec<u8>, u1
             0,
         ),
         8 => (tcp(client(rng, true), vip6, 1 + rng.below(2), 64), 0),
-        9..=10 => (udp(client(rng, false), (ip("10.0.0.101"), 53)), 0),
+        9 => (udp(client(rng, false), (ip("10.0.0.101"), 53)), 0),
+        10 => (udp(client(rng, false), (ip("10.0.0.102"), 53)), 0),
         11..=14 if !replies.is_empty() => {
             let (src, dst, proto) = replies[rng.below(replies.len() as u64) as usize];
             let f = if proto == 6 {

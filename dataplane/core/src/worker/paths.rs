@@ -238,7 +238,9 @@ impl Worker {
     /// client's pin if it is live and its backend is still in `family`'s
     /// ring, its timeout restarted (`affinity_hits`); else the ring's pick
     /// for the client address, pinned (`affinity_pins`, and
-    /// `affinity_evictions` if that took a live pin's slot).
+    /// `affinity_evictions` if that took a live pin's slot). Counted and
+    /// pinned here, for the connection's first packet, even if a later check
+    /// drops it (no route, no SNAT port, conntrack full): the client asked.
     fn pick_pinned<'s>(
         &self,
         now: Tick,
@@ -249,10 +251,7 @@ impl Worker {
     ) -> Option<&'s Backend> {
         let table = &*self.affinity;
         let key = table.key(svc.affinity_id(), client);
-        let now_s = affinity::seconds(now);
-        // Whole seconds, rounded up: a pin lives at least `timeout`.
-        let secs = timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0);
-        let expires = now_s.saturating_add(secs.clamp(1, u64::from(u32::MAX)) as u32);
+        let (now_s, expires) = (affinity::seconds(now), affinity::expiry(now, timeout));
         if let Some(pin) = table.lookup(key, now_s) {
             if let Some(b) = svc.pinned(pin.tag, family) {
                 table.touch(&pin, expires);
