@@ -9,9 +9,11 @@
 //! Dropped and handed-over frames must come back unchanged.
 //!
 //! Determinism, so that expectations are computed and not observed:
-//! - every service of the fixture but `pool` has a single backend, so the
-//!   backend is known; `pool` (three backends) pins the Maglev choice for
-//!   one 5-tuple, a golden value like tests/maglev_golden.rs;
+//! - every service of the fixture but `pool` and `sticky` has a single
+//!   backend, so the backend is known; `pool` (three backends) pins the
+//!   Maglev choice for one 5-tuple, and `sticky` (three, client-IP
+//!   affinity) the choice for the client address, golden values like
+//!   tests/maglev_golden.rs;
 //! - SNAT ports are handed out FIFO from the low end of the worker's share
 //!   of the range (`SnatPorts`): a fresh worker 0 of 1 (or of 2) with the
 //!   range 20000..=20999 gives its first flow of each protocol port 20000;
@@ -304,6 +306,10 @@ struct Fam {
     syslog_be: &'static str,
     drain: &'static str,
     restricted: &'static str,
+    sticky: &'static str,
+    /// The Maglev pick of `sticky`'s ring for the client address alone,
+    /// where the client is pinned (golden, like `POOL_PICK`).
+    sticky_pick: &'static str,
 }
 
 const V4: Fam = Fam {
@@ -321,6 +327,8 @@ const V4: Fam = Fam {
     syslog_be: "10.1.0.11",
     drain: "10.0.0.104",
     restricted: "10.0.0.105",
+    sticky: "10.0.0.107",
+    sticky_pick: "10.1.0.12",
 };
 
 const V6: Fam = Fam {
@@ -338,6 +346,8 @@ const V6: Fam = Fam {
     syslog_be: "fd01::11",
     drain: "fd00::104",
     restricted: "fd00::105",
+    sticky: "fd00::107",
+    sticky_pick: "fd01::11",
 };
 
 /// Full-NAT TCP set-up: SYN (client → VIP) and its translation.
@@ -373,6 +383,33 @@ fn dnat_tcp_reply(f: Fam, cport: u16, flags: &'static str) -> (Pkt, Pkt) {
 fn family_cases(f: Fam) -> Vec<Case> {
     let n = f.name;
     let mut cases = Vec::new();
+
+    // Client-IP affinity: whatever its port, the client's connections go to
+    // the backend it is pinned to (made from the ring's pick for its address).
+    let sticky: Vec<Step> = (42000..42004)
+        .map(|port| {
+            let s = from_client(Pkt::tcp(ep(f.client, port), ep(f.sticky, 80), "S"));
+            fwd(
+                &s,
+                &to_backend(&s).endpoints(ep(f.client, port), ep(f.sticky_pick, 7000)),
+            )
+        })
+        .collect();
+    cases.push(
+        Case::new(
+            format!("{n} DNAT with client-IP affinity: every connection of the client to its pinned backend"),
+            sticky,
+        )
+        .check(|w| {
+            let c = w.counters();
+            match (c.affinity_pins.get(), c.affinity_hits.get()) {
+                (1, 3) => Ok(()),
+                got => Err(format!(
+                    "(affinity_pins, affinity_hits) = {got:?}, expected (1, 3)"
+                )),
+            }
+        }),
+    );
 
     // Full-NAT TCP: SYN, SYN-ACK, established data.
     let (syn, syn_out) = fullnat_syn(f, 40000);

@@ -7,11 +7,14 @@
 use std::net::IpAddr;
 use std::ops::RangeInclusive;
 use std::sync::OnceLock;
+use std::time::Duration;
 
+use lb_dataplane::affinity::{self, AffinityTable};
 use lb_dataplane::conntrack;
 use lb_dataplane::flow::{Proto, WorkerId};
 use lb_dataplane::snapshot::{
-    BackendSpec, BackendState, Cidr, ForwardMode, FrontendKind, FrontendSpec, ServiceSpec, SnapshotBuilder,
+    BackendSpec, BackendState, Cidr, ForwardMode, FrontendKind, FrontendSpec, ServiceSpec, SessionAffinity,
+    SnapshotBuilder,
 };
 use lb_dataplane::worker::{Worker, WorkerConfig};
 use lb_dataplane::Snapshot;
@@ -59,6 +62,8 @@ pub enum Fixture {
     /// | restricted   | DNAT     | TCP 10.0.0.105:80, source 192.168.0.0/16 | 10.1.0.11:80 |
     /// | restricted6  | DNAT     | TCP [fd00::105]:80, source fd99::/16     | [fd01::11]:80 |
     /// | pool         | full-NAT | TCP 10.0.0.106:80   | 10.1.0.11-13:9000         |
+    /// | sticky       | DNAT     | TCP 10.0.0.107:80, client-IP affinity 3h | 10.1.0.11-13:7000 |
+    /// | sticky6      | DNAT     | TCP [fd00::107]:80, client-IP affinity 3h | [fd01::11-13]:7000 |
     TwoPort,
     /// `TwoPort` with an empty neighbor table (`Snapshot::with_neighbors`):
     /// every next hop, clients, backends and the gateway, is unresolved.
@@ -245,6 +250,26 @@ pub fn two_port() -> Snapshot {
             b.backend(id, be).unwrap();
         }
     }
+    for (name, vip, be) in [
+        ("sticky", "10.0.0.107", "10.1.0."),
+        ("sticky6", "fd00::107", "fd01::"),
+    ] {
+        let mut spec = ServiceSpec::new(format!("golden/{name}"));
+        spec.mode = dn;
+        spec.affinity = SessionAffinity::ClientIp {
+            timeout: Duration::from_secs(3 * 3600),
+        };
+        let id = b.service(spec).unwrap();
+        b.frontend(
+            id,
+            FrontendSpec::new(ip(vip), 80, tcp, FrontendKind::LoadBalancer),
+        )
+        .unwrap();
+        for i in 11..=13 {
+            b.backend(id, BackendSpec::new(ip(&format!("{be}{i}")), 7000))
+                .unwrap();
+        }
+    }
     b.build().unwrap()
 }
 
@@ -278,6 +303,8 @@ impl Setup {
         cfg.snat_ports = self.snat_ports.clone();
         cfg.frontend_slots = 64;
         cfg.backend_slots = 64;
+        let pins = AffinityTable::new(affinity::MIN_CAPACITY, 1).unwrap();
+        cfg.affinity = Some(std::sync::Arc::new(pins));
         Worker::new(cfg).unwrap()
     }
 }
