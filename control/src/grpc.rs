@@ -28,6 +28,8 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use lb_dataplane::affinity::{self, AffinityTable};
+use lb_dataplane::Tick;
 use lb_proto::v1 as pb;
 use pb::load_balancer_server::{LoadBalancer, LoadBalancerServer};
 use tokio::sync::{broadcast, mpsc, watch};
@@ -202,6 +204,26 @@ pub struct ServerInfo {
     pub workers: u32,
     /// The control thread's counters, kept current by the control thread.
     pub control: Arc<ControlCounters>,
+    /// The node's client-IP affinity table, for GetStats' occupancy.
+    pub affinity: Option<AffinityInfo>,
+}
+
+/// The node's client-IP affinity table and the pipeline's clock (pins
+/// expire by it).
+#[derive(Clone)]
+pub struct AffinityInfo {
+    /// The table the workers share.
+    pub table: Arc<AffinityTable>,
+    /// The workers' current tick.
+    pub now: Arc<dyn Fn() -> Tick + Send + Sync>,
+}
+
+impl std::fmt::Debug for AffinityInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AffinityInfo")
+            .field("capacity", &self.table.capacity())
+            .finish_non_exhaustive()
+    }
 }
 
 impl ServerInfo {
@@ -214,12 +236,29 @@ impl ServerInfo {
             ports,
             workers,
             control: Arc::default(),
+            affinity: None,
         }
     }
 
     /// The same, reporting the control counters `control`.
     pub fn with_control(self, control: Arc<ControlCounters>) -> ServerInfo {
         ServerInfo { control, ..self }
+    }
+
+    /// The same, reporting the occupancy of `table`, whose pins expire by
+    /// the clock `now`.
+    pub fn with_affinity(
+        self,
+        table: Arc<AffinityTable>,
+        now: impl Fn() -> Tick + Send + Sync + 'static,
+    ) -> ServerInfo {
+        ServerInfo {
+            affinity: Some(AffinityInfo {
+                table,
+                now: Arc::new(now),
+            }),
+            ..self
+        }
     }
 }
 
@@ -377,6 +416,8 @@ fn stats_to_proto(s: PlaneStats) -> pb::GetStatsResponse {
         // Filled by GetStats from what lbd reports.
         ports: Vec::new(),
         control: None,
+        affinity_live_pins: 0,
+        affinity_table_size: 0,
     }
 }
 
@@ -644,6 +685,14 @@ impl LoadBalancer for LoadBalancerService {
             .collect();
         // Atomics: read here, without the plane's lock.
         r.control = Some(self.info.control.get());
+        if let Some(a) = self.info.affinity.clone() {
+            r.affinity_table_size = a.table.capacity() as u64;
+            // A walk of the whole table (16 bytes a pin): off the runtime.
+            let live = tokio::task::spawn_blocking(move || a.table.live(affinity::seconds((a.now)())))
+                .await
+                .map_err(|e| Status::internal(format!("affinity walk failed: {e}")))?;
+            r.affinity_live_pins = live as u64;
+        }
         Ok(Response::new(r))
     }
 

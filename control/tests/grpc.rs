@@ -645,6 +645,19 @@ async fn stats_and_info() {
             ..Default::default()
         })
     );
+    // The affinity table's occupancy: pins live by the pipeline's clock.
+    assert_eq!((st.affinity_live_pins, st.affinity_table_size), (0, 1024));
+    let (k1, k2) = (
+        s.affinity.key(1, "10.0.0.1".parse().unwrap()),
+        s.affinity.key(1, "10.0.0.2".parse().unwrap()),
+    );
+    s.affinity.pin(k1, 1, 10, 0);
+    s.affinity.pin(k2, 1, 20, 0);
+    let st = c.get_stats(pb::GetStatsRequest {}).await.unwrap().into_inner();
+    assert_eq!(st.affinity_live_pins, 2);
+    s.clock_ms.store(15_000, Ordering::Relaxed);
+    let st = c.get_stats(pb::GetStatsRequest {}).await.unwrap().into_inner();
+    assert_eq!(st.affinity_live_pins, 1, "the first expired at second 10");
     // Another start has another instance id.
     let other = Server::start();
     assert_ne!(other.instance_id, s.instance_id);

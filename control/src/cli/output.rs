@@ -457,11 +457,19 @@ pub fn applied_text(r: &pb::ApplyResponse) -> String {
 /// sample are added.
 pub fn stats_text(s: &pb::GetStatsResponse, rates: Option<&Rates>) -> String {
     let mut out = String::new();
-    let _ = writeln!(
+    let _ = write!(
         out,
         "revision {}, conntrack entries {}",
         s.revision, s.conntrack_entries
     );
+    if s.affinity_table_size > 0 {
+        let _ = write!(
+            out,
+            ", affinity pins {} of {}",
+            s.affinity_live_pins, s.affinity_table_size
+        );
+    }
+    out.push('\n');
     let workers: Vec<Vec<String>> = s
         .workers
         .iter()
@@ -926,6 +934,15 @@ mod tests {
         });
         let t = stats_text(&s, None);
         assert!(!t.contains("CONTROL"), "no section without control counters: {t}");
+        assert!(t.starts_with("revision 3, conntrack entries 10\n"), "{t}");
+        s.affinity_live_pins = 5;
+        s.affinity_table_size = 1024;
+        let t = stats_text(&s, None);
+        assert!(
+            t.starts_with("revision 3, conntrack entries 10, affinity pins 5 of 1024\n"),
+            "{t}"
+        );
+        s.affinity_table_size = 0;
         s.control = Some(pb::ControlStats {
             arp_requests: 4,
             held: 12,

@@ -6,12 +6,15 @@
 
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use lb_control::grpc::{ControlCounters, PortInfo, ServerInfo, SharedPlane};
 use lb_control::listen::{self, ListenAddr, ListenConfig, ListenError};
 use lb_control::plane::{ControlPlane, InterfaceConfig, NodeConfig};
+use lb_dataplane::affinity::AffinityTable;
+use lb_dataplane::Tick;
 use tempfile::TempDir;
 use tokio::sync::oneshot;
 
@@ -56,6 +59,10 @@ pub struct Server {
     pub ports: Vec<Arc<lb_control::grpc::PortStatus>>,
     /// The control thread's counters, as lbd would update them.
     pub control: Arc<ControlCounters>,
+    /// The affinity table, as the workers would fill it, and the pipeline
+    /// clock its pins expire by (milliseconds).
+    pub affinity: Arc<AffinityTable>,
+    pub clock_ms: Arc<AtomicU64>,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<Result<(), ListenError>>>,
 }
@@ -80,7 +87,12 @@ impl Server {
         let ports = ports();
         let status = ports.iter().map(|p| Arc::clone(&p.status)).collect();
         let control = Arc::new(ControlCounters::default());
-        let info = ServerInfo::new(ports, 2).with_control(Arc::clone(&control));
+        let affinity = Arc::new(AffinityTable::new(1024, 7).unwrap());
+        let clock_ms = Arc::new(AtomicU64::new(0));
+        let clock = Arc::clone(&clock_ms);
+        let info = ServerInfo::new(ports, 2)
+            .with_control(Arc::clone(&control))
+            .with_affinity(Arc::clone(&affinity), move || Tick(clock.load(Ordering::Relaxed)));
         let instance_id = info.instance_id.clone();
         let (stop, stopped) = oneshot::channel::<()>();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -116,6 +128,8 @@ impl Server {
             instance_id,
             ports: status,
             control,
+            affinity,
+            clock_ms,
             stop: Some(stop),
             thread: Some(thread),
         }

@@ -410,7 +410,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     // The control thread's counters: it updates them, GetStats and the
     // exit summary read them.
     let ctl_stats = Arc::new(ControlCounters::default());
-    let info = ServerInfo::new(port_infos, workers as u32).with_control(Arc::clone(&ctl_stats));
+    // The workers' clock: pins expire by it, and GetStats counts live ones.
+    let clock = Clock::new(eal.tsc_hz());
+    let info = ServerInfo::new(port_infos, workers as u32)
+        .with_control(Arc::clone(&ctl_stats))
+        .with_affinity(Arc::clone(&affinity), move || clock.now());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -509,7 +513,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let shared = Shared {
         snapshot,
         stop: stop.clone(),
-        clock: Clock::new(eal.tsc_hz()),
+        clock,
     };
     // What ended abnormally: lbd exits non-zero after its summary.
     let mut failures: Vec<String> = Vec::new();

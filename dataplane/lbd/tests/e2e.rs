@@ -485,6 +485,17 @@ fn client_ip_affinity_pins_outlive_ring_changes() {
     lab.lbctl_ok(&["backend", "enable", &lab.backend_addr(i)]);
     let after = spread(&lab.requests(24));
     assert_eq!(after, moved, "the client stays where it was pinned");
+    // One client, one pin, in the default table.
+    let st = lab.lbctl_ok(&["stats"]);
+    assert!(
+        st.starts_with("revision ")
+            && st
+                .lines()
+                .next()
+                .unwrap()
+                .ends_with(", affinity pins 1 of 262144"),
+        "{st}"
+    );
 
     let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(10));
     let log = lbd.log_text();
