@@ -55,7 +55,9 @@ use criterion::{criterion_group, BenchmarkId, Criterion};
 use lb_dataplane::checksum::ChecksumOffload;
 use lb_dataplane::conntrack::{self, Conntrack};
 use lb_dataplane::flow::{FlowKey, Proto, WorkerId};
-use lb_dataplane::snapshot::{BackendSpec, Cidr, ForwardMode, FrontendKind, FrontendSpec, ServiceSpec};
+use lb_dataplane::snapshot::{
+    BackendSpec, Cidr, ForwardMode, FrontendKind, FrontendSpec, ServiceSpec, SessionAffinity,
+};
 use lb_dataplane::worker::{PacketMeta, Verdict, Worker, WorkerConfig};
 use lb_dataplane::{Snapshot, SnapshotBuilder, Tick};
 
@@ -73,6 +75,9 @@ const VIP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 100);
 /// The frontend of a DNAT service with the same backends, for the DNAT
 /// SYN flood.
 const VIP_DNAT: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 101);
+/// The frontend of a DNAT service with client-IP affinity and the same
+/// backends: its new flows go through the affinity table.
+const VIP_STICKY: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 102);
 const BACKENDS: u32 = 16;
 const SNAT_ADDRS: u32 = 32;
 
@@ -104,10 +109,20 @@ fn snapshot() -> Snapshot {
     let dnat = b.service(dnat).unwrap();
     let fe = FrontendSpec::new(IpAddr::V4(VIP_DNAT), 80, Proto::Tcp, FrontendKind::LoadBalancer);
     b.frontend(dnat, fe).unwrap();
+    let mut sticky = ServiceSpec::new("default/web-sticky");
+    sticky.mode = ForwardMode::Dnat;
+    sticky.affinity = SessionAffinity::ClientIp {
+        timeout: Duration::from_secs(10800),
+    };
+    let sticky = b.service(sticky).unwrap();
+    let fe = FrontendSpec::new(IpAddr::V4(VIP_STICKY), 80, Proto::Tcp, FrontendKind::LoadBalancer);
+    b.frontend(sticky, fe).unwrap();
     for i in 0..BACKENDS {
         b.neighbor(backend_addr(i), PEER);
         b.backend(web, BackendSpec::new(backend_addr(i), 8080)).unwrap();
         b.backend(dnat, BackendSpec::new(backend_addr(i), 8080)).unwrap();
+        b.backend(sticky, BackendSpec::new(backend_addr(i), 8080))
+            .unwrap();
     }
     b.build().unwrap()
 }
@@ -491,7 +506,7 @@ fn bench_timer(c: &mut Criterion) {
 criterion_group!(benches, bench_timer, bench_established, bench_new_flow);
 
 /// Instruction counting under callgrind, instead of criterion:
-/// `PIPELINE_COUNT=forward|reply|new|new_full|new_full_1m|new_full_dnat|new_full_1m_dnat
+/// `PIPELINE_COUNT=forward|reply|new|new_dnat|new_sticky|new_full|new_full_1m|new_full_dnat|new_full_1m_dnat
 /// [PIPELINE_MODE=burst] [PIPELINE_N=1000]
 /// valgrind --tool=callgrind --toggle-collect='*counted_*' <bench binary>`
 /// runs warm-up bursts, then `PIPELINE_COUNT_BURSTS` bursts inside
@@ -518,10 +533,18 @@ fn count_instructions(what: &str) {
     let bursts: u64 = std::env::var("PIPELINE_COUNT_BURSTS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(if what == "new" { 4096 } else { 1000 });
+        .unwrap_or(if matches!(what, "new" | "new_dnat" | "new_sticky") {
+            4096
+        } else {
+            1000
+        });
     if what.starts_with("new") {
         let mut nf = match what {
             "new" => NewFlows::new(),
+            // DNAT SYNs from distinct clients, without and with client-IP
+            // affinity (each pins a client: the affinity table's worst case).
+            "new_dnat" => NewFlows::with_capacity(1 << 20, SYN_POOL, VIP_DNAT),
+            "new_sticky" => NewFlows::with_capacity(1 << 20, SYN_POOL, VIP_STICKY),
             "new_full" | "new_full_1m" | "new_full_dnat" | "new_full_1m_dnat" => {
                 full_table(what.contains("1m"), what.ends_with("dnat"))
             }

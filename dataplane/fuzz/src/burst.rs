@@ -65,19 +65,22 @@ use crate::pkt::{Frag, Pkt};
 /// off them (through the gateway), in both families.
 const CLIENTS4: [&str; 4] = ["10.0.0.2", "10.0.0.3", "172.16.0.1", "192.168.1.1"];
 const CLIENTS6: [&str; 3] = ["fd00::2", "fd00::3", "fd99::2"];
-/// TCP destinations: the fixture's TCP frontends and a port none serves.
-const TCP4: [(&str, u16); 6] = [
+/// TCP destinations: the fixture's TCP frontends (`sticky` and `sticky6`
+/// with client-IP affinity) and a port none serves.
+const TCP4: [(&str, u16); 7] = [
     ("10.0.0.100", 80),
     ("10.0.0.101", 80),
     ("10.0.0.104", 80),
     ("10.0.0.105", 80),
     ("10.0.0.106", 80),
+    ("10.0.0.107", 80),
     ("10.0.0.100", 81),
 ];
-const TCP6: [(&str, u16); 4] = [
+const TCP6: [(&str, u16); 5] = [
     ("fd00::100", 80),
     ("fd00::101", 80),
     ("fd00::105", 80),
+    ("fd00::107", 80),
     ("fd00::100", 81),
 ];
 const UDP: [(&str, u16); 4] = [
