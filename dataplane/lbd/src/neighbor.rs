@@ -34,6 +34,13 @@
 //! its new MAC without waiting for the old one to fail `probes` requests;
 //! the same MAC changes nothing.
 //!
+//! A MAC set less than [`Timers::locktime`] ago (by an answer or a
+//! request) is not replaced by another, from an answer or a request, as
+//! Linux's `locktime`: when two hosts answer for one address (a proxy ARP
+//! beside the real host) or a forged request names the gateway, the entry
+//! does not flap from frame to frame; the first MAC holds for a second, and
+//! an address that really moved is reached after that second.
+//!
 //! Generic over the held frame type `P` so it can be tested without DPDK.
 
 use std::collections::{HashMap, VecDeque};
@@ -59,6 +66,8 @@ pub struct Timers {
     pub max_held: usize,
     /// Entries at most.
     pub max_entries: usize,
+    /// How long a MAC just set cannot be replaced by another.
+    pub locktime: Duration,
 }
 
 impl Default for Timers {
@@ -71,6 +80,7 @@ impl Default for Timers {
             hold: 4,
             max_held: 1024,
             max_entries: 4096,
+            locktime: Duration::from_secs(1),
         }
     }
 }
@@ -82,6 +92,8 @@ struct Entry<P> {
     mac: Option<[u8; 6]>,
     /// When a reply last confirmed `mac`.
     confirmed: Option<Instant>,
+    /// When `mac` was last set or confirmed, for [`Timers::locktime`].
+    updated: Option<Instant>,
     /// Requests sent since the last confirmation.
     sent: u8,
     /// When the last request went out (None: send one now).
@@ -97,6 +109,18 @@ struct Entry<P> {
     /// neither wanted nor holding frames. A resolved entry's traffic goes
     /// from the workers straight out, so this is no true LRU.
     needed: u64,
+}
+
+impl<P> Entry<P> {
+    /// Whether `mac` may not replace the entry's MAC yet: it is another,
+    /// and the entry's was set or confirmed less than `locktime` before
+    /// `now`.
+    fn locked(&self, mac: [u8; 6], now: Instant, locktime: Duration) -> bool {
+        self.mac.is_some_and(|m| m != mac)
+            && self
+                .updated
+                .is_some_and(|u| now.saturating_duration_since(u) < locktime)
+    }
 }
 
 /// A request to send: who-has `target` on `port`.
@@ -191,6 +215,7 @@ impl<P> NeighborTable<P> {
             port,
             mac: None,
             confirmed: None,
+            updated: None,
             sent: 0,
             last_sent: None,
             wanted: false,
@@ -254,12 +279,14 @@ impl<P> NeighborTable<P> {
     /// news from another port than the one the address is reached by (a
     /// host on another segment claiming it), and a `mac` no station can
     /// have (group bit set, or all zeros: the snapshot refuses those, so
-    /// one would stop every later publish).
+    /// one would stop every later publish), and another MAC than one set
+    /// less than [`Timers::locktime`] ago.
     pub fn learn(&mut self, ip: IpAddr, mac: [u8; 6], port: u16, now: Instant) -> Vec<P> {
+        let locktime = self.timers.locktime;
         let Some(e) = self.entries.get_mut(&ip) else {
             return Vec::new();
         };
-        if e.port != port || mac[0] & 1 != 0 || mac == [0; 6] {
+        if e.port != port || mac[0] & 1 != 0 || mac == [0; 6] || e.locked(mac, now, locktime) {
             return Vec::new();
         }
         if e.mac != Some(mac) {
@@ -267,6 +294,7 @@ impl<P> NeighborTable<P> {
             self.changed = true;
         }
         e.confirmed = Some(now);
+        e.updated = Some(now);
         e.sent = 0;
         e.last_sent = None;
         e.given_up = false;
@@ -279,7 +307,7 @@ impl<P> NeighborTable<P> {
     pub fn news(&mut self, news: News, now: Instant) -> Vec<P> {
         match news.heard {
             Heard::Answer => self.learn(news.ip, news.mac, news.port, now),
-            Heard::Asked => self.hint(news.ip, news.mac, news.port),
+            Heard::Asked => self.hint(news.ip, news.mac, news.port, now),
         }
     }
 
@@ -290,17 +318,24 @@ impl<P> NeighborTable<P> {
     /// to send with it, and the entry is probed at the next poll, as one
     /// whose confirmation ran out. The same MAC changes nothing: only an
     /// answer confirms. Ignored like [`learn`](Self::learn)'s news
-    /// otherwise.
-    pub fn hint(&mut self, ip: IpAddr, mac: [u8; 6], port: u16) -> Vec<P> {
+    /// otherwise, locktime included.
+    pub fn hint(&mut self, ip: IpAddr, mac: [u8; 6], port: u16, now: Instant) -> Vec<P> {
+        let locktime = self.timers.locktime;
         let Some(e) = self.entries.get_mut(&ip) else {
             return Vec::new();
         };
-        if e.port != port || mac[0] & 1 != 0 || mac == [0; 6] || e.mac == Some(mac) {
+        if e.port != port
+            || mac[0] & 1 != 0
+            || mac == [0; 6]
+            || e.mac == Some(mac)
+            || e.locked(mac, now, locktime)
+        {
             return Vec::new();
         }
         e.mac = Some(mac);
         self.changed = true;
         e.confirmed = None;
+        e.updated = Some(now);
         e.sent = 0;
         e.last_sent = None;
         e.given_up = false;
@@ -456,7 +491,7 @@ mod tests {
         let s = Duration::from_secs(1);
         let mut t = NeighborTable::new(Timers::default());
         let gw = ip("10.0.0.254");
-        let hint = |t: &mut NeighborTable<u32>, mac, port| {
+        let hint_at = |t: &mut NeighborTable<u32>, mac, port, at| {
             t.news(
                 News {
                     ip: gw,
@@ -464,13 +499,14 @@ mod tests {
                     port,
                     heard: Heard::Asked,
                 },
-                t0,
+                at,
             )
         };
+        let hint = |t: &mut NeighborTable<u32>, mac, port| hint_at(t, mac, port, t0 + 2 * s);
         // Unresolved, holding a frame: the request resolves it.
         assert!(matches!(t.hold(gw, 0, 1), Hold::Waiting));
         assert_eq!(poll(&mut t, t0).0.len(), 1);
-        assert_eq!(hint(&mut t, MAC, 0), vec![1]);
+        assert_eq!(hint_at(&mut t, MAC, 0, t0), vec![1]);
         assert_eq!(t.held(), 0);
         assert!(t.take_changed());
         assert_eq!(t.resolved(), vec![(gw, MAC)]);
@@ -479,6 +515,11 @@ mod tests {
         assert_eq!(poll(&mut t, t0 + s / 10).0, vec![Request { port: 0, target: gw }]);
         assert!(t.learn(gw, MAC, 0, t0 + s / 5).is_empty());
         assert!(!t.take_changed());
+        // Within a second of that answer, another MAC is not taken
+        // (locktime): a forged request cannot move the gateway.
+        assert!(hint_at(&mut t, MAC2, 0, t0 + s).is_empty());
+        assert!(!t.take_changed());
+        assert_eq!(t.resolved(), vec![(gw, MAC)]);
         // Reachable: the same MAC asked again changes nothing and sends
         // no probe.
         assert!(hint(&mut t, MAC, 0).is_empty());
@@ -515,6 +556,33 @@ mod tests {
             )
             .is_empty());
         assert_eq!(t.len(), 0);
+    }
+
+    /// Two hosts answer for one address (a proxy ARP beside the real
+    /// host): the first answer's MAC holds for the locktime, whatever the
+    /// other says; after it, the latest answer is taken. The first MAC's
+    /// own answers keep confirming it meanwhile.
+    #[test]
+    fn a_second_answerer_does_not_flip_a_fresh_mac() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut t: NeighborTable<u32> = NeighborTable::new(Timers::default());
+        let gw = ip("10.0.0.254");
+        assert!(matches!(t.hold(gw, 0, 1), Hold::Waiting));
+        poll(&mut t, t0);
+        assert_eq!(t.learn(gw, MAC, 0, t0 + ms(1)), vec![1]);
+        assert!(t.take_changed());
+        assert!(t.learn(gw, MAC2, 0, t0 + ms(2)).is_empty());
+        assert!(!t.take_changed());
+        assert_eq!(t.resolved(), vec![(gw, MAC)]);
+        // The first answerer again: confirmed, and locked from then.
+        t.learn(gw, MAC, 0, t0 + ms(900));
+        assert!(t.learn(gw, MAC2, 0, t0 + ms(1500)).is_empty());
+        assert_eq!(t.resolved(), vec![(gw, MAC)]);
+        // A second after the last confirmation, the other answer is taken.
+        t.learn(gw, MAC2, 0, t0 + ms(1900));
+        assert!(t.take_changed());
+        assert_eq!(t.resolved(), vec![(gw, MAC2)]);
     }
 
     #[test]
