@@ -34,12 +34,14 @@
 //! its new MAC without waiting for the old one to fail `probes` requests;
 //! the same MAC changes nothing.
 //!
-//! A MAC set less than [`Timers::locktime`] ago (by an answer or a
-//! request) is not replaced by another, from an answer or a request, as
-//! Linux's `locktime`: when two hosts answer for one address (a proxy ARP
-//! beside the real host) or a forged request names the gateway, the entry
-//! does not flap from frame to frame; the first MAC holds for a second, and
-//! an address that really moved is reached after that second.
+//! As Linux's `locktime`, a MAC confirmed less than [`Timers::locktime`]
+//! ago is not replaced by another from an answer or a request, and one a
+//! request set that recently is not replaced by another request: when two
+//! hosts answer for one address (a proxy ARP beside the real host), or
+//! forged requests name the gateway, the entry does not flap from frame to
+//! frame. An answer to the probe after a request's new MAC is not locked
+//! out (unlike Linux): a forged request is undone as soon as the real
+//! host answers.
 //!
 //! Generic over the held frame type `P` so it can be tested without DPDK.
 
@@ -92,7 +94,8 @@ struct Entry<P> {
     mac: Option<[u8; 6]>,
     /// When a reply last confirmed `mac`.
     confirmed: Option<Instant>,
-    /// When `mac` was last set or confirmed, for [`Timers::locktime`].
+    /// When `mac` was last set or confirmed: requests do not replace it
+    /// within [`Timers::locktime`] of that (answers, of `confirmed`).
     updated: Option<Instant>,
     /// Requests sent since the last confirmation.
     sent: u8,
@@ -113,13 +116,11 @@ struct Entry<P> {
 
 impl<P> Entry<P> {
     /// Whether `mac` may not replace the entry's MAC yet: it is another,
-    /// and the entry's was set or confirmed less than `locktime` before
+    /// and the entry's was set at `since`, less than `locktime` before
     /// `now`.
-    fn locked(&self, mac: [u8; 6], now: Instant, locktime: Duration) -> bool {
+    fn locked(&self, mac: [u8; 6], since: Option<Instant>, now: Instant, locktime: Duration) -> bool {
         self.mac.is_some_and(|m| m != mac)
-            && self
-                .updated
-                .is_some_and(|u| now.saturating_duration_since(u) < locktime)
+            && since.is_some_and(|u| now.saturating_duration_since(u) < locktime)
     }
 }
 
@@ -286,7 +287,9 @@ impl<P> NeighborTable<P> {
         let Some(e) = self.entries.get_mut(&ip) else {
             return Vec::new();
         };
-        if e.port != port || mac[0] & 1 != 0 || mac == [0; 6] || e.locked(mac, now, locktime) {
+        // Only an answer locks out answers: the probe that follows a
+        // request's new MAC is answered at once, and the answer decides.
+        if e.port != port || mac[0] & 1 != 0 || mac == [0; 6] || e.locked(mac, e.confirmed, now, locktime) {
             return Vec::new();
         }
         if e.mac != Some(mac) {
@@ -328,7 +331,7 @@ impl<P> NeighborTable<P> {
             || mac[0] & 1 != 0
             || mac == [0; 6]
             || e.mac == Some(mac)
-            || e.locked(mac, now, locktime)
+            || e.locked(mac, e.updated, now, locktime)
         {
             return Vec::new();
         }
@@ -534,6 +537,9 @@ mod tests {
         assert!(hint(&mut t, MAC2, 0).is_empty());
         assert!(t.take_changed());
         assert_eq!(t.resolved(), vec![(gw, MAC2)]);
+        // Another request within the second does not move it again.
+        assert!(hint_at(&mut t, MAC, 0, t0 + 2 * s + s / 2).is_empty());
+        assert_eq!(t.resolved(), vec![(gw, MAC2)]);
         assert_eq!(poll(&mut t, t0 + 3 * s).0, vec![Request { port: 0, target: gw }]);
         // Never answered: the probes run out and the MAC goes, as for any
         // unconfirmed entry.
@@ -583,6 +589,34 @@ mod tests {
         t.learn(gw, MAC2, 0, t0 + ms(1900));
         assert!(t.take_changed());
         assert_eq!(t.resolved(), vec![(gw, MAC2)]);
+    }
+
+    /// A forged request moves a gateway to the forger's MAC, but the probe
+    /// that follows is answered by the gateway, at once, and that answer
+    /// is not locked out.
+    #[test]
+    fn the_answer_to_the_probe_after_a_request_decides() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut t: NeighborTable<u32> = NeighborTable::new(Timers::default());
+        let gw = ip("10.0.0.254");
+        assert!(matches!(t.hold(gw, 0, 1), Hold::Waiting));
+        poll(&mut t, t0);
+        t.learn(gw, MAC, 0, t0);
+        let forged = News {
+            ip: gw,
+            mac: MAC2,
+            port: 0,
+            heard: Heard::Asked,
+        };
+        t.news(forged, t0 + ms(5000));
+        assert_eq!(t.resolved(), vec![(gw, MAC2)]);
+        assert_eq!(
+            poll(&mut t, t0 + ms(5001)).0,
+            vec![Request { port: 0, target: gw }]
+        );
+        t.learn(gw, MAC, 0, t0 + ms(5002));
+        assert_eq!(t.resolved(), vec![(gw, MAC)]);
     }
 
     #[test]
