@@ -216,6 +216,27 @@ pub struct AffinityInfo {
     pub table: Arc<AffinityTable>,
     /// The workers' current tick.
     pub now: Arc<dyn Fn() -> Tick + Send + Sync>,
+    /// The last count, and the second of the pipeline's clock it was made
+    /// in.
+    last: Arc<Mutex<Option<(u32, u64)>>>,
+}
+
+impl AffinityInfo {
+    /// The live pins, by a walk of the whole table at most once per second
+    /// of the pipeline's clock: the largest table is 1 GiB, and requests
+    /// that come together wait for one walk and share its count.
+    pub fn live_pins(&self) -> u64 {
+        let now = affinity::seconds((self.now)());
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        match *last {
+            Some((at, n)) if at == now => n,
+            _ => {
+                let n = self.table.live(now) as u64;
+                *last = Some((now, n));
+                n
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for AffinityInfo {
@@ -256,6 +277,7 @@ impl ServerInfo {
             affinity: Some(AffinityInfo {
                 table,
                 now: Arc::new(now),
+                last: Arc::default(),
             }),
             ..self
         }
@@ -688,10 +710,10 @@ impl LoadBalancer for LoadBalancerService {
         if let Some(a) = self.info.affinity.clone() {
             r.affinity_table_size = a.table.capacity() as u64;
             // A walk of the whole table (16 bytes a pin): off the runtime.
-            let live = tokio::task::spawn_blocking(move || a.table.live(affinity::seconds((a.now)())))
+            let live = tokio::task::spawn_blocking(move || a.live_pins())
                 .await
                 .map_err(|e| Status::internal(format!("affinity walk failed: {e}")))?;
-            r.affinity_live_pins = live as u64;
+            r.affinity_live_pins = live;
         }
         Ok(Response::new(r))
     }

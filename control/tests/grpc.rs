@@ -653,6 +653,10 @@ async fn stats_and_info() {
     );
     s.affinity.pin(k1, 1, 10, 0);
     s.affinity.pin(k2, 1, 20, 0);
+    // Counted once a second of the pipeline's clock.
+    let st = c.get_stats(pb::GetStatsRequest {}).await.unwrap().into_inner();
+    assert_eq!(st.affinity_live_pins, 0, "second 0 was counted already");
+    s.clock_ms.store(1_000, Ordering::Relaxed);
     let st = c.get_stats(pb::GetStatsRequest {}).await.unwrap().into_inner();
     assert_eq!(st.affinity_live_pins, 2);
     s.clock_ms.store(15_000, Ordering::Relaxed);

@@ -305,7 +305,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Apply { .. } => {
             let changes = file.map(|f| f.to_changes()).unwrap_or_default();
-            out(&output::applied_text(&apply(&mut c, changes).await?))?;
+            let sent = changes.len();
+            out(&output::applied_text(&apply(&mut c, changes).await?, sent))?;
         }
         Command::Delete { what } => {
             let (change, text) = match what {

@@ -437,9 +437,13 @@ fn control_table(c: &pb::ControlStats, rates: Option<&Rates>) -> String {
     table(&h, &cells)
 }
 
-/// What `apply` prints: the revision, and what the request added, updated,
-/// left unchanged and removed.
-pub fn applied_text(r: &pb::ApplyResponse) -> String {
+/// What `apply` prints for `sent` changes: the revision, and what the
+/// request added, updated, left unchanged and removed.
+pub fn applied_text(r: &pb::ApplyResponse, sent: usize) -> String {
+    if r.added == 0 && r.updated == 0 && r.removed == 0 && r.unchanged == 0 && sent > 0 {
+        // An lbd from before the counts.
+        return format!("revision {}: applied {sent} changes\n", r.revision);
+    }
     if r.added == 0 && r.updated == 0 && r.removed == 0 {
         return format!(
             "revision {}: nothing changed ({} unchanged)\n",
@@ -722,15 +726,25 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            super::applied_text(&r),
+            super::applied_text(&r, 12),
             "revision 7: nothing changed (12 unchanged)\n"
         );
         r.added = 2;
         r.updated = 1;
         r.removed = 3;
         assert_eq!(
-            super::applied_text(&r),
+            super::applied_text(&r, 18),
             "revision 7: 2 added, 1 updated, 12 unchanged, 3 removed\n"
+        );
+        // An lbd that does not count answers with the revision alone.
+        let old = super::pb::ApplyResponse {
+            revision: 8,
+            ..Default::default()
+        };
+        assert_eq!(super::applied_text(&old, 5), "revision 8: applied 5 changes\n");
+        assert_eq!(
+            super::applied_text(&old, 0),
+            "revision 8: nothing changed (0 unchanged)\n"
         );
     }
 

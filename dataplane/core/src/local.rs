@@ -172,6 +172,12 @@ pub enum LocalVerdict {
         ip: IpAddr,
         /// Its MAC.
         mac: MacAddr,
+        /// Sent unasked: a gratuitous ARP (sender and target address the
+        /// same, request or reply) or an unsolicited neighbor advertisement
+        /// (solicited flag clear), as after a failover. A neighbor table
+        /// takes it at once (Linux: `is_garp`, the NA override flag), where
+        /// an answer may wait out a lock time.
+        announced: bool,
     },
     /// Not for the local stack: continue with the load-balancing pipeline.
     NotLocal,
@@ -316,6 +322,7 @@ fn arp_in(frame: &mut [u8], parsed: &Parsed, local: &LocalAddrs) -> Result<Local
                 Ok(LocalVerdict::Neighbor {
                     ip: IpAddr::V4(req.sender_ip),
                     mac: req.sender_mac,
+                    announced: true,
                 })
             }
         }
@@ -342,6 +349,7 @@ fn arp_in(frame: &mut [u8], parsed: &Parsed, local: &LocalAddrs) -> Result<Local
         arp::OP_REPLY => Ok(LocalVerdict::Neighbor {
             ip: IpAddr::V4(req.sender_ip),
             mac: req.sender_mac,
+            announced: req.sender_ip == req.target_ip,
         }),
         _ => Err(DropReason::MalformedArp),
     }
@@ -524,10 +532,16 @@ fn neighbor_solicit(
 
 fn neighbor_advert(frame: &mut [u8], parsed: &Parsed) -> Result<LocalVerdict, DropReason> {
     let (_, _, target, tlla) = nd_in(frame, parsed)?;
+    // `nd_in` has checked the message.
+    let solicited = frame
+        .get(usize::from(parsed.l4_offset)..parsed.end as usize)
+        .and_then(|m| Icmpv6Packet::new_checked(m).ok())
+        .is_some_and(|icmp| icmp.na_flags() & na_flags::SOLICITED != 0);
     match tlla {
         Some(mac) if mac.is_unicast() => Ok(LocalVerdict::Neighbor {
             ip: IpAddr::V6(target),
             mac,
+            announced: !solicited,
         }),
         _ => Err(DropReason::LocalUnhandled),
     }

@@ -174,7 +174,8 @@ fn arp_other_outcomes() {
         handle_local(&mut f, &l),
         LocalVerdict::Neighbor {
             ip: IpAddr::V4(PEER_V4),
-            mac: MacAddr(PEER_MAC)
+            mac: MacAddr(PEER_MAC),
+            announced: false
         }
     );
     let mut f = arp_frame(arp::OP_REQUEST, PEER_V4, PEER_V4, None);
@@ -182,7 +183,18 @@ fn arp_other_outcomes() {
         handle_local(&mut f, &l),
         LocalVerdict::Neighbor {
             ip: IpAddr::V4(PEER_V4),
-            mac: MacAddr(PEER_MAC)
+            mac: MacAddr(PEER_MAC),
+            announced: true
+        }
+    );
+    // A gratuitous reply (sender and target address the same) announces too.
+    let mut f = arp_frame(arp::OP_REPLY, PEER_V4, PEER_V4, None);
+    assert_eq!(
+        handle_local(&mut f, &l),
+        LocalVerdict::Neighbor {
+            ip: IpAddr::V4(PEER_V4),
+            mac: MacAddr(PEER_MAC),
+            announced: true
         }
     );
     let mut f = arp_frame(arp::OP_REQUEST, OUR_V4, OUR_V4, None);
@@ -334,7 +346,8 @@ fn neighbor_solicit_with_slla_becomes_advert() {
         handle_local(&mut f[..len], &local()),
         LocalVerdict::Neighbor {
             ip: IpAddr::V6(our_v6()),
-            mac: OUR_MAC
+            mac: OUR_MAC,
+            announced: false
         }
     );
 }
@@ -538,7 +551,8 @@ fn builders() {
         handle_local(&mut buf[..n], &other),
         LocalVerdict::Neighbor {
             ip: IpAddr::V6(our_v6()),
-            mac: OUR_MAC
+            mac: OUR_MAC,
+            announced: true
         }
     );
     assert!(write_unsolicited_na(&mut buf[..85], OUR_MAC, &our_v6(), None).is_err());
@@ -582,7 +596,8 @@ fn neighbor_solicitation_is_answered_and_the_answer_learned() {
         handle_local(&mut buf[..len], &ours),
         LocalVerdict::Neighbor {
             ip: IpAddr::V6(target),
-            mac: their_mac
+            mac: their_mac,
+            announced: false
         }
     );
     // The same advertisement with an all-zero target link-layer address

@@ -34,14 +34,17 @@
 //! its new MAC without waiting for the old one to fail `probes` requests;
 //! the same MAC changes nothing.
 //!
-//! As Linux's `locktime`, a MAC confirmed less than [`Timers::locktime`]
-//! ago is not replaced by another from an answer or a request, and one a
-//! request set that recently is not replaced by another request: when two
-//! hosts answer for one address (a proxy ARP beside the real host), or
-//! forged requests name the gateway, the entry does not flap from frame to
-//! frame. An answer to the probe after a request's new MAC is not locked
-//! out (unlike Linux): a forged request is undone as soon as the real
-//! host answers.
+//! Lock time: a MAC confirmed less than [`Timers::locktime`] ago is not
+//! replaced by another from an answer or a request, and one a request set
+//! that recently is not replaced by another request. When two hosts answer
+//! for one address (a proxy ARP beside the real host), or forged requests
+//! name the gateway, the entry does not flap from frame to frame. Linux
+//! locks answers the same way (`locktime`) but lets a request replace the
+//! MAC at any time; and here an answer to the probe after a request's new
+//! MAC is never locked out, so a forged request is undone as soon as the
+//! real host answers. Announcements (gratuitous ARP, unsolicited neighbor
+//! advertisements: [`Heard::Announced`]) are never locked out either, as
+//! in Linux: a failover announces its new MAC once.
 //!
 //! Generic over the held frame type `P` so it can be tested without DPDK.
 
@@ -151,6 +154,9 @@ pub struct News {
 pub enum Heard {
     /// An ARP reply or neighbor advertisement: [`NeighborTable::learn`].
     Answer,
+    /// A gratuitous ARP or an unsolicited neighbor advertisement:
+    /// [`NeighborTable::announced`].
+    Announced,
     /// Its ARP request or neighbor solicitation to lbd:
     /// [`NeighborTable::hint`].
     Asked,
@@ -280,10 +286,28 @@ impl<P> NeighborTable<P> {
     /// news from another port than the one the address is reached by (a
     /// host on another segment claiming it), and a `mac` no station can
     /// have (group bit set, or all zeros: the snapshot refuses those, so
-    /// one would stop every later publish), and another MAC than one set
-    /// less than [`Timers::locktime`] ago.
+    /// one would stop every later publish), and another MAC than one
+    /// confirmed less than [`Timers::locktime`] ago.
     pub fn learn(&mut self, ip: IpAddr, mac: [u8; 6], port: u16, now: Instant) -> Vec<P> {
-        let locktime = self.timers.locktime;
+        self.take_answer(ip, mac, port, now, self.timers.locktime)
+    }
+
+    /// A gratuitous ARP or unsolicited neighbor advertisement: as
+    /// [`learn`](Self::learn), but never locked out (a failover announces
+    /// the new MAC once, in a short burst, and must not wait for the
+    /// reachable time to run out).
+    pub fn announced(&mut self, ip: IpAddr, mac: [u8; 6], port: u16, now: Instant) -> Vec<P> {
+        self.take_answer(ip, mac, port, now, Duration::ZERO)
+    }
+
+    fn take_answer(
+        &mut self,
+        ip: IpAddr,
+        mac: [u8; 6],
+        port: u16,
+        now: Instant,
+        locktime: Duration,
+    ) -> Vec<P> {
         let Some(e) = self.entries.get_mut(&ip) else {
             return Vec::new();
         };
@@ -310,6 +334,7 @@ impl<P> NeighborTable<P> {
     pub fn news(&mut self, news: News, now: Instant) -> Vec<P> {
         match news.heard {
             Heard::Answer => self.learn(news.ip, news.mac, news.port, now),
+            Heard::Announced => self.announced(news.ip, news.mac, news.port, now),
             Heard::Asked => self.hint(news.ip, news.mac, news.port, now),
         }
     }
@@ -588,6 +613,38 @@ mod tests {
         // A second after the last confirmation, the other answer is taken.
         t.learn(gw, MAC2, 0, t0 + ms(1900));
         assert!(t.take_changed());
+        assert_eq!(t.resolved(), vec![(gw, MAC2)]);
+    }
+
+    /// A failover's gratuitous ARP is taken at once, even right after the
+    /// old MAC was confirmed; a plain answer then would not be.
+    #[test]
+    fn an_announcement_is_never_locked_out() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut t: NeighborTable<u32> = NeighborTable::new(Timers::default());
+        let gw = ip("10.0.0.254");
+        assert!(matches!(t.hold(gw, 0, 1), Hold::Waiting));
+        poll(&mut t, t0);
+        t.learn(gw, MAC, 0, t0);
+        let news = |heard| News {
+            ip: gw,
+            mac: MAC2,
+            port: 0,
+            heard,
+        };
+        t.news(news(Heard::Answer), t0 + ms(100));
+        assert_eq!(t.resolved(), vec![(gw, MAC)]);
+        t.news(news(Heard::Announced), t0 + ms(200));
+        assert_eq!(t.resolved(), vec![(gw, MAC2)]);
+        // Not from another port, and not for an address never asked for.
+        let mut other = news(Heard::Announced);
+        other.port = 1;
+        other.mac = MAC;
+        t.news(other, t0 + ms(300));
+        other.port = 0;
+        other.ip = ip("10.0.0.9");
+        t.news(other, t0 + ms(300));
         assert_eq!(t.resolved(), vec![(gw, MAC2)]);
     }
 

@@ -439,7 +439,14 @@ fn process(
                     c.count_drop(DropReason::TooBig);
                 }
             }
-            Verdict::Neighbor { ip, mac } => send_news(links, &c, ip, mac.0, m.port(), Heard::Answer),
+            Verdict::Neighbor { ip, mac, announced } => {
+                let heard = if announced {
+                    Heard::Announced
+                } else {
+                    Heard::Answer
+                };
+                send_news(links, &c, ip, mac.0, m.port(), heard);
+            }
             Verdict::ReplyToNeighbor { len, ip, mac } => {
                 let port = m.port();
                 send_news(links, &c, ip, mac.0, port, Heard::Asked);
@@ -464,7 +471,7 @@ fn process(
 fn send_news(links: &Links, c: &WorkerCounters, ip: IpAddr, mac: [u8; 6], port: u16, heard: Heard) {
     if links.news.try_send(News { ip, mac, port, heard }).is_ok() {
         c.neighbor_updates.inc();
-    } else if heard == Heard::Answer {
+    } else if heard != Heard::Asked {
         c.count_drop(DropReason::NeighborChannelFull);
     }
 }

@@ -114,6 +114,8 @@ pub enum Verdict {
         ip: IpAddr,
         /// Its MAC.
         mac: MacAddr,
+        /// Sent unasked (see [`LocalVerdict::Neighbor`]).
+        announced: bool,
     },
     /// For the host's own stack (e.g. a routing daemon talking to the
     /// interface address): pass to the kernel where the shell has a path.
@@ -391,7 +393,9 @@ impl Worker {
                 }
                 // `neighbor_updates` is the I/O shell's to count, as it
                 // passes the news on.
-                LocalVerdict::Neighbor { ip, mac } => return Verdict::Neighbor { ip, mac },
+                LocalVerdict::Neighbor { ip, mac, announced } => {
+                    return Verdict::Neighbor { ip, mac, announced }
+                }
                 LocalVerdict::Drop(reason) => return self.drop(reason),
                 LocalVerdict::NotLocal => {}
             }
