@@ -823,8 +823,18 @@ fn print_summary(ports: &[Port], workers: &[Worker], ctl: &ControlCounters, left
             .nonzero_drops()
             .map(|(r, n)| format!("{}={n}", r.name()))
             .collect();
+        // Only where a service has client-IP affinity.
+        let pins = [&c.affinity_hits, &c.affinity_pins, &c.affinity_evictions].map(|n| n.get());
+        let affinity = if pins.iter().any(|&n| n > 0) {
+            format!(
+                " affinity_hits {} affinity_pins {} affinity_evictions {}",
+                pins[0], pins[1], pins[2]
+            )
+        } else {
+            String::new()
+        };
         out!(
-            "  worker {}: rx {} tx {} local_replies {} neighbor_updates {} handed_over {} new_connections {} stateless_forwards {} conntrack_entries {} drops {}{}",
+            "  worker {}: rx {} tx {} local_replies {} neighbor_updates {} handed_over {} new_connections {} stateless_forwards {} conntrack_entries {}{affinity} drops {}{}",
             w.id().0,
             c.rx_packets.get(),
             c.tx_packets.get(),

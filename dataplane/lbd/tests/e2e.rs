@@ -496,22 +496,37 @@ fn client_ip_affinity_pins_outlive_ring_changes() {
     let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(10));
     let log = lbd.log_text();
     assert_eq!(code, Some(0), "{log}");
-    // Both workers opened connections for it.
-    let opened: Vec<u64> = log
-        .lines()
-        .filter(|l| l.contains("  worker "))
-        .filter_map(|l| {
-            l.split("new_connections ")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect();
+    // Both workers opened connections for it, from one table of pins: the
+    // client was pinned twice (at first, and when its backend drained),
+    // and every other connection (the readiness check's too), on either
+    // worker, found its pin.
+    let count = |name: &str| -> Vec<u64> {
+        log.lines()
+            .filter(|l| l.contains("  worker "))
+            .filter_map(|l| {
+                l.split(&format!("{name} "))
+                    .nth(1)?
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .collect()
+    };
+    let opened = count("new_connections");
     assert!(
         opened.len() == 2 && opened.iter().all(|&n| n > 0),
         "{opened:?}\n{log}"
+    );
+    let sum = |name| count(name).iter().sum::<u64>();
+    assert_eq!(
+        (
+            sum("affinity_pins"),
+            sum("affinity_hits"),
+            sum("affinity_evictions")
+        ),
+        (2, sum("new_connections") - 2, 0),
+        "{log}"
     );
 }
 
