@@ -457,9 +457,8 @@ fn two_workers_hand_replies_over() {
 /// over both workers by their source ports) all go to one backend; when
 /// that backend drains they move together to another, and stay there when
 /// it comes back, though the ring's hash of the client address points at
-/// it again (without pins the client would go back). That the workers
-/// read one another's pins is `workers_of_a_node_share_pins` in
-/// lb-dataplane.
+/// it again (without pins the client would go back). The exit counters
+/// show that the two workers share one table of pins.
 #[test]
 fn client_ip_affinity_pins_outlive_ring_changes() {
     let _g = serial();
