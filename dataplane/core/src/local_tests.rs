@@ -178,25 +178,16 @@ fn arp_other_outcomes() {
             announced: false
         }
     );
-    let mut f = arp_frame(arp::OP_REQUEST, PEER_V4, PEER_V4, None);
-    assert_eq!(
-        handle_local(&mut f, &l),
-        LocalVerdict::Neighbor {
+    // Announcements: sender and target address the same, request or reply.
+    for op in [arp::OP_REQUEST, arp::OP_REPLY] {
+        let mut f = arp_frame(op, PEER_V4, PEER_V4, None);
+        let want = LocalVerdict::Neighbor {
             ip: IpAddr::V4(PEER_V4),
             mac: MacAddr(PEER_MAC),
-            announced: true
-        }
-    );
-    // A gratuitous reply (sender and target address the same) announces too.
-    let mut f = arp_frame(arp::OP_REPLY, PEER_V4, PEER_V4, None);
-    assert_eq!(
-        handle_local(&mut f, &l),
-        LocalVerdict::Neighbor {
-            ip: IpAddr::V4(PEER_V4),
-            mac: MacAddr(PEER_MAC),
-            announced: true
-        }
-    );
+            announced: true,
+        };
+        assert_eq!(handle_local(&mut f, &l), want, "op {op}");
+    }
     let mut f = arp_frame(arp::OP_REQUEST, OUR_V4, OUR_V4, None);
     assert_eq!(
         handle_local(&mut f, &l),

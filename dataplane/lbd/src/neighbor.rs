@@ -593,14 +593,28 @@ mod tests {
     /// host): the first answer's MAC holds for the locktime, whatever the
     /// other says; after it, the latest answer is taken. The first MAC's
     /// own answers keep confirming it meanwhile.
+    /// The gateway 10.0.0.254 on port 0, asked for at `t0` with a frame
+    /// held: the table, and the news of the gateway at `MAC2`.
+    fn asking_for_gateway(t0: Instant) -> (NeighborTable<u32>, impl Fn(Heard) -> News) {
+        let mut t = NeighborTable::new(Timers::default());
+        let gw = ip("10.0.0.254");
+        assert!(matches!(t.hold(gw, 0, 1), Hold::Waiting));
+        poll(&mut t, t0);
+        let news = move |heard| News {
+            ip: gw,
+            mac: MAC2,
+            port: 0,
+            heard,
+        };
+        (t, news)
+    }
+
     #[test]
     fn a_second_answerer_does_not_flip_a_fresh_mac() {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
-        let mut t: NeighborTable<u32> = NeighborTable::new(Timers::default());
+        let (mut t, _) = asking_for_gateway(t0);
         let gw = ip("10.0.0.254");
-        assert!(matches!(t.hold(gw, 0, 1), Hold::Waiting));
-        poll(&mut t, t0);
         assert_eq!(t.learn(gw, MAC, 0, t0 + ms(1)), vec![1]);
         assert!(t.take_changed());
         assert!(t.learn(gw, MAC2, 0, t0 + ms(2)).is_empty());
@@ -622,17 +636,9 @@ mod tests {
     fn an_announcement_is_never_locked_out() {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
-        let mut t: NeighborTable<u32> = NeighborTable::new(Timers::default());
+        let (mut t, news) = asking_for_gateway(t0);
         let gw = ip("10.0.0.254");
-        assert!(matches!(t.hold(gw, 0, 1), Hold::Waiting));
-        poll(&mut t, t0);
         t.learn(gw, MAC, 0, t0);
-        let news = |heard| News {
-            ip: gw,
-            mac: MAC2,
-            port: 0,
-            heard,
-        };
         t.news(news(Heard::Answer), t0 + ms(100));
         assert_eq!(t.resolved(), vec![(gw, MAC)]);
         t.news(news(Heard::Announced), t0 + ms(200));
@@ -655,18 +661,10 @@ mod tests {
     fn the_answer_to_the_probe_after_a_request_decides() {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
-        let mut t: NeighborTable<u32> = NeighborTable::new(Timers::default());
+        let (mut t, news) = asking_for_gateway(t0);
         let gw = ip("10.0.0.254");
-        assert!(matches!(t.hold(gw, 0, 1), Hold::Waiting));
-        poll(&mut t, t0);
         t.learn(gw, MAC, 0, t0);
-        let forged = News {
-            ip: gw,
-            mac: MAC2,
-            port: 0,
-            heard: Heard::Asked,
-        };
-        t.news(forged, t0 + ms(5000));
+        t.news(news(Heard::Asked), t0 + ms(5000));
         assert_eq!(t.resolved(), vec![(gw, MAC2)]);
         assert_eq!(
             poll(&mut t, t0 + ms(5001)).0,
