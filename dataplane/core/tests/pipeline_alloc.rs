@@ -98,6 +98,11 @@ fn build_frames() -> Frames {
             .push(c(Pkt::udp(ep(C4, port), ep("10.0.0.102", 53), b"query")));
         f.dnat_new
             .push(c(Pkt::udp(ep(C6, port), ep("fd00::102", 53), b"query")));
+        // Client-IP affinity: pins made, used and refreshed.
+        f.dnat_new
+            .push(c(Pkt::tcp(ep(C4, port), ep("10.0.0.107", 80), "S")));
+        f.dnat_new
+            .push(c(Pkt::tcp(ep(C6, port), ep("fd00::107", 80), "S")));
         let data = b"GET / HTTP/1.1\r\n\r\n";
         f.established
             .push(c(Pkt::tcp(ep(C4, port), ep("10.0.0.100", 80), "AP").payload(data)));
@@ -313,6 +318,12 @@ fn hundred_thousand_packets_allocate_nothing() {
     assert!(replies > 1_000, "full-NAT replies translated: {counts:?}");
     assert!(resolves > 10, "replies held for an unresolved client: {counts:?}");
     assert!(c.new_connections.get() > 5_000, "{}", c.new_connections.get());
+    // Pins made (the client of each family), then used and refreshed.
+    let pins = (c.affinity_pins.get(), c.affinity_hits.get());
+    assert!(
+        pins.0 >= 2 && pins.1 > 1_000,
+        "(affinity_pins, affinity_hits) = {pins:?}"
+    );
     assert!(c.local_replies.get() > 1_000);
     assert!(c.conntrack_expirations.get() > 1_000);
     for reason in [
