@@ -223,7 +223,7 @@ fn probe(snap: &Snapshot, probes: &[(Addr, u16, bool, u64)]) -> Vec<String> {
         assert_eq!(snap.service(fe.service).name(), svc.name());
         assert!(snap.is_owned(fe.addr), "a VIP is an owned address");
         for h in [0, 1, u64::MAX] {
-            if let Some(be) = svc.pick(svc.pick_hash(fe.addr, h), Family::of(fe.addr)) {
+            if let Some(be) = new_flow_pick(svc, fe.addr, h) {
                 assert!(
                     svc.backends().contains(be),
                     "picked backend belongs to its service"
@@ -237,7 +237,7 @@ fn probe(snap: &Snapshot, probes: &[(Addr, u16, bool, u64)]) -> Vec<String> {
         let p = if tcp { Proto::Tcp } else { Proto::Udp };
         if let Some((_, svc)) = snap.lookup(ip, port, p) {
             let _ = svc.allows_source(ip);
-            if let Some(be) = svc.pick(svc.pick_hash(ip, h), Family::of(ip)) {
+            if let Some(be) = new_flow_pick(svc, ip, h) {
                 out.push(format!("{ip} {port} {h} -> {}:{}", be.addr, be.port));
             }
         }
@@ -290,3 +290,17 @@ fuzz_target!(|input: Input| {
         probe(&changed, &input.probes);
     }
 });
+
+/// The backend the pipeline starts from for a new flow of `client` (its
+/// family's ring) with flow hash `h`: the flow hash's pick, or under
+/// client-IP affinity the pick for the client address, where its pin starts.
+fn new_flow_pick(
+    svc: &lb_dataplane::snapshot::Service,
+    client: IpAddr,
+    h: u64,
+) -> Option<&lb_dataplane::snapshot::Backend> {
+    match svc.affinity() {
+        SessionAffinity::None => svc.pick(h, Family::of(client)),
+        SessionAffinity::ClientIp { .. } => svc.pick_for_client(client, Family::of(client)),
+    }
+}

@@ -165,7 +165,7 @@ pub enum SessionAffinity {
     None,
     /// All new connections of a client address go to the backend the
     /// client is pinned to (see [`crate::affinity`]): the pin is made from
-    /// the [`client_hash`] pick (see [`Service::pick_hash`]), kept while the
+    /// the [`client_hash`] pick (see [`Service::pick_for_client`]), kept while the
     /// backend stays eligible, and forgotten after `timeout` without a new
     /// connection from the client.
     ClientIp {
@@ -332,8 +332,9 @@ impl Service {
     /// the backend's: the balancer never translates across families):
     /// Maglev lookup of `hash` in that family's ring, `None` when no backend
     /// of the family is eligible (the pipeline drops with `NoBackend`). Pass
-    /// the flow hash, or for [`SessionAffinity::ClientIp`] the client hash;
-    /// see [`pick_hash`](Self::pick_hash). O(1), no allocation.
+    /// the flow hash, or for a [`SessionAffinity::ClientIp`] pin's start
+    /// the client hash ([`pick_for_client`](Self::pick_for_client)). O(1),
+    /// no allocation.
     #[inline]
     pub fn pick(&self, hash: u64, family: Family) -> Option<&Backend> {
         let f = self.family(family);
@@ -360,16 +361,12 @@ impl Service {
         self.affinity_id
     }
 
-    /// The hash to [`pick`](Self::pick) with: `flow_hash` normally,
-    /// [`client_hash`]`(client)` under client-IP affinity, which is where a
-    /// client's pin starts (the worker then keeps it in its
-    /// [`AffinityTable`](crate::affinity::AffinityTable)).
+    /// The ring's pick for `client`'s address alone ([`client_hash`]),
+    /// in `family`'s ring: where a client-IP affinity pin starts (the worker
+    /// then keeps it in its [`AffinityTable`](crate::affinity::AffinityTable)).
     #[inline]
-    pub fn pick_hash(&self, client: IpAddr, flow_hash: u64) -> u64 {
-        match self.affinity {
-            SessionAffinity::None => flow_hash,
-            SessionAffinity::ClientIp { .. } => client_hash(client),
-        }
+    pub fn pick_for_client(&self, client: IpAddr, family: Family) -> Option<&Backend> {
+        self.pick(client_hash(client), family)
     }
 
     /// Whether `client` may use this service: true when there are no source

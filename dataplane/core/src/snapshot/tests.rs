@@ -266,8 +266,12 @@ fn client_ip_affinity_hashes_the_client() {
     let plain = add_service(&mut b, "default/plain", "192.0.2.9", 2);
     let s = b.build().unwrap();
     let c = ip("198.51.100.7");
-    assert_eq!(s.service(a).pick_hash(c, 123), client_hash(c));
-    assert_eq!(s.service(plain).pick_hash(c, 123), 123);
+    for svc in [a, plain] {
+        let svc = s.service(svc);
+        let by_hash = svc.pick(client_hash(c), Family::V4).map(|b| b.addr);
+        assert_eq!(svc.pick_for_client(c, Family::V4).map(|b| b.addr), by_hash);
+    }
+    assert!(s.service(plain).pick_for_client(c, Family::V4).is_some());
 }
 
 pub(super) fn routed() -> Snapshot {

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use super::*;
 use crate::affinity::{AffinityTable, MIN_CAPACITY};
 use crate::flow::owner_of_client;
-use crate::maglev::client_hash;
 use crate::snapshot::Family;
 
 const STICKY: (&str, u16) = ("10.0.0.104", 80);
@@ -85,7 +84,7 @@ fn hash_pick(snap: &Snapshot, client: IpAddr) -> u8 {
         .iter()
         .find(|s| s.name() == "default/sticky")
         .unwrap();
-    match svc.pick(client_hash(client), Family::V4).unwrap().addr {
+    match svc.pick_for_client(client, Family::V4).unwrap().addr {
         IpAddr::V4(a) => a.octets()[3],
         other => panic!("{other}"),
     }

@@ -10,7 +10,7 @@ use crate::conntrack::{
 };
 use crate::counters::WorkerCounters;
 use crate::flow::{owner_of_client, owner_of_snat_port, FlowKey, FlowKeyV4, Proto, SnatPorts, WorkerId};
-use crate::maglev::{client_hash, flow_hash_v4, flow_hash_v6};
+use crate::maglev::{flow_hash_v4, flow_hash_v6};
 use crate::nat;
 use crate::reject;
 use crate::snapshot::{Backend, Family, ForwardMode, OwnerKind, Route, Service, SessionAffinity, Snapshot};
@@ -259,7 +259,7 @@ impl Worker {
                 return Some(b);
             }
         }
-        let b = svc.pick(client_hash(client), family)?;
+        let b = svc.pick_for_client(client, family)?;
         match table.pin(key, backend_tag(b.addr, b.port), expires, now_s) {
             Pinned::Stored => self.counters.affinity_pins.inc(),
             Pinned::Evicted => {
