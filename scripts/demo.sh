@@ -7,6 +7,8 @@
 #   sudo scripts/demo.sh                 # until Ctrl-C
 #   sudo scripts/demo.sh --seconds 10    # ten rounds
 #   sudo scripts/demo.sh --mode dnat     # DNAT instead of full-NAT
+# lbd's Prometheus metrics are at http://127.0.0.1:9650/metrics while it
+# runs (DEMO_METRICS=IP:PORT for another address).
 # Everything it creates (namespaces, veths, servers, lbd) is removed on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +16,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 
 ROUNDS=0
 MODE=fullnat
+METRICS="${DEMO_METRICS:-127.0.0.1:9650}"
 while [ $# -gt 0 ]; do
     case "$1" in
         --seconds)
@@ -21,7 +24,7 @@ while [ $# -gt 0 ]; do
             case $ROUNDS in '' | *[!0-9]*) echo "demo: --seconds takes a whole number of rounds" >&2; exit 2 ;; esac
             shift 2 ;;
         --mode) MODE="${2-}"; shift $(($# > 1 ? 2 : 1)) ;;
-        -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
         *) echo "demo: unknown argument $1 (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -105,7 +108,7 @@ echo "demo: starting lbd (net_af_packet on ${TAG}c and ${TAG}s, --no-huge)"
 # which an inherited LBD_LOG=warn would hide.
 LBD_LOG=info setsid "$LBD" --lcores 0 --no-huge --mem 512 --file-prefix lbd-demo --grpc "$SOCK" \
     --vdev "net_af_packet0,iface=${TAG}c" --vdev "net_af_packet1,iface=${TAG}s" \
-    --config "$WORK/lbd.toml" >"$WORK/lbd.log" 2>&1 &
+    --config "$WORK/lbd.toml" --metrics "$METRICS" >"$WORK/lbd.log" 2>&1 &
 LBD_PID=$!
 started=0
 for _ in $(seq 1 100); do
@@ -128,3 +131,5 @@ while [ "$ROUNDS" -eq 0 ] || [ "$round" -lt "$ROUNDS" ]; do
     echo "  round $round: $counts"
     sleep 1
 done
+echo "demo: curl -s http://$METRICS/metrics | grep -E 'lbd_(backend_connections|worker_new_connections)_total'"
+curl -s -m 5 "http://$METRICS/metrics" | grep -E '^lbd_(backend_connections|worker_new_connections)_total' | sed 's/^/  /'

@@ -39,7 +39,8 @@ use tonic::{Request, Response, Status};
 
 use crate::convert;
 use crate::model::{check_service_name, ErrorKind, Source, ValidationError, MAX_CHANGES};
-use crate::plane::{CommitEvent, ControlPlane, PlaneError, PlaneStats};
+use crate::plane::{CommitEvent, ControlPlane, PlaneError};
+use crate::report::{self, poisoned};
 
 /// The plane as the gRPC service shares it with lbd's control thread.
 pub type SharedPlane = Arc<Mutex<ControlPlane>>;
@@ -321,10 +322,6 @@ pub fn status_from_plane(e: &PlaneError) -> Status {
     Status::new(code_of(e.kind()), e.to_string())
 }
 
-fn poisoned() -> Status {
-    Status::internal("control plane lock poisoned by an earlier panic; restart lbd")
-}
-
 /// The `lb.v1.LoadBalancer` implementation.
 #[derive(Debug, Clone)]
 pub struct LoadBalancerService {
@@ -352,13 +349,7 @@ impl LoadBalancerService {
         T: Send + 'static,
         F: FnOnce(&ControlPlane) -> Result<T, Status> + Send + 'static,
     {
-        let plane = Arc::clone(&self.plane);
-        tokio::task::spawn_blocking(move || {
-            let p = plane.lock().map_err(|_| poisoned())?;
-            f(&p)
-        })
-        .await
-        .map_err(|e| Status::internal(format!("control plane task failed: {e}")))?
+        report::read(&self.plane, f).await
     }
 
     /// Runs a write on the blocking pool (commits persist and compile).
@@ -383,64 +374,6 @@ fn request_source(v: i32) -> Result<Source, Status> {
 
 fn invalid(e: ValidationError) -> Status {
     status_from_validation(&e)
-}
-
-fn stats_to_proto(s: PlaneStats) -> pb::GetStatsResponse {
-    let flow = |f: crate::plane::FlowStats| pb::FlowStats {
-        packets: f.packets,
-        bytes: f.bytes,
-        connections: f.connections,
-    };
-    let drops = |d: std::collections::BTreeMap<&'static str, u64>| {
-        d.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
-    };
-    pb::GetStatsResponse {
-        frontends: s
-            .frontends
-            .into_iter()
-            .map(|f| pb::FrontendStats {
-                frontend: Some(convert::frontend_key_to_proto(&f.key)),
-                service: f.service,
-                stats: Some(flow(f.stats)),
-            })
-            .collect(),
-        backends: s
-            .backends
-            .into_iter()
-            .map(|b| pb::BackendStats {
-                backend: Some(convert::backend_key_to_proto(&b.key)),
-                stats: Some(flow(b.stats)),
-            })
-            .collect(),
-        workers: s
-            .workers
-            .into_iter()
-            .map(|w| pb::WorkerStats {
-                worker: w.worker,
-                rx_packets: w.rx_packets,
-                tx_packets: w.tx_packets,
-                local_replies: w.local_replies,
-                handed_over: w.handed_over,
-                new_connections: w.new_connections,
-                stateless_forwards: w.stateless_forwards,
-                conntrack_entries: w.conntrack_entries,
-                conntrack_evictions: w.conntrack_evictions,
-                conntrack_expirations: w.conntrack_expirations,
-                drops: drops(w.drops),
-                affinity_hits: w.affinity_hits,
-                affinity_pins: w.affinity_pins,
-                affinity_evictions: w.affinity_evictions,
-            })
-            .collect(),
-        drops: drops(s.drops),
-        conntrack_entries: s.conntrack_entries,
-        revision: s.revision,
-        // Filled by GetStats from what lbd reports.
-        ports: Vec::new(),
-        control: None,
-        affinity_live_pins: 0,
-        affinity_table_size: 0,
-    }
 }
 
 fn event_to_proto(e: &CommitEvent) -> pb::WatchEvent {
@@ -683,74 +616,14 @@ impl LoadBalancer for LoadBalancerService {
         &self,
         _request: Request<pb::GetStatsRequest>,
     ) -> Result<Response<pb::GetStatsResponse>, Status> {
-        let stats = self.read(|p| Ok(p.stats())).await?;
-        let mut r = stats_to_proto(stats);
-        r.ports = self
-            .info
-            .ports
-            .iter()
-            .map(|port| {
-                let c = port.status.get().counters;
-                pb::PortStats {
-                    id: port.id.into(),
-                    name: port.name.clone(),
-                    rx_packets: c.rx_packets,
-                    rx_bytes: c.rx_bytes,
-                    tx_packets: c.tx_packets,
-                    tx_bytes: c.tx_bytes,
-                    imissed: c.imissed,
-                    ierrors: c.ierrors,
-                    oerrors: c.oerrors,
-                    rx_nombuf: c.rx_nombuf,
-                }
-            })
-            .collect();
-        // Atomics: read here, without the plane's lock.
-        r.control = Some(self.info.control.get());
-        if let Some(a) = self.info.affinity.clone() {
-            r.affinity_table_size = a.table.capacity() as u64;
-            // A walk of the whole table (16 bytes a pin): off the runtime.
-            let live = tokio::task::spawn_blocking(move || a.live_pins())
-                .await
-                .map_err(|e| Status::internal(format!("affinity walk failed: {e}")))?;
-            r.affinity_live_pins = live;
-        }
-        Ok(Response::new(r))
+        report::stats(&self.plane, &self.info).await.map(Response::new)
     }
 
     async fn get_info(
         &self,
         _request: Request<pb::GetInfoRequest>,
     ) -> Result<Response<pb::GetInfoResponse>, Status> {
-        let (revision, published_revision, last_publish) = self
-            .read(|p| Ok((p.revision(), p.published_revision(), p.last_publish())))
-            .await?;
-        let info = &self.info;
-        Ok(Response::new(pb::GetInfoResponse {
-            version: info.version.clone(),
-            instance_id: info.instance_id.clone(),
-            revision,
-            published_revision,
-            last_publish_micros: u64::try_from(last_publish.as_micros()).unwrap_or(u64::MAX),
-            ports: info
-                .ports
-                .iter()
-                .map(|port| {
-                    let st = port.status.get();
-                    pb::PortInfo {
-                        id: port.id.into(),
-                        name: port.name.clone(),
-                        driver: port.driver.clone(),
-                        mac: format_mac(port.mac),
-                        link_up: st.up,
-                        speed_mbps: st.speed_mbps,
-                        rx_ipv4_checksum_offload: port.ipv4_checksum_offload.0,
-                        tx_ipv4_checksum_offload: port.ipv4_checksum_offload.1,
-                    }
-                })
-                .collect(),
-            workers: info.workers,
-        }))
+        report::info(&self.plane, &self.info).await.map(Response::new)
     }
 }
 

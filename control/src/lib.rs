@@ -16,7 +16,9 @@
 //!   persistence, compilation, publication, watchers, stats.
 //! - [`convert`]: `lb.v1` messages to and from the model, every field checked.
 //! - [`grpc`]: the `lb.v1.LoadBalancer` service, health and reflection.
+//! - [`report`]: the GetStats and GetInfo answers, for gRPC and metrics.
 //! - [`listen`]: the control socket (unix by default, TCP with TLS).
+//! - [`metrics`]: the Prometheus endpoint (`lbd --metrics`).
 //! - [`cli`]: what `lbctl` uses: server addresses, connecting, output.
 //! - [`services_file`]: the TOML services file of `lbd --config` and
 //!   `lbctl apply -f`.
@@ -27,9 +29,11 @@ pub mod compile;
 pub mod convert;
 pub mod grpc;
 pub mod listen;
+pub mod metrics;
 pub mod model;
 pub mod persist;
 pub mod plane;
+pub mod report;
 pub mod services_file;
 pub mod stats;
 pub mod store;

@@ -12,6 +12,7 @@ use std::thread::JoinHandle;
 
 use lb_control::grpc::{ControlCounters, PortInfo, ServerInfo, SharedPlane};
 use lb_control::listen::{self, ListenAddr, ListenConfig, ListenError};
+use lb_control::metrics::MetricsListener;
 use lb_control::plane::{ControlPlane, InterfaceConfig, NodeConfig};
 use lb_dataplane::affinity::AffinityTable;
 use lb_dataplane::Tick;
@@ -52,6 +53,8 @@ pub struct Server {
     pub socket: PathBuf,
     /// Where it listens.
     pub addr: ListenAddr,
+    /// Where its Prometheus endpoint listens (127.0.0.1, any port).
+    pub metrics: std::net::SocketAddr,
     pub state_file: PathBuf,
     pub plane: SharedPlane,
     pub instance_id: String,
@@ -94,6 +97,8 @@ impl Server {
             .with_control(Arc::clone(&control))
             .with_affinity(Arc::clone(&affinity), move || Tick(clock.load(Ordering::Relaxed)));
         let instance_id = info.instance_id.clone();
+        let metrics = MetricsListener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let metrics_addr = metrics.addr();
         let (stop, stopped) = oneshot::channel::<()>();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let p = Arc::clone(&plane);
@@ -111,11 +116,23 @@ impl Server {
                     }
                 };
                 let _ = ready_tx.send(Ok(listener.addr().clone()));
-                listener
-                    .serve(p, info, async move {
-                        let _ = stopped.await;
-                    })
-                    .await
+                // One stop for both servers.
+                let (done_tx, done) = tokio::sync::watch::channel(false);
+                let stopping = async move {
+                    let _ = stopped.await;
+                    done_tx.send_replace(true);
+                };
+                let mut done2 = done.clone();
+                let grpc = listener.serve(Arc::clone(&p), info.clone(), async move {
+                    let mut done = done;
+                    let _ = done.wait_for(|&d| d).await;
+                });
+                let metrics = metrics.serve(p, info, async move {
+                    let _ = done2.wait_for(|&d| d).await;
+                });
+                let (r, m, ()) = tokio::join!(grpc, metrics, stopping);
+                m.unwrap();
+                r
             })
         });
         let addr = ready_rx.recv().unwrap().unwrap();
@@ -123,6 +140,7 @@ impl Server {
             dir,
             socket,
             addr,
+            metrics: metrics_addr,
             state_file,
             plane,
             instance_id,

@@ -70,6 +70,12 @@ pub struct Cli {
     #[arg(long, value_name = "FILE", requires = "grpc_tls_cert")]
     pub grpc_client_ca: Option<PathBuf>,
 
+    /// Where the Prometheus metrics endpoint listens (`GET /metrics`), a
+    /// TCP `ADDRESS:PORT` such as `127.0.0.1:9650` or `[::1]:9650`. Off by
+    /// default. No TLS and no authentication: bind a management address.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
+
     /// The desired state: loaded at start before the ports forward (a
     /// corrupt or unreadable file is an error), made durable at every
     /// commit (FILE plus an append-only FILE.journal). Without it, the

@@ -47,6 +47,7 @@ use dpdk::ring::{Consumer, Producer};
 use dpdk::{Burst, Mbuf, Mempool, Port};
 use lb_control::grpc::{ControlCounters, PortCounters, PortStatus, ServerInfo, SharedPlane};
 use lb_control::listen::Listener;
+use lb_control::metrics::MetricsListener;
 use lb_dataplane::checksum::ChecksumOffload;
 use lb_dataplane::local::{
     write_arp_request, write_gratuitous_arp, write_neighbor_solicitation, write_unsolicited_na,
@@ -97,6 +98,8 @@ pub struct Control {
     pub info: ServerInfo,
     /// The bound gRPC listener.
     pub listener: Listener,
+    /// The bound Prometheus endpoint, if `--metrics` was given.
+    pub metrics: Option<MetricsListener>,
     /// Set by SIGINT/SIGTERM.
     pub stop: Arc<AtomicBool>,
     /// For the frames it builds.
@@ -120,6 +123,7 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> (Vec<Consumer>, anyhow::R
         plane,
         info,
         listener,
+        metrics,
         stop,
         pool,
         to_worker,
@@ -152,12 +156,8 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> (Vec<Consumer>, anyhow::R
         requests: Vec::new(),
         dropped: Vec::new(),
     };
-    let stopping = Arc::clone(&stop);
-    let shutdown = async move {
-        while !stopping.load(Ordering::Relaxed) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
+    let shutdown = stopped(Arc::clone(&stop));
+    let (metrics_plane, metrics_info) = (Arc::clone(&plane), info.clone());
     rt.block_on(async move {
         // A server that fails (e.g. its socket) stops lbd: the other two
         // loop until `stop`, so the thread would run on without the API.
@@ -186,6 +186,18 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> (Vec<Consumer>, anyhow::R
             // counts what is left once every lcore has stopped.
             (std::mem::take(&mut nb.held_in), poisoned)
         };
+        // Stops with the others; a metrics endpoint cannot fail once bound
+        // (accept errors are retried).
+        let metrics = async {
+            if let Some(m) = metrics {
+                if let Err(e) = m
+                    .serve(metrics_plane, metrics_info, stopped(Arc::clone(&stop)))
+                    .await
+                {
+                    tracing::error!("--metrics: {e}");
+                }
+            }
+        };
         let port_watch = async {
             let mut tick = tokio::time::interval(PORT_PERIOD);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -194,7 +206,7 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> (Vec<Consumer>, anyhow::R
                 read_counters(&ports);
             }
         };
-        let (r, (held_in, poisoned), ()) = tokio::join!(server, neighbors, port_watch);
+        let (r, (held_in, poisoned), (), ()) = tokio::join!(server, neighbors, port_watch, metrics);
         let r = r.map_err(anyhow::Error::from).and_then(|()| {
             if poisoned {
                 Err(anyhow::anyhow!("control plane lock poisoned by a panic"))
@@ -204,6 +216,13 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> (Vec<Consumer>, anyhow::R
         });
         (held_in, r)
     })
+}
+
+/// Completes once `stop` is set (polled every 20 ms).
+async fn stopped(stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Whether a panic poisoned the plane's lock; if so, says so and sets

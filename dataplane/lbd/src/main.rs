@@ -7,7 +7,7 @@
 //! `--pci`/`--vdev` became a port, configure each port with one rx and one
 //! tx queue per worker, open the control plane (restoring `--state-file`,
 //! with the config file's services resynced into it before the first
-//! compile), bind the gRPC listener, and only
+//! compile), bind the gRPC listener (and `--metrics`'s, before EAL), and only
 //! then start the ports, launch the workers and the control thread. The
 //! main thread forwards too when it is the only lcore; otherwise it waits
 //! for SIGINT/SIGTERM. Shutdown reverses it: workers stop and are joined,
@@ -51,6 +51,7 @@ use dpdk::ring::Consumer;
 use dpdk::{Eal, Mempool, Port, PortConfig, RssStatus};
 use lb_control::grpc::{ControlCounters, PortInfo, PortStatus, ServerInfo};
 use lb_control::listen::{ListenConfig, ListenError, TlsPaths};
+use lb_control::metrics::MetricsListener;
 use lb_control::model::Source;
 use lb_control::plane::{ControlPlane, InitialResync, InterfaceConfig, NodeConfig, PlaneError};
 use lb_dataplane::affinity::AffinityTable;
@@ -146,6 +147,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     // What the listener would refuse (files, the socket), found before
     // EAL, the ports or the state file are touched; bound for real later.
     lb_control::listen::check(&listen).map_err(|e| anyhow::anyhow!("{}: {e}", listen_flag(&cli, &e)))?;
+    // Bound now, so an address in use is found before EAL; served by the
+    // control thread.
+    let metrics = cli
+        .metrics
+        .map(MetricsListener::bind)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--metrics: {e}"))?;
     let pci = preflight::check_pci(&cli.pci)?;
     if !cli.no_huge {
         preflight::check_hugepages()?;
@@ -491,6 +499,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         plane: Arc::clone(&plane),
         info,
         listener,
+        metrics,
         stop: stop.clone(),
         pool: pool.clone(),
         to_worker: ctl_p,

@@ -52,7 +52,9 @@ fn mode_test(tag: &str, net: u8, mode: &str) {
     let _g = serial();
     let lab = Lab::new(tag, net);
     let cfg = lab.file("lbd.toml", &(lab.interfaces_toml() + &lab.services_toml(mode)));
-    let mut lbd = lab.start_lbd("0", 1, &["--config", &cfg]);
+    // A Prometheus endpoint on the host's loopback, a port per lab.
+    let metrics = format!("127.0.0.1:{}", 19_000 + u16::from(net));
+    let mut lbd = lab.start_lbd("0", 1, &["--config", &cfg, "--metrics", &metrics]);
     lab.wait_for_service(Duration::from_secs(15));
 
     // 300 connections spread over the three backends.
@@ -84,6 +86,33 @@ fn mode_test(tag: &str, net: u8, mode: &str) {
         rx_of("net_af_packet0") >= 300 && rx_of("net_af_packet1") >= 300,
         "{st}"
     );
+    // The same counters in the Prometheus text: every connection through
+    // the frontend went to one of its backends.
+    let text = scrape(&metrics);
+    let sample = |series: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+    };
+    let vip = lab.vip();
+    let fe_conns = sample(&format!(
+        "lbd_frontend_connections_total{{service=\"default/web\",address=\"{vip}\",port=\"80\",protocol=\"tcp\"}}"
+    ));
+    let be_conns: u64 = (1..=3)
+        .map(|i| {
+            sample(&format!(
+                "lbd_backend_connections_total{{service=\"default/web\",address=\"{}\",port=\"8080\"}}",
+                lab.backend_addr(i)
+            ))
+        })
+        .sum();
+    assert!(
+        fe_conns >= 300 && be_conns == fe_conns,
+        "{fe_conns} {be_conns}\n{text}"
+    );
+    assert!(sample("lbd_worker_new_connections_total{worker=\"0\"}") >= fe_conns);
+    assert!(sample("lbd_port_rx_packets_total{port=\"0\",name=\"net_af_packet0\"}") >= 300);
+    assert_eq!(sample("lbd_port_link_up{port=\"1\",name=\"net_af_packet1\"}"), 1);
 
     // Every request of one keep-alive connection reaches the same backend.
     let url = format!("http://{}/whoami", lab.vip());
@@ -760,6 +789,22 @@ fn dual_stack_ports_serve_both_families() {
 
     let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(10));
     assert_eq!(code, Some(0), "{}", lbd.log_text());
+}
+
+/// The body of `GET /metrics` from lbd's Prometheus endpoint at `addr`.
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("--metrics {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: lbd\r\n\r\n")
+        .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("not HTTP: {raw}"));
+    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    body.to_string()
 }
 
 /// The packets of `reason` in `lbctl stats`' drop table (0 if absent).

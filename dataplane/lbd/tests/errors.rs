@@ -208,6 +208,11 @@ fn bad_flag_values() {
             "--file-prefix",
             "not starting with '.'",
         ),
+        (
+            vec!["--metrics", "localhost:9650"],
+            "--metrics",
+            "invalid socket address",
+        ),
         (vec!["--vdev", ",iface=x"], "--vdev", "no device name"),
         (
             vec!["--vdev", "net_null0,size=64"],
@@ -274,7 +279,11 @@ fn listener_refused_before_anything_starts() {
     let state = d("state.json");
     let p = prefix("listen");
     let tcp = ["--grpc", "127.0.0.1:0"];
+    let held_tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = held_tcp.local_addr().unwrap().to_string();
+    let metrics_in_use = format!("--metrics: cannot listen on {taken}: ");
     for (args, want) in [
+        (vec!["--metrics", &taken], metrics_in_use.as_str()),
         (
             vec!["--grpc", &live],
             "another process (another lbd?) is listening",
