@@ -283,7 +283,7 @@ pub fn render(stats: &pb::GetStatsResponse, info: &pb::GetInfoResponse) -> Strin
     o.sample("lbd_workers", &[], info.workers);
 
     let worker = |w: &pb::WorkerStats| vec![("worker", w.worker.to_string())];
-    let per_worker: [Family<pb::WorkerStats>; 12] = [
+    let per_worker: [Family<pb::WorkerStats>; 15] = [
         (
             "lbd_worker_rx_packets_total",
             "counter",
@@ -301,6 +301,24 @@ pub fn render(stats: &pb::GetStatsResponse, info: &pb::GetInfoResponse) -> Strin
             "counter",
             "ARP replies, ICMP echo replies and neighbor advertisements made.",
             |w| w.local_replies,
+        ),
+        (
+            "lbd_worker_resets_sent_total",
+            "counter",
+            "TCP segments to a VIP port without a frontend answered with a RST.",
+            |w| w.resets_sent,
+        ),
+        (
+            "lbd_worker_neighbor_updates_total",
+            "counter",
+            "ARP replies and neighbor advertisements passed to the neighbor table.",
+            |w| w.neighbor_updates,
+        ),
+        (
+            "lbd_worker_slot_overflow_total",
+            "counter",
+            "Packets whose frontend or backend counter slot was out of range (their per-object counts are lost).",
+            |w| w.slot_overflow,
         ),
         (
             "lbd_worker_handed_over_total",

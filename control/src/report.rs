@@ -147,6 +147,9 @@ fn stats_to_proto(s: PlaneStats) -> pb::GetStatsResponse {
                 affinity_hits: w.affinity_hits,
                 affinity_pins: w.affinity_pins,
                 affinity_evictions: w.affinity_evictions,
+                neighbor_updates: w.neighbor_updates,
+                resets_sent: w.resets_sent,
+                slot_overflow: w.slot_overflow,
             })
             .collect(),
         drops: drops(s.drops),

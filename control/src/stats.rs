@@ -74,6 +74,12 @@ pub struct WorkerStats {
     pub affinity_evictions: u64,
     /// Conntrack expirations.
     pub conntrack_expirations: u64,
+    /// ARP replies and neighbor advertisements passed to the neighbor table.
+    pub neighbor_updates: u64,
+    /// TCP segments to a VIP port without a frontend answered with a RST.
+    pub resets_sent: u64,
+    /// Packets whose per-object counter slot was out of range.
+    pub slot_overflow: u64,
     /// Non-zero drops by reason name.
     pub drops: BTreeMap<&'static str, u64>,
 }
@@ -182,6 +188,9 @@ pub fn collect(
             affinity_hits: w.affinity_hits.get(),
             affinity_pins: w.affinity_pins.get(),
             affinity_evictions: w.affinity_evictions.get(),
+            neighbor_updates: w.neighbor_updates.get(),
+            resets_sent: w.resets_sent.get(),
+            slot_overflow: w.slot_overflow.get(),
             drops,
         });
     }

@@ -489,6 +489,7 @@ pub fn stats_text(s: &pb::GetStatsResponse, rates: Option<&Rates>) -> String {
             }
             v.extend([
                 w.local_replies.to_string(),
+                w.resets_sent.to_string(),
                 w.handed_over.to_string(),
                 w.new_connections.to_string(),
                 w.stateless_forwards.to_string(),
@@ -508,6 +509,7 @@ pub fn stats_text(s: &pb::GetStatsResponse, rates: Option<&Rates>) -> String {
     }
     h.extend([
         "local",
+        "resets",
         "handed-over",
         "new-conns",
         "stateless",
@@ -936,6 +938,7 @@ mod tests {
         s.workers.push(pb::WorkerStats {
             worker: 0,
             rx_packets: 100,
+            resets_sent: 7,
             ..Default::default()
         });
         s.drops.insert("no-backend".into(), 5);
@@ -948,6 +951,10 @@ mod tests {
         });
         let t = stats_text(&s, None);
         assert!(!t.contains("CONTROL"), "no section without control counters: {t}");
+        let header = t.lines().find(|l| l.starts_with("WORKER")).unwrap();
+        let row = t.lines().find(|l| l.starts_with("0 ")).unwrap();
+        let resets = header.split_whitespace().position(|h| h == "RESETS").unwrap();
+        assert_eq!(row.split_whitespace().nth(resets), Some("7"), "{t}");
         assert!(t.starts_with("revision 3, conntrack entries 10\n"), "{t}");
         s.affinity_live_pins = 5;
         s.affinity_table_size = 1024;

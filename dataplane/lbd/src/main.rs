@@ -842,12 +842,17 @@ fn print_summary(ports: &[Port], workers: &[Worker], ctl: &ControlCounters, left
         } else {
             String::new()
         };
+        let overflow = match c.slot_overflow.get() {
+            0 => String::new(),
+            n => format!(" slot_overflow {n}"),
+        };
         out!(
-            "  worker {}: rx {} tx {} local_replies {} neighbor_updates {} handed_over {} new_connections {} stateless_forwards {} conntrack_entries {}{affinity} drops {}{}",
+            "  worker {}: rx {} tx {} local_replies {} resets_sent {} neighbor_updates {} handed_over {} new_connections {} stateless_forwards {} conntrack_entries {}{affinity}{overflow} drops {}{}",
             w.id().0,
             c.rx_packets.get(),
             c.tx_packets.get(),
             c.local_replies.get(),
+            c.resets_sent.get(),
             c.neighbor_updates.get(),
             c.handed_over.get(),
             c.new_connections.get(),

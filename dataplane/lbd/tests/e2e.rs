@@ -135,6 +135,12 @@ fn mode_test(tag: &str, net: u8, mode: &str) {
         Some(7),
         "curl exit 7 = connection refused (28 would be a timeout): {o:?}"
     );
+    let resets = scrape(&metrics).lines().find_map(|l| {
+        l.strip_prefix("lbd_worker_resets_sent_total{worker=\"0\"} ")?
+            .parse::<u64>()
+            .ok()
+    });
+    assert!(resets >= Some(1), "the RST is counted: {resets:?}");
 
     if mode == "fullnat" {
         expiry_sweeps(&lab);
