@@ -11,7 +11,12 @@
 //!
 //! HTTP/1.1 only, one request per connection (`Connection: close`), at
 //! most [`MAX_CONNECTIONS`] at once (the next wait in the kernel's accept
-//! queue) and [`CONNECTION_TIMEOUT`] each. There is no TLS and no
+//! queue), [`HEADER_TIMEOUT`] to send the request and
+//! [`CONNECTION_TIMEOUT`] in all, so idle connections cannot hold the
+//! endpoint. One scrape is read and rendered at a time, off the runtime
+//! (the control thread's, which also resolves neighbors): scrapes that
+//! arrive while one is being rendered get its text, read moments before
+//! they came, so many scrapers cost one render. There is no TLS and no
 //! authentication: the counters name services and backends, so bind a
 //! management address.
 
@@ -20,13 +25,13 @@ use std::fmt::Write as _;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use lb_dataplane::drop::DropReason;
 use lb_proto::v1 as pb;
 
@@ -37,8 +42,10 @@ use crate::report;
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 64;
+/// How long a client may take to send its request's headers.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one connection may take, request and answer.
-pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(30);
+pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why the metrics endpoint could not listen.
 #[derive(Debug, thiserror::Error)]
@@ -89,7 +96,11 @@ impl MetricsListener {
         let addr = self.addr;
         let listener = tokio::net::TcpListener::from_std(self.listener)
             .map_err(|source| MetricsError::Bind { addr, source })?;
-        let info = Arc::new(info);
+        let renders = Arc::new(Renders {
+            plane,
+            info,
+            last: tokio::sync::Mutex::new(None),
+        });
         let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         tracing::info!(%addr, "Prometheus metrics listening (GET /metrics)");
         let accept = async {
@@ -100,19 +111,23 @@ impl MetricsListener {
                 let stream = match listener.accept().await {
                     Ok((s, _)) => s,
                     Err(e) => {
+                        // Out of file descriptors, say: retried, warned
+                        // about once a second at most.
                         tracing::warn!(%addr, "metrics: accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        tokio::time::sleep(Duration::from_secs(1)).await;
                         continue;
                     }
                 };
-                let (plane, info) = (Arc::clone(&plane), Arc::clone(&info));
+                let renders = Arc::clone(&renders);
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req| {
-                        let (plane, info) = (Arc::clone(&plane), Arc::clone(&info));
-                        async move { Ok::<_, Infallible>(answer(&req, &plane, &info).await) }
+                        let renders = Arc::clone(&renders);
+                        async move { Ok::<_, Infallible>(answer(&req, &renders).await) }
                     });
                     let conn = hyper::server::conn::http1::Builder::new()
                         .keep_alive(false)
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(HEADER_TIMEOUT)
                         .serve_connection(TokioIo::new(stream), service);
                     // A client that stalls or vanishes ends its connection
                     // only; nothing to report.
@@ -129,8 +144,37 @@ impl MetricsListener {
     }
 }
 
+/// What the scrapes share: the plane and lbd's counters, and the last
+/// text rendered with the time it was done.
+struct Renders {
+    plane: SharedPlane,
+    info: ServerInfo,
+    last: tokio::sync::Mutex<Option<(Instant, Bytes)>>,
+}
+
+impl Renders {
+    /// The metrics text for a scrape that arrived at `since`: the last text
+    /// if it was finished after that (the scrape waited for it), else a new
+    /// one.
+    async fn text(&self, since: Instant) -> Result<Bytes, tonic::Status> {
+        let mut last = self.last.lock().await;
+        if let Some((done, text)) = last.as_ref() {
+            if *done >= since {
+                return Ok(text.clone());
+            }
+        }
+        let (stats, info) = report::both(&self.plane, &self.info).await?;
+        let text = tokio::task::spawn_blocking(move || Bytes::from(render(&stats, &info)))
+            .await
+            .map_err(|e| tonic::Status::internal(format!("rendering failed: {e}")))?;
+        *last = Some((Instant::now(), text.clone()));
+        Ok(text)
+    }
+}
+
 /// The answer to one request.
-async fn answer(req: &Request<Incoming>, plane: &SharedPlane, info: &ServerInfo) -> Response<Full<Bytes>> {
+async fn answer(req: &Request<Incoming>, renders: &Renders) -> Response<Full<Bytes>> {
+    let since = Instant::now();
     let text = |status: StatusCode, body: String| {
         let mut r = Response::new(Full::new(Bytes::from(body)));
         *r.status_mut() = status;
@@ -155,15 +199,9 @@ async fn answer(req: &Request<Incoming>, plane: &SharedPlane, info: &ServerInfo)
             .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
         return r;
     }
-    let read = async {
-        Ok::<_, tonic::Status>((
-            report::stats(plane, info).await?,
-            report::info(plane, info).await?,
-        ))
-    };
-    match read.await {
-        Ok((stats, info)) => {
-            let mut r = text(StatusCode::OK, render(&stats, &info));
+    match renders.text(since).await {
+        Ok(body) => {
+            let mut r = Response::new(Full::new(body));
             r.headers_mut()
                 .insert(CONTENT_TYPE, HeaderValue::from_static(METRICS_CONTENT_TYPE));
             r
@@ -459,7 +497,8 @@ pub fn render(stats: &pb::GetStatsResponse, info: &pb::GetInfoResponse) -> Strin
         |b| be_flow(b).connections,
     );
 
-    let port = |p: &pb::PortStats| vec![("port", p.id.to_string()), ("name", p.name.clone())];
+    // `port_id`: `port` is a TCP/UDP port in the frontend and backend labels.
+    let port = |p: &pb::PortStats| vec![("port_id", p.id.to_string()), ("name", p.name.clone())];
     let per_port: [(&str, &str, Value<pb::PortStats>); 8] = [
         (
             "lbd_port_rx_packets_total",
@@ -491,7 +530,7 @@ pub fn render(stats: &pb::GetStatsResponse, info: &pb::GetInfoResponse) -> Strin
     for (name, help, value) in per_port {
         o.each(name, "counter", help, &stats.ports, port, value);
     }
-    let link = |p: &pb::PortInfo| vec![("port", p.id.to_string()), ("name", p.name.clone())];
+    let link = |p: &pb::PortInfo| vec![("port_id", p.id.to_string()), ("name", p.name.clone())];
     o.each(
         "lbd_port_link_up",
         "gauge",

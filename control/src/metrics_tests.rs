@@ -139,10 +139,13 @@ fn an_independent_parser_reads_every_counter_back() {
         get("lbd_backend_bytes_total{address=10.1.0.53,port=53,service=kube-system/dns}"),
         900.0
     );
-    assert_eq!(get("lbd_port_rx_packets_total{name=0000:03:00.0,port=0}"), 150.0);
-    assert_eq!(get("lbd_port_imissed_total{name=0000:03:00.0,port=0}"), 6.0);
-    assert_eq!(get("lbd_port_oerrors_total{name=0000:03:00.0,port=0}"), 0.0);
-    assert_eq!(get("lbd_port_link_up{name=0000:03:00.0,port=0}"), 1.0);
+    assert_eq!(
+        get("lbd_port_rx_packets_total{name=0000:03:00.0,port_id=0}"),
+        150.0
+    );
+    assert_eq!(get("lbd_port_imissed_total{name=0000:03:00.0,port_id=0}"), 6.0);
+    assert_eq!(get("lbd_port_oerrors_total{name=0000:03:00.0,port_id=0}"), 0.0);
+    assert_eq!(get("lbd_port_link_up{name=0000:03:00.0,port_id=0}"), 1.0);
     assert_eq!(get("lbd_control_arp_requests_total{}"), 12.0);
     assert_eq!(get("lbd_neighbors{}"), 3.0);
     assert_eq!(get("lbd_affinity_live_pins{}"), 5.0);
@@ -187,7 +190,7 @@ fn label_values_are_escaped() {
     s.ports[0].name = "a\"b\\c\nd".into();
     let text = render(&s, &info());
     assert!(
-        text.contains("lbd_port_rx_packets_total{port=\"0\",name=\"a\\\"b\\\\c\\nd\"} 150\n"),
+        text.contains("lbd_port_rx_packets_total{port_id=\"0\",name=\"a\\\"b\\\\c\\nd\"} 150\n"),
         "{text}"
     );
     // No raw newline inside a sample: every line is a comment or a sample.

@@ -36,6 +36,34 @@ where
 /// control thread's and the affinity table's occupancy.
 pub async fn stats(plane: &SharedPlane, info: &ServerInfo) -> Result<pb::GetStatsResponse, Status> {
     let stats = read(plane, |p| Ok(p.stats())).await?;
+    with_affinity(stats_from(stats, info), info).await
+}
+
+/// GetInfo's answer.
+pub async fn info(plane: &SharedPlane, info: &ServerInfo) -> Result<pb::GetInfoResponse, Status> {
+    let revisions = read(plane, |p| Ok(revisions(p))).await?;
+    Ok(info_from(revisions, info))
+}
+
+/// Both answers, the plane read under one hold of its lock, so that the
+/// revisions and the counters belong together (the metrics endpoint).
+pub async fn both(
+    plane: &SharedPlane,
+    info: &ServerInfo,
+) -> Result<(pb::GetStatsResponse, pb::GetInfoResponse), Status> {
+    let (stats, revisions) = read(plane, |p| Ok((p.stats(), revisions(p)))).await?;
+    let stats = with_affinity(stats_from(stats, info), info).await?;
+    Ok((stats, info_from(revisions, info)))
+}
+
+/// The committed and published revisions and the last publication's time.
+type Revisions = (u64, u64, std::time::Duration);
+
+fn revisions(p: &ControlPlane) -> Revisions {
+    (p.revision(), p.published_revision(), p.last_publish())
+}
+
+fn stats_from(stats: PlaneStats, info: &ServerInfo) -> pb::GetStatsResponse {
     let mut r = stats_to_proto(stats);
     r.ports = info
         .ports
@@ -58,6 +86,14 @@ pub async fn stats(plane: &SharedPlane, info: &ServerInfo) -> Result<pb::GetStat
         .collect();
     // Atomics: read here, without the plane's lock.
     r.control = Some(info.control.get());
+    r
+}
+
+/// `r` with the affinity table's size and live pins.
+async fn with_affinity(
+    mut r: pb::GetStatsResponse,
+    info: &ServerInfo,
+) -> Result<pb::GetStatsResponse, Status> {
     if let Some(a) = info.affinity.clone() {
         r.affinity_table_size = a.table.capacity() as u64;
         // A walk of the whole table (16 bytes a pin): off the runtime.
@@ -69,13 +105,11 @@ pub async fn stats(plane: &SharedPlane, info: &ServerInfo) -> Result<pb::GetStat
     Ok(r)
 }
 
-/// GetInfo's answer.
-pub async fn info(plane: &SharedPlane, info: &ServerInfo) -> Result<pb::GetInfoResponse, Status> {
-    let (revision, published_revision, last_publish) = read(plane, |p| {
-        Ok((p.revision(), p.published_revision(), p.last_publish()))
-    })
-    .await?;
-    Ok(pb::GetInfoResponse {
+fn info_from(
+    (revision, published_revision, last_publish): Revisions,
+    info: &ServerInfo,
+) -> pb::GetInfoResponse {
+    pb::GetInfoResponse {
         version: info.version.clone(),
         instance_id: info.instance_id.clone(),
         revision,
@@ -99,7 +133,7 @@ pub async fn info(plane: &SharedPlane, info: &ServerInfo) -> Result<pb::GetInfoR
             })
             .collect(),
         workers: info.workers,
-    })
+    }
 }
 
 fn stats_to_proto(s: PlaneStats) -> pb::GetStatsResponse {

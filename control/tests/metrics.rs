@@ -155,15 +155,24 @@ fn metrics_report_what_get_stats_reports() {
         0
     );
     assert_eq!(
-        value(&body, "lbd_port_rx_packets_total{port=\"1\",name=\"net_null1\"}"),
+        value(
+            &body,
+            "lbd_port_rx_packets_total{port_id=\"1\",name=\"net_null1\"}"
+        ),
         10
     );
     assert_eq!(
-        value(&body, "lbd_port_imissed_total{port=\"1\",name=\"net_null1\"}"),
+        value(&body, "lbd_port_imissed_total{port_id=\"1\",name=\"net_null1\"}"),
         3
     );
-    assert_eq!(value(&body, "lbd_port_link_up{port=\"0\",name=\"net_null0\"}"), 0);
-    assert_eq!(value(&body, "lbd_port_link_up{port=\"1\",name=\"net_null1\"}"), 1);
+    assert_eq!(
+        value(&body, "lbd_port_link_up{port_id=\"0\",name=\"net_null0\"}"),
+        0
+    );
+    assert_eq!(
+        value(&body, "lbd_port_link_up{port_id=\"1\",name=\"net_null1\"}"),
+        1
+    );
     assert_eq!(value(&body, "lbd_control_arp_requests_total"), 4);
     assert_eq!(value(&body, "lbd_affinity_table_size"), 1024);
     let info = format!(
@@ -202,6 +211,19 @@ fn metrics_report_what_get_stats_reports() {
     // Garbage gets a 400 and the connection closed, not a hang.
     let (status, _, _) = http(s.metrics, "NOT HTTP AT ALL\r\n\r\n");
     assert_eq!(status, 400);
+    // A client that connects and says nothing is cut off after the header
+    // timeout, before the connection's (so the header timer runs), not
+    // left holding a connection slot.
+    let t0 = std::time::Instant::now();
+    let mut idle = TcpStream::connect(s.metrics).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut rest = Vec::new();
+    let _ = idle.read_to_end(&mut rest);
+    let waited = t0.elapsed();
+    assert!(
+        waited >= lb_control::metrics::HEADER_TIMEOUT && waited < lb_control::metrics::CONNECTION_TIMEOUT,
+        "closed after {waited:?}"
+    );
 
     // Stopped with the gRPC server: the port is closed.
     drop(client);

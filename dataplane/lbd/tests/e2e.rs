@@ -52,10 +52,10 @@ fn mode_test(tag: &str, net: u8, mode: &str) {
     let _g = serial();
     let lab = Lab::new(tag, net);
     let cfg = lab.file("lbd.toml", &(lab.interfaces_toml() + &lab.services_toml(mode)));
-    // A Prometheus endpoint on the host's loopback, a port per lab.
-    let metrics = format!("127.0.0.1:{}", 19_000 + u16::from(net));
-    let mut lbd = lab.start_lbd("0", 1, &["--config", &cfg, "--metrics", &metrics]);
+    // A Prometheus endpoint on the host's loopback, on a free port.
+    let mut lbd = lab.start_lbd("0", 1, &["--config", &cfg, "--metrics", "127.0.0.1:0"]);
     lab.wait_for_service(Duration::from_secs(15));
+    let metrics = metrics_addr(&mut lbd);
 
     // 300 connections spread over the three backends.
     let answers = lab.requests(300);
@@ -111,8 +111,11 @@ fn mode_test(tag: &str, net: u8, mode: &str) {
         "{fe_conns} {be_conns}\n{text}"
     );
     assert!(sample("lbd_worker_new_connections_total{worker=\"0\"}") >= fe_conns);
-    assert!(sample("lbd_port_rx_packets_total{port=\"0\",name=\"net_af_packet0\"}") >= 300);
-    assert_eq!(sample("lbd_port_link_up{port=\"1\",name=\"net_af_packet1\"}"), 1);
+    assert!(sample("lbd_port_rx_packets_total{port_id=\"0\",name=\"net_af_packet0\"}") >= 300);
+    assert_eq!(
+        sample("lbd_port_link_up{port_id=\"1\",name=\"net_af_packet1\"}"),
+        1
+    );
 
     // Every request of one keep-alive connection reaches the same backend.
     let url = format!("http://{}/whoami", lab.vip());
@@ -795,6 +798,19 @@ fn dual_stack_ports_serve_both_families() {
 
     let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(10));
     assert_eq!(code, Some(0), "{}", lbd.log_text());
+}
+
+/// Where lbd's `--metrics` listens, from its log.
+fn metrics_addr(lbd: &mut common::Lbd) -> String {
+    const LINE: &str = "Prometheus metrics listening";
+    lbd.wait_for_log(LINE, Duration::from_secs(10));
+    let log = lbd.log_text();
+    let line = log.lines().find(|l| l.contains(LINE)).unwrap();
+    let addr = line
+        .split("addr=")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no addr= in {line}"));
+    addr.split_whitespace().next().unwrap().to_string()
 }
 
 /// The body of `GET /metrics` from lbd's Prometheus endpoint at `addr`.

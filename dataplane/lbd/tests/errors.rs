@@ -283,7 +283,10 @@ fn listener_refused_before_anything_starts() {
     let taken = held_tcp.local_addr().unwrap().to_string();
     let metrics_in_use = format!("--metrics: cannot listen on {taken}: ");
     for (args, want) in [
-        (vec!["--metrics", &taken], metrics_in_use.as_str()),
+        (
+            vec!["--grpc", &d("m.sock"), "--metrics", &taken],
+            metrics_in_use.as_str(),
+        ),
         (
             vec!["--grpc", &live],
             "another process (another lbd?) is listening",
