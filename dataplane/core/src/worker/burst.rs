@@ -157,7 +157,7 @@ impl Worker {
     }
 
     /// At most [`BURST`] frames; all three slices have the same length.
-    #[inline]
+    #[inline(always)]
     fn burst_chunk<F: AsMut<[u8]>>(
         &mut self,
         p: &impl Prefetch,
