@@ -111,11 +111,15 @@ pub enum DropReason {
     /// NAT would rewrite. (The IPv6 twin, a routing header with segments
     /// left, is `Ipv6ExtensionHeader`.)
     Ipv4SourceRoute,
+    /// On a node whose ports carry VLAN tags (`vlan` on every interface):
+    /// a frame without a tag, or with another port's or an unknown VLAN
+    /// id. Frames of other VLANs that a trunk carries to lbd are not its.
+    VlanMismatch,
 }
 
 impl DropReason {
     /// Number of reasons: the length of a per-worker drop counter array.
-    pub const COUNT: usize = DropReason::Ipv4SourceRoute as usize + 1;
+    pub const COUNT: usize = DropReason::VlanMismatch as usize + 1;
 
     /// Every reason, in discriminant order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -155,6 +159,7 @@ impl DropReason {
         DropReason::OwnSource,
         DropReason::LinkControl,
         DropReason::Ipv4SourceRoute,
+        DropReason::VlanMismatch,
     ];
 
     /// The stable snake_case name used in counters, logs and the API.
@@ -196,6 +201,7 @@ impl DropReason {
             DropReason::OwnSource => "own_source",
             DropReason::LinkControl => "link_control",
             DropReason::Ipv4SourceRoute => "ipv4_source_route",
+            DropReason::VlanMismatch => "vlan_mismatch",
         }
     }
 }

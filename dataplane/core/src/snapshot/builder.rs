@@ -171,6 +171,8 @@ pub struct SnapshotBuilder<'p> {
     max_ring_size: u32,
     prev: Option<&'p Snapshot>,
     interfaces: Vec<InterfaceSpec>,
+    /// (port, VLAN id), from [`SnapshotBuilder::vlan`].
+    vlans: Vec<(u16, u16)>,
     snat: Vec<IpAddr>,
     neighbors: Vec<(IpAddr, [u8; 6])>,
     services: Vec<Pending>,
@@ -191,6 +193,7 @@ impl<'p> SnapshotBuilder<'p> {
             max_ring_size: DEFAULT_RING_SIZE,
             prev: None,
             interfaces: Vec::new(),
+            vlans: Vec::new(),
             snat: Vec::new(),
             neighbors: Vec::new(),
             services: Vec::new(),
@@ -231,6 +234,15 @@ impl<'p> SnapshotBuilder<'p> {
             cidr,
             gateway,
         });
+        self
+    }
+
+    /// Tags port `port`'s frames with 802.1Q VLAN id `vid` (1-4094): the
+    /// port's frames must carry it (others are `VlanMismatch` drops), and
+    /// frames sent on it carry it. Every port with an interface needs one
+    /// if any has one. Checked by `build`.
+    pub fn vlan(&mut self, port: u16, vid: u16) -> &mut Self {
+        self.vlans.push((port, vid));
         self
     }
 
@@ -463,6 +475,7 @@ impl<'p> SnapshotBuilder<'p> {
             max_ring_size,
             prev,
             interfaces,
+            vlans,
             snat,
             neighbors,
             services: drafts,
@@ -472,7 +485,8 @@ impl<'p> SnapshotBuilder<'p> {
             frontend_order,
         } = self;
 
-        let ports = check_ports(&interfaces)?;
+        let ports = check_ports(&interfaces, &vlans)?;
+        let vlan_tagged = ports.iter().flatten().any(|p| p.vlan.is_some());
         let (snat_v4, snat_v6) = check_snat(&snat)?;
 
         let mut services = Vec::with_capacity(drafts.len());
@@ -633,6 +647,7 @@ impl<'p> SnapshotBuilder<'p> {
                 .map_err(|source| BuildError::LocalAddrs { port, source })?;
             port_configs.push(Some(PortConfig {
                 mac: p.mac,
+                vlan: p.vlan,
                 cidrs: p.cidrs.into_boxed_slice(),
                 gateway_v4: p.gateway_v4,
                 gateway_v6: p.gateway_v6,
@@ -654,6 +669,7 @@ impl<'p> SnapshotBuilder<'p> {
             snat_v4: snat_v4.into_boxed_slice(),
             snat_v6: snat_v6.into_boxed_slice(),
             ports: port_configs.into_boxed_slice(),
+            vlan_tagged,
             connected_v4: routes.connected_v4.into_boxed_slice(),
             connected_v6: routes.connected_v6.into_boxed_slice(),
             hops_v4: routes.hops_v4.into_boxed_slice(),

@@ -220,6 +220,25 @@ pub enum BuildError {
         /// The MAC, as text.
         mac: String,
     },
+    /// A VLAN id that cannot be used: out of range, on a port without an
+    /// interface, or a second one for a port.
+    #[error("port {port}: field vlan: {vid}: {reason}")]
+    Vlan {
+        /// The port id.
+        port: u16,
+        /// The VLAN id.
+        vid: u16,
+        /// Why.
+        reason: &'static str,
+    },
+    /// A port without a VLAN id where another port has one: frames keep
+    /// their tag from port to port, so tagged and untagged ports cannot be
+    /// mixed.
+    #[error("port {port}: field vlan: none, but another port has one: set a VLAN on every port or on none")]
+    VlanMissing {
+        /// The port id.
+        port: u16,
+    },
     /// Two interfaces of one port with different MACs.
     #[error("port {port}: field mac: {first} and {second} given for the same port")]
     InterfaceMacConflict {

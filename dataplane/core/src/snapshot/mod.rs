@@ -468,6 +468,7 @@ impl Route {
 #[derive(Debug, Clone)]
 pub struct PortConfig {
     mac: [u8; 6],
+    vlan: Option<u16>,
     cidrs: Box<[Cidr]>,
     gateway_v4: Option<Ipv4Addr>,
     gateway_v6: Option<Ipv6Addr>,
@@ -478,6 +479,12 @@ impl PortConfig {
     /// The port's MAC.
     pub fn mac(&self) -> [u8; 6] {
         self.mac
+    }
+
+    /// The 802.1Q VLAN id its frames carry, if the node's ports are tagged
+    /// ([`Snapshot::vlan_tagged`]).
+    pub fn vlan(&self) -> Option<u16> {
+        self.vlan
     }
 
     /// Interface addresses with their connected prefixes.
@@ -551,6 +558,9 @@ pub struct Snapshot {
     snat_v4: Box<[Ipv4Addr]>,
     snat_v6: Box<[Ipv6Addr]>,
     ports: Box<[Option<PortConfig>]>,
+    /// Whether the ports carry VLAN tags (every port with an interface has
+    /// a VLAN id, or none has).
+    vlan_tagged: bool,
     /// Longest prefix first, so the first match is the best one.
     connected_v4: Box<[ConnectedV4]>,
     connected_v6: Box<[ConnectedV6]>,
@@ -574,6 +584,14 @@ impl Snapshot {
     /// What workers start with before the first build.
     pub fn empty() -> Snapshot {
         Snapshot::default()
+    }
+
+    /// Whether the ports carry 802.1Q VLAN tags: every port with an
+    /// interface has a [`PortConfig::vlan`]. Frames must then carry their
+    /// port's id, and the worker takes the general path for all of them.
+    #[inline]
+    pub fn vlan_tagged(&self) -> bool {
+        self.vlan_tagged
     }
 
     /// The revision given to the builder.

@@ -19,6 +19,8 @@ use crate::wire::ethernet::MacAddr;
 #[derive(Debug, Default)]
 pub(super) struct PortDraft {
     pub(super) mac: [u8; 6],
+    /// The 802.1Q VLAN id its frames carry, if tagged.
+    pub(super) vlan: Option<u16>,
     pub(super) cidrs: Vec<Cidr>,
     pub(super) gateway_v4: Option<Ipv4Addr>,
     pub(super) gateway_v6: Option<Ipv6Addr>,
@@ -35,7 +37,10 @@ impl PortDraft {
 }
 
 /// Groups interfaces by port and checks MACs, addresses and gateways.
-pub(super) fn check_ports(interfaces: &[InterfaceSpec]) -> Result<Vec<Option<PortDraft>>, BuildError> {
+pub(super) fn check_ports(
+    interfaces: &[InterfaceSpec],
+    vlans: &[(u16, u16)],
+) -> Result<Vec<Option<PortDraft>>, BuildError> {
     let mut ports: Vec<Option<PortDraft>> = Vec::new();
     for i in interfaces {
         if i.port >= MAX_PORTS {
@@ -89,6 +94,30 @@ pub(super) fn check_ports(interfaces: &[InterfaceSpec]) -> Result<Vec<Option<Por
                 _ => p.gateway_v6 = Some(g),
             },
             None => {}
+        }
+    }
+    for &(port, vid) in vlans {
+        let vlan_err = |reason: &'static str| BuildError::Vlan { port, vid, reason };
+        if !(1..=4094).contains(&vid) {
+            return Err(vlan_err("not a VLAN id (1-4094)"));
+        }
+        let Some(Some(p)) = ports.get_mut(usize::from(port)) else {
+            return Err(vlan_err("the port has no interface"));
+        };
+        if p.vlan.is_some_and(|v| v != vid) {
+            return Err(vlan_err("the port has another VLAN already"));
+        }
+        p.vlan = Some(vid);
+    }
+    // All or none: a frame keeps its tag from port to port (only the id is
+    // rewritten), so untagged and tagged ports cannot be mixed.
+    let configured = ports.iter().flatten();
+    if configured.clone().any(|p| p.vlan.is_some()) {
+        if let Some(id) = ports
+            .iter()
+            .position(|p| p.as_ref().is_some_and(|p| p.vlan.is_none()))
+        {
+            return Err(BuildError::VlanMissing { port: id as u16 }); // id < MAX_PORTS
         }
     }
     for (id, p) in ports.iter().enumerate() {

@@ -141,6 +141,7 @@ impl Snapshot {
             .map(|p| {
                 p.as_ref().map(|p| PortDraft {
                     mac: p.mac,
+                    vlan: p.vlan,
                     cidrs: p.cidrs.to_vec(),
                     gateway_v4: p.gateway_v4,
                     gateway_v6: p.gateway_v6,

@@ -140,6 +140,10 @@ impl Worker {
         verdicts: &mut [Verdict],
     ) {
         let n = frames.len().min(metas.len()).min(verdicts.len());
+        if snap.vlan_tagged() {
+            self.handle_tagged_burst(now, snap, &mut frames[..n], metas, verdicts);
+            return;
+        }
         if self.conntrack.len() < self.burst_lookup_min_len {
             let each = frames[..n].iter_mut().zip(metas).zip(verdicts.iter_mut());
             for ((frame, meta), v) in each {
@@ -153,6 +157,24 @@ impl Worker {
             .zip(verdicts[..n].chunks_mut(BURST));
         for ((frames, metas), verdicts) in chunks {
             self.burst_chunk(p, now, snap, frames, metas, verdicts);
+        }
+    }
+
+    /// [`Worker::handle_burst_with`] on tagged ports: frame by frame, as
+    /// `handle_packet` takes them (`handle_tagged`). Out of line, so that
+    /// the untagged burst is laid out as without it.
+    #[cold]
+    #[inline(never)]
+    fn handle_tagged_burst<F: AsMut<[u8]>>(
+        &mut self,
+        now: Tick,
+        snap: &Snapshot,
+        frames: &mut [F],
+        metas: &[PacketMeta],
+        verdicts: &mut [Verdict],
+    ) {
+        for ((frame, meta), v) in frames.iter_mut().zip(metas).zip(verdicts.iter_mut()) {
+            *v = self.handle_tagged(now, snap, frame.as_mut(), meta);
         }
     }
 

@@ -391,7 +391,7 @@ impl Worker {
         if let Err(reason) = nat::rewrite(frame, p, rw, &meta.offload) {
             return self.drop(reason);
         }
-        set_l2(frame, &route);
+        set_l2(frame, &route, snap);
         if let Some((id, dir)) = entry {
             if let Some(tags) = self.conntrack.touch(id, dir, p.tcp_flags.0, now) {
                 self.count_flow(tags, frame.len());
@@ -500,7 +500,7 @@ impl Worker {
         if let Err(reason) = nat::rewrite_icmp_error(frame, p, &outer, &inner, &meta.offload) {
             return self.drop(reason);
         }
-        set_l2(frame, &route);
+        set_l2(frame, &route, snap);
         // The connection's state and idle timer stay as they are: an error
         // is not the peer's answer (as Linux's conntrack takes it: related,
         // not a reply). Taken as one, an unreachable port's errors made
@@ -511,10 +511,24 @@ impl Worker {
 }
 
 /// Source MAC := the egress port's; destination MAC := the next hop's, or
-/// zero until the shell writes the resolved one.
+/// zero until the shell writes the resolved one; on tagged ports, the VLAN
+/// id := the egress port's.
 #[inline(always)]
-fn set_l2(frame: &mut [u8], route: &Route) {
+fn set_l2(frame: &mut [u8], route: &Route, snap: &Snapshot) {
     nat::set_l2(frame, route.src_mac(), route.dst_mac().unwrap_or([0; 6]));
+    if snap.vlan_tagged() {
+        tag_for(frame, route, snap);
+    }
+}
+
+/// On tagged ports: the VLAN id := the egress port's. Out of line:
+/// untagged nodes never call it.
+#[cold]
+#[inline(never)]
+fn tag_for(frame: &mut [u8], route: &Route, snap: &Snapshot) {
+    if let Some(vid) = snap.port(route.port()).and_then(|p| p.vlan()) {
+        nat::set_vlan_id(frame, vid);
+    }
 }
 
 /// `Transmit` to a resolved next hop, `Resolve` otherwise.

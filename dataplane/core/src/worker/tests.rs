@@ -1407,6 +1407,10 @@ fn icmp_error_to_an_unresolved_client_is_resolve() {
 #[path = "reject_tests.rs"]
 mod reject_tests;
 
+#[cfg(test)]
+#[path = "vlan_tests.rs"]
+mod vlan_tests;
+
 #[path = "orphan_tests.rs"]
 mod orphan_tests;
 
