@@ -298,6 +298,9 @@ impl Compiler {
         }
         for i in &self.node.interfaces {
             b.interface(i.port, i.mac, i.cidr, i.gateway);
+            if let Some(vid) = i.vlan {
+                b.vlan(i.port, vid);
+            }
         }
         for &a in &self.node.snat_addresses {
             b.snat_address(a);

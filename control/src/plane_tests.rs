@@ -26,12 +26,14 @@ pub(crate) fn node() -> NodeConfig {
                 mac: [2, 0, 0, 0, 0, 1],
                 cidr: "10.0.0.1/24".parse().unwrap(),
                 gateway: Some(ip("10.0.0.254")),
+                vlan: None,
             },
             InterfaceConfig {
                 port: 0,
                 mac: [2, 0, 0, 0, 0, 1],
                 cidr: "2001:db8::1/64".parse().unwrap(),
                 gateway: None,
+                vlan: None,
             },
         ],
         snat_addresses: vec![ip("10.0.0.100")],
@@ -1015,6 +1017,7 @@ fn an_unchanged_config_object_failing_for_a_new_node_config_blames_the_config() 
         interfaces: vec![InterfaceConfig {
             cidr: "10.1.0.1/16".parse().unwrap(),
             gateway: None,
+            vlan: None,
             ..node().interfaces[0].clone()
         }],
         ..node()

@@ -26,6 +26,7 @@ pub fn node() -> NodeConfig {
         mac: [0x02, 0, 0, 0, 0, port as u8 + 1],
         cidr: cidr.parse().unwrap(),
         gateway: None,
+        vlan: None,
     };
     NodeConfig {
         interfaces: vec![iface(0, "10.0.0.1/24"), iface(1, "10.1.0.1/24")],

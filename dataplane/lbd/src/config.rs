@@ -4,7 +4,8 @@
 //! "local"` match against their backends' `node` (optional; `--node-name`
 //! overrides it). `[[interface]]`: one table per DPDK port, in port order,
 //! each with the port's address and prefix (or a list of them, e.g. one
-//! IPv4 and one IPv6) and an optional gateway (or one per family). `[snat]` and
+//! IPv4 and one IPv6), an optional gateway (or one per family) and an
+//! optional 802.1Q `vlan` id (on every interface or on none). `[snat]` and
 //! `[[service]]` are the services file of `lbctl apply -f` (parsed by
 //! `lb_control::services_file`): the node's full-NAT source addresses and
 //! the services of the `config` source, resynced at every start.
@@ -18,6 +19,7 @@
 //! [[interface]]
 //! address = "10.0.0.1/24"
 //! gateway = "10.0.0.254"     # optional
+//! vlan = 100                 # optional: the port is on a trunk
 //!
 //! [conntrack.timeouts]       # optional, each key too
 //! tcp_established = "1h"     # or seconds: 3600
@@ -107,6 +109,7 @@ struct RawConfig {
 struct RawInterface {
     address: OneOrMany,
     gateway: Option<OneOrMany>,
+    vlan: Option<i64>,
 }
 
 /// `"x"` or `["x", "y"]`.
@@ -134,6 +137,9 @@ pub struct Interface {
     /// Next hops for destinations outside the subnets: at most one per
     /// family, each inside one of `addresses`.
     pub gateways: Vec<IpAddr>,
+    /// The 802.1Q VLAN id of the port's frames (1-4094), if tagged: set on
+    /// every interface or on none.
+    pub vlan: Option<u16>,
 }
 
 /// The whole configuration.
@@ -244,7 +250,27 @@ impl Config {
                 }
                 gateways.push(gw);
             }
-            interfaces.push(Interface { addresses, gateways });
+            let vlan = match r.vlan {
+                None => None,
+                Some(v @ 1..=4094) => Some(v as u16),
+                Some(v) => return Err(invalid(i, "vlan", format!("{v} is not a VLAN id (1-4094)"))),
+            };
+            interfaces.push(Interface {
+                addresses,
+                gateways,
+                vlan,
+            });
+        }
+        // Frames keep their tag from port to port (only the id changes), so
+        // tagged and untagged ports cannot mix.
+        if let Some(t) = interfaces.iter().position(|i| i.vlan.is_some()) {
+            if let Some(u) = interfaces.iter().position(|i| i.vlan.is_none()) {
+                return Err(invalid(
+                    u,
+                    "vlan",
+                    format!("not set, but interface {t} has one: give every interface a vlan, or none"),
+                ));
+            }
         }
         let node = match raw.node {
             Some(n) => Some(check_node_name(&n).map_err(|msg| ConfigError::Field {
@@ -385,6 +411,47 @@ mod tests {
         assert!(!e.contains('\n'));
         let e = parse("[[interface]]\naddress = 5\n").unwrap_err();
         assert!(e.starts_with("config t.toml:"), "{e}");
+    }
+
+    #[test]
+    fn vlans_on_every_interface_or_none() {
+        let two = |a: &str, b: &str| {
+            parse(&format!(
+                "[[interface]]\naddress = \"10.0.0.1/24\"\n{a}\n[[interface]]\naddress = \"10.1.0.1/24\"\n{b}\n"
+            ))
+        };
+        let c = two("vlan = 100", "vlan = 4094").unwrap();
+        assert_eq!(
+            c.interfaces.iter().map(|i| i.vlan).collect::<Vec<_>>(),
+            [Some(100), Some(4094)]
+        );
+        assert_eq!(two("", "").unwrap().interfaces[0].vlan, None);
+        for (a, b, want) in [
+            (
+                "vlan = 0",
+                "vlan = 2",
+                "interface 0: vlan: 0 is not a VLAN id (1-4094)",
+            ),
+            (
+                "vlan = 1",
+                "vlan = 4095",
+                "interface 1: vlan: 4095 is not a VLAN id (1-4094)",
+            ),
+            (
+                "vlan = -3",
+                "vlan = 2",
+                "interface 0: vlan: -3 is not a VLAN id (1-4094)",
+            ),
+            (
+                "",
+                "vlan = 7",
+                "interface 0: vlan: not set, but interface 1 has one: give every interface a vlan, or none",
+            ),
+        ] {
+            let e = two(a, b).unwrap_err();
+            assert!(e.ends_with(want), "{a} {b}: {e}");
+        }
+        assert!(two("vlan = \"100\"", "").unwrap_err().contains("vlan"));
     }
 
     /// `[conntrack.timeouts]` reaches `Config`, and its errors are one

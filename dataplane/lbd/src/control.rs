@@ -412,14 +412,14 @@ impl Neighbors {
         else {
             return;
         };
-        let mac = MacAddr(pc.mac());
+        let (mac, vlan) = (MacAddr(pc.mac()), pc.vlan());
         let counter = match (src, r.target) {
             (IpAddr::V4(src), IpAddr::V4(target)) => self
-                .build(r.port, |buf| write_arp_request(buf, mac, src, target, None).ok())
+                .build(r.port, |buf| write_arp_request(buf, mac, src, target, vlan).ok())
                 .then_some(&self.stats.arp_requests),
             (IpAddr::V6(src), IpAddr::V6(target)) => self
                 .build(r.port, |buf| {
-                    write_neighbor_solicitation(buf, mac, &src, &target, None).ok()
+                    write_neighbor_solicitation(buf, mac, &src, &target, vlan).ok()
                 })
                 .then_some(&self.stats.neighbor_solicitations),
             _ => None,
@@ -451,16 +451,16 @@ impl Neighbors {
         let due = self.announcements.due(&owned, |p| link_up(ports, p), now);
         let mut sent = 0;
         for (i, &(port, ip)) in due.iter().enumerate() {
-            let Some(mac) = snap.port(port).map(|pc| MacAddr(pc.mac())) else {
+            let Some((mac, vlan)) = snap.port(port).map(|pc| (MacAddr(pc.mac()), pc.vlan())) else {
                 continue;
             };
             let (ok, counter) = match ip {
                 IpAddr::V4(a) => (
-                    self.build(port, |buf| write_gratuitous_arp(buf, mac, a, None).ok()),
+                    self.build(port, |buf| write_gratuitous_arp(buf, mac, a, vlan).ok()),
                     &self.stats.gratuitous_arps,
                 ),
                 IpAddr::V6(a) => (
-                    self.build(port, |buf| write_unsolicited_na(buf, mac, &a, None).ok()),
+                    self.build(port, |buf| write_unsolicited_na(buf, mac, &a, vlan).ok()),
                     &self.stats.unsolicited_nas,
                 ),
             };
@@ -592,6 +592,7 @@ mod tests {
                 mac: [2, 0, 0, 0, 0, 1],
                 cidr: "10.0.0.1/24".parse().unwrap(),
                 gateway: None,
+                vlan: None,
             }],
             ..NodeConfig::default()
         };

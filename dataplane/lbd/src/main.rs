@@ -285,7 +285,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         let csum = port.checksum_offload();
         tracing::info!(
             port = id, name = %info.name, driver = %info.driver, %mac, address = %addresses.join(","),
-            gateway = ?gateways, queues, rx_ipv4_checksum_offload = csum.rx_ipv4,
+            gateway = ?gateways, vlan = ?iface.and_then(|i| i.vlan), queues, rx_ipv4_checksum_offload = csum.rx_ipv4,
             tx_ipv4_checksum_offload = csum.tx_ipv4, promiscuous = port.promiscuous(), "port configured"
         );
         match iface {
@@ -304,6 +304,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         mac: mac.0,
                         cidr,
                         gateway,
+                        vlan: iface.vlan,
                     });
                 }
             }

@@ -346,10 +346,10 @@ impl Worker {
     #[cold]
     #[inline(never)]
     fn handle_tagged(&mut self, now: Tick, snap: &Snapshot, frame: &mut [u8], meta: &PacketMeta) -> Verdict {
+        let vid = snap.port(meta.port).and_then(|c| c.vlan());
         match &wire::parse_with(frame, &meta.offload) {
-            Ok(p) if snap.port(meta.port).and_then(|c| c.vlan()) != p.vlan => {
-                self.drop(DropReason::VlanMismatch)
-            }
+            // A port without a VLAN id here has no interface: nothing is its.
+            Ok(p) if vid.is_none() || p.vlan != vid => self.drop(DropReason::VlanMismatch),
             Ok(p) => self.dispatch(now, snap, frame, p, meta, None),
             Err(reason) => self.drop(*reason),
         }
