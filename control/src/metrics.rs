@@ -1,7 +1,9 @@
 //! The Prometheus metrics endpoint: `lbd --metrics IP:PORT` serves
 //! `GET /metrics` in the text exposition format (version 0.0.4), with the
 //! counters GetStats and GetInfo report ([`crate::report`]), read afresh
-//! for each scrape.
+//! for each scrape; and `GET /healthz`, 200 `ok` when lbd can forward and
+//! 503 with the reason when it cannot (a port's link down), for the
+//! health check of the routing daemon that announces the VIPs.
 //!
 //! Names follow Prometheus' conventions: `lbd_` first, `_total` on
 //! counters, labels for what the gRPC answer lists (`worker`, `reason`,
@@ -172,6 +174,28 @@ impl Renders {
     }
 }
 
+impl Renders {
+    /// `/healthz`: whether lbd can forward, for a routing daemon's health
+    /// check (withdraw the VIPs when it fails): the plane answers and
+    /// every port's link is up (with one down, one side is cut off).
+    async fn health(&self) -> Result<(), String> {
+        let info = report::info(&self.plane, &self.info)
+            .await
+            .map_err(|e| e.message().to_string())?;
+        let down: Vec<String> = info
+            .ports
+            .iter()
+            .filter(|p| !p.link_up)
+            .map(|p| format!("port {} ({}) link down", p.id, p.name))
+            .collect();
+        if down.is_empty() {
+            Ok(())
+        } else {
+            Err(down.join(", "))
+        }
+    }
+}
+
 /// The answer to one request.
 async fn answer(req: &Request<Incoming>, renders: &Renders) -> Response<Full<Bytes>> {
     let since = Instant::now();
@@ -184,20 +208,27 @@ async fn answer(req: &Request<Incoming>, renders: &Renders) -> Response<Full<Byt
         );
         r
     };
-    if req.uri().path() != "/metrics" {
+    let path = req.uri().path();
+    if path != "/metrics" && path != "/healthz" {
         return text(
             StatusCode::NOT_FOUND,
-            "not found: lbd serves GET /metrics\n".into(),
+            "not found: lbd serves GET /metrics and GET /healthz\n".into(),
         );
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
         let mut r = text(
             StatusCode::METHOD_NOT_ALLOWED,
-            format!("{} not allowed: GET /metrics\n", req.method()),
+            format!("{} not allowed: GET {path}\n", req.method()),
         );
         r.headers_mut()
             .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
         return r;
+    }
+    if path == "/healthz" {
+        return match renders.health().await {
+            Ok(()) => text(StatusCode::OK, "ok\n".into()),
+            Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("unhealthy: {why}\n")),
+        };
     }
     match renders.text(since).await {
         Ok(body) => {

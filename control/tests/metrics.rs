@@ -195,7 +195,26 @@ fn metrics_report_what_get_stats_reports() {
     // Anything else is refused, naming what is served.
     let (status, _, body) = get(s.metrics, "/");
     assert_eq!(status, 404);
-    assert_eq!(body, "not found: lbd serves GET /metrics\n");
+    assert_eq!(body, "not found: lbd serves GET /metrics and GET /healthz\n");
+    // Health: port 0's link is down, so lbd cannot forward.
+    let (status, _, body) = get(s.metrics, "/healthz");
+    assert_eq!(
+        (status, body.as_str()),
+        (503, "unhealthy: port 0 (net_null0) link down\n")
+    );
+    s.ports[0].set_link(true, 10_000);
+    let (status, _, body) = get(s.metrics, "/healthz");
+    assert_eq!((status, body.as_str()), (200, "ok\n"));
+    s.ports[0].set_link(false, 0);
+    s.ports[1].set_link(false, 0);
+    let (status, _, body) = get(s.metrics, "/healthz");
+    assert_eq!(
+        (status, body.as_str()),
+        (
+            503,
+            "unhealthy: port 0 (net_null0) link down, port 1 (net_null1) link down\n"
+        )
+    );
     let (status, headers, body) = http(
         s.metrics,
         "POST /metrics HTTP/1.1\r\nHost: lbd\r\nContent-Length: 0\r\n\r\n",

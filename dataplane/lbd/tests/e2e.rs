@@ -116,6 +116,8 @@ fn mode_test(tag: &str, net: u8, mode: &str) {
         sample("lbd_port_link_up{port_id=\"1\",name=\"net_af_packet1\"}"),
         1
     );
+    // Both links up: healthy, for a routing daemon's check.
+    assert_eq!(get_200(&metrics, "/healthz"), "ok\n");
 
     // Every request of one keep-alive connection reaches the same backend.
     let url = format!("http://{}/whoami", lab.vip());
@@ -815,10 +817,16 @@ fn metrics_addr(lbd: &mut common::Lbd) -> String {
 
 /// The body of `GET /metrics` from lbd's Prometheus endpoint at `addr`.
 fn scrape(addr: &str) -> String {
+    get_200(addr, "/metrics")
+}
+
+/// The body of `GET path` from lbd's `--metrics` endpoint at `addr`,
+/// which must answer 200.
+fn get_200(addr: &str, path: &str) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).unwrap_or_else(|e| panic!("--metrics {addr}: {e}"));
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: lbd\r\n\r\n")
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: lbd\r\n\r\n").as_bytes())
         .unwrap();
     let mut raw = String::new();
     s.read_to_string(&mut raw).unwrap();
