@@ -186,6 +186,8 @@ pub struct PortInfo {
     pub mac: [u8; 6],
     /// IPv4 header checksum offloads in use: (rx, tx).
     pub ipv4_checksum_offload: (bool, bool),
+    /// The 802.1Q VLAN id of the port's frames, if tagged.
+    pub vlan: Option<u16>,
     /// Link state, speed and counters, kept current by the port's owner.
     pub status: Arc<PortStatus>,
 }

@@ -129,6 +129,7 @@ fn info_from(
                     speed_mbps: st.speed_mbps,
                     rx_ipv4_checksum_offload: port.ipv4_checksum_offload.0,
                     tx_ipv4_checksum_offload: port.ipv4_checksum_offload.1,
+                    vlan: port.vlan.map_or(0, u32::from),
                 }
             })
             .collect(),

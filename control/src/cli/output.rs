@@ -643,6 +643,7 @@ pub fn info_value(i: &pb::GetInfoResponse) -> serde_json::Value {
             "speed_mbps": p.speed_mbps,
             "rx_ipv4_checksum_offload": p.rx_ipv4_checksum_offload,
             "tx_ipv4_checksum_offload": p.tx_ipv4_checksum_offload,
+            "vlan": p.vlan,
         })).collect::<Vec<_>>(),
     })
 }
@@ -688,6 +689,10 @@ pub fn info_text(i: &pb::GetInfoResponse) -> String {
                         (false, false) => "-",
                     }
                     .into(),
+                    match p.vlan {
+                        0 => "-".into(),
+                        v => v.to_string(),
+                    },
                 ]
             })
             .collect();
@@ -701,6 +706,7 @@ pub fn info_text(i: &pb::GetInfoResponse) -> String {
                 "link",
                 "speed",
                 "ip csum offload",
+                "vlan",
             ],
             &cells,
         ));
@@ -1037,9 +1043,22 @@ mod tests {
         assert!(t.contains("02:00:00:00:00:01"), "{t}");
         assert!(t.contains("IP CSUM OFFLOAD"), "{t}");
         assert!(
-            t.lines().last().is_some_and(|l| l.trim_end().ends_with("rx")),
+            t.lines()
+                .last()
+                .is_some_and(|l| l.trim_end().ends_with("rx               -")),
             "{t}"
         );
+        let mut tagged = i.clone();
+        tagged.ports[0].vlan = 100;
+        let t = info_text(&tagged);
+        assert!(t.contains("VLAN"), "{t}");
+        assert!(
+            t.lines()
+                .last()
+                .is_some_and(|l| l.trim_end().ends_with("rx               100")),
+            "{t}"
+        );
+        assert_eq!(info_value(&tagged)["ports"][0]["vlan"], 100);
         assert_eq!(info_value(&i)["ports"][0]["rx_ipv4_checksum_offload"], true);
         assert_eq!(info_value(&i)["revision"], 7);
     }

@@ -43,6 +43,7 @@ pub fn ports() -> Vec<PortInfo> {
             driver: "net_null".into(),
             mac: [0x02, 0, 0, 0, 0, id as u8 + 1],
             ipv4_checksum_offload: (id == 1, false),
+            vlan: (id == 1).then_some(20),
             status: lb_control::grpc::PortStatus::new(true, 10_000),
         })
         .collect()

@@ -113,7 +113,8 @@ pub enum DropReason {
     Ipv4SourceRoute,
     /// On a node whose ports carry VLAN tags (`vlan` on every interface):
     /// a frame without a tag, or with another port's or an unknown VLAN
-    /// id. Frames of other VLANs that a trunk carries to lbd are not its.
+    /// id, whatever it carries (checked before the parse). Frames of other
+    /// VLANs that a trunk carries to lbd are not its.
     VlanMismatch,
 }
 

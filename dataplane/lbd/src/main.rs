@@ -413,6 +413,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             driver: p.info().driver.clone(),
             mac: p.mac().0,
             ipv4_checksum_offload: (p.checksum_offload().rx_ipv4, offloads.tx_ipv4),
+            vlan: config.interfaces.get(usize::from(p.id())).and_then(|i| i.vlan),
             status: Arc::clone(status),
         })
         .collect();

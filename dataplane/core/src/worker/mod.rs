@@ -346,10 +346,19 @@ impl Worker {
     #[cold]
     #[inline(never)]
     fn handle_tagged(&mut self, now: Tick, snap: &Snapshot, frame: &mut [u8], meta: &PacketMeta) -> Verdict {
+        // Read off the raw tag before anything else: a frame of another
+        // VLAN (LLDP, STP, another subnet's traffic) is not this port's,
+        // whatever the parse would make of it. A port without a VLAN id
+        // here has no interface: nothing is its.
         let vid = snap.port(meta.port).and_then(|c| c.vlan());
+        let ours = match (vid, frame.get(12..16)) {
+            (Some(vid), Some(&[0x81, 0x00, hi, lo])) => u16::from_be_bytes([hi, lo]) & 0x0fff == vid,
+            _ => false,
+        };
+        if !ours {
+            return self.drop(DropReason::VlanMismatch);
+        }
         match &wire::parse_with(frame, &meta.offload) {
-            // A port without a VLAN id here has no interface: nothing is its.
-            Ok(p) if vid.is_none() || p.vlan != vid => self.drop(DropReason::VlanMismatch),
             Ok(p) => self.dispatch(now, snap, frame, p, meta, None),
             Err(reason) => self.drop(*reason),
         }

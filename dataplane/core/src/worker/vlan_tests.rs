@@ -87,8 +87,7 @@ fn frames_without_their_ports_vlan_are_dropped_on_both_paths() {
         assert_eq!(w.counters().drops_of(DropReason::VlanMismatch), 1, "{what}");
         assert_eq!(w.conntrack().len(), 0, "{what}: nothing opened");
     }
-    // The burst path, with a good frame among them, and a table large
-    // enough for its staged lookups.
+    // The burst path, with a good frame among them.
     let mut w = worker(1, 0);
     let mut frames: Vec<Vec<u8>> = cases.iter().map(|(f, _)| f.clone()).collect();
     frames.push(tag(syn(), 10));
@@ -112,6 +111,68 @@ fn frames_without_their_ports_vlan_are_dropped_on_both_paths() {
         Verdict::Transmit { port: 1, .. }
     ));
     assert_eq!(tci(&f), 10);
+}
+
+#[test]
+fn the_tag_is_checked_before_the_parse() {
+    let snap = tagged_snapshot();
+    let mut w = worker(1, 0);
+    // LLDP (0x88cc): untagged, as switches send it on trunks, or of
+    // another VLAN, it is not this port's; on the port's VLAN it is what
+    // the parse says.
+    let lldp = |tci: Option<u16>| {
+        let mut f = vec![0x01, 0x80, 0xc2, 0, 0, 0x0e];
+        f.extend_from_slice(&CLIENT_MAC);
+        if let Some(t) = tci {
+            f.extend_from_slice(&[0x81, 0x00]);
+            f.extend_from_slice(&t.to_be_bytes());
+        }
+        f.extend_from_slice(&[0x88, 0xcc]);
+        f.resize(64, 0);
+        f
+    };
+    for (tci, want) in [
+        (None, DropReason::VlanMismatch),
+        (Some(20), DropReason::VlanMismatch),
+        (Some(10), DropReason::UnsupportedEtherType),
+    ] {
+        let mut f = lldp(tci);
+        assert_eq!(run(&mut w, &snap, 0, &mut f, 0), Verdict::Drop(want), "{tci:?}");
+    }
+    // A frame too short to hold a tag.
+    assert_eq!(
+        run(&mut w, &snap, 0, &mut [0u8; 13], 0),
+        Verdict::Drop(DropReason::VlanMismatch)
+    );
+}
+
+#[test]
+fn resets_and_held_frames_carry_their_ports_vlan() {
+    // The RST for a VIP port without a frontend goes back on VLAN 10.
+    let snap = tagged_snapshot();
+    let mut w = worker(1, 0);
+    let mut syn = tag(
+        tcp4(("10.0.0.2", 40000), ("10.0.0.100", 81), "S", 64, b""),
+        0x200a,
+    );
+    let v = run(&mut w, &snap, 0, &mut syn, 0);
+    let Verdict::Transmit { port: 0, len } = v else {
+        panic!("a RST: {v:?}")
+    };
+    assert_eq!(tci(&syn[..len]), 0x200a);
+    assert_checksums(&syn[..len]);
+    assert_eq!(w.counters().resets_sent.get(), 1);
+    // With no neighbor known, the translated SYN waits for the backend's
+    // MAC already tagged for VLAN 20 (the shell only writes the MAC).
+    let unresolved = snap.with_neighbors(&[]).unwrap();
+    let mut w = worker(1, 0);
+    let mut syn = tag(tcp4(("10.0.0.2", 40000), ("10.0.0.100", 80), "S", 64, b""), 10);
+    let v = run(&mut w, &unresolved, 0, &mut syn, 0);
+    let Verdict::Resolve { port: 1, len, .. } = v else {
+        panic!("held for the backend's MAC: {v:?}")
+    };
+    assert_eq!(tci(&syn[..len]), 20);
+    assert_checksums(&syn[..len]);
 }
 
 #[test]
