@@ -279,6 +279,12 @@ impl Exposition {
         let _ = writeln!(self.0, " {value}");
     }
 
+    /// A family of one sample without labels.
+    fn one(&mut self, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
+        self.family(name, kind, help);
+        self.sample(name, &[], value);
+    }
+
     /// A family with one sample per item of `items`.
     fn each<T>(
         &mut self,
@@ -326,30 +332,25 @@ pub fn render(stats: &pb::GetStatsResponse, info: &pb::GetInfoResponse) -> Strin
         &[("version", &info.version), ("instance_id", &info.instance_id)],
         1,
     );
-    o.family(
+    o.one(
         "lbd_revision",
         "gauge",
         "The last committed revision of the desired state.",
+        info.revision,
     );
-    o.sample("lbd_revision", &[], info.revision);
-    o.family(
+    o.one(
         "lbd_published_revision",
         "gauge",
         "The last revision compiled into the data plane.",
+        info.published_revision,
     );
-    o.sample("lbd_published_revision", &[], info.published_revision);
-    o.family(
+    o.one(
         "lbd_last_publish_seconds",
         "gauge",
         "Commit-to-publication time of the last published revision.",
-    );
-    o.sample(
-        "lbd_last_publish_seconds",
-        &[],
         info.last_publish_micros as f64 / 1e6,
     );
-    o.family("lbd_workers", "gauge", "Worker lcores.");
-    o.sample("lbd_workers", &[], info.workers);
+    o.one("lbd_workers", "gauge", "Worker lcores.", info.workers);
 
     let worker = |w: &pb::WorkerStats| vec![("worker", w.worker.to_string())];
     let per_worker: [Family<pb::WorkerStats>; 15] = [
@@ -630,17 +631,20 @@ pub fn render(stats: &pb::GetStatsResponse, info: &pb::GetInfoResponse) -> Strin
         ),
     ];
     for (name, kind, help, value) in control {
-        o.family(name, kind, help);
-        o.sample(name, &[], value);
+        o.one(name, kind, help, value);
     }
-    o.family("lbd_affinity_live_pins", "gauge", "Live client-IP affinity pins.");
-    o.sample("lbd_affinity_live_pins", &[], stats.affinity_live_pins);
-    o.family(
+    o.one(
+        "lbd_affinity_live_pins",
+        "gauge",
+        "Live client-IP affinity pins.",
+        stats.affinity_live_pins,
+    );
+    o.one(
         "lbd_affinity_table_size",
         "gauge",
         "Pins the affinity table holds.",
+        stats.affinity_table_size,
     );
-    o.sample("lbd_affinity_table_size", &[], stats.affinity_table_size);
     out.0
 }
 
