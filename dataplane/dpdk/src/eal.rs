@@ -8,7 +8,7 @@
 
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::{last_errno, strerror};
@@ -81,13 +81,14 @@ impl Eal {
     /// Initialises EAL with `args` (as on a DPDK command line; `args[0]` is
     /// the program name). Succeeds at most once per process.
     pub fn init<S: AsRef<str>>(args: &[S]) -> Result<Eal, EalError> {
-        if INITIALISED.swap(true, Ordering::SeqCst) {
-            return Err(EalError::AlreadyInitialised);
-        }
+        // Arguments first: a bad one leaves EAL free for a later call.
         let owned: Vec<CString> = args
             .iter()
             .map(|a| CString::new(a.as_ref()).map_err(|_| EalError::BadArgument(a.as_ref().to_string())))
             .collect::<Result<_, _>>()?;
+        if INITIALISED.swap(true, Ordering::SeqCst) {
+            return Err(EalError::AlreadyInitialised);
+        }
         // rte_eal_init may permute argv; it gets its own array of pointers
         // into `owned`, which outlives the call.
         let mut argv: Vec<*mut c_char> = owned.iter().map(|c| c.as_ptr() as *mut c_char).collect();
@@ -167,6 +168,9 @@ impl Eal {
         }
         let boxed: Box<Box<dyn FnOnce() -> i32 + Send>> = Box::new(Box::new(f));
         let arg = Box::into_raw(boxed) as *mut c_void;
+        // Counted before it can start, uncounted by the trampoline once the
+        // closure and everything it owned are gone (see `lcores_running`).
+        RUNNING.fetch_add(1, Ordering::SeqCst);
         // SAFETY: trampoline matches lcore_function_t; arg is a leaked
         // Box<Box<dyn FnOnce>> that the trampoline reclaims exactly once; we
         // reclaim it ourselves below if the launch did not happen.
@@ -175,6 +179,7 @@ impl Eal {
             // SAFETY: the launch failed, so the trampoline never ran and
             // never will: we still own arg.
             drop(unsafe { Box::from_raw(arg as *mut Box<dyn FnOnce() -> i32 + Send>) });
+            RUNNING.fetch_sub(1, Ordering::SeqCst);
             return Err(if rc == -libc_ebusy() {
                 LaunchError::Busy(lcore.0)
             } else {
@@ -199,7 +204,23 @@ unsafe extern "C" fn trampoline(arg: *mut c_void) -> c_int {
     // to exactly one trampoline call.
     let f = unsafe { Box::from_raw(arg as *mut Box<dyn FnOnce() -> i32 + Send>) };
     // A panic must not unwind into C: turn it into an error code.
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || (*f)())).unwrap_or(-1)
+    let rc = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || (*f)())).unwrap_or(-1);
+    // The closure and its captures are dropped: this lcore touches no
+    // mempool any more (its cache stays as it is until the next launch).
+    RUNNING.fetch_sub(1, Ordering::SeqCst);
+    rc
+}
+
+/// Closures launched on worker lcores that have not finished.
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether a closure launched with [`Eal::launch`] may still be running
+/// (on any lcore; joined or not). While one is, mempool counts that
+/// include the per-lcore caches can be over by a cache's worth (a cache
+/// flush enqueues before it shrinks the cache), so nothing may be
+/// concluded from them.
+pub(crate) fn lcores_running() -> bool {
+    RUNNING.load(Ordering::SeqCst) > 0
 }
 
 /// A closure running on a worker lcore. Dropping the handle joins it.

@@ -8,8 +8,9 @@
 //!   nor freed twice. Its data is a plain `&mut [u8]`.
 //! - [`Port`], [`RxQueue`], [`TxQueue`]: an Ethernet device configured with
 //!   N rx and N tx queues (RSS over IP and L4 ports where the PMD supports
-//!   it). A queue handle is `Send` but not `Sync` or `Clone`: exactly one
-//!   lcore polls it, which is what DPDK's lock-free queues require.
+//!   it). A queue handle is `Send` but not `Clone`, and every method that
+//!   polls or sends takes `&mut self`: exactly one lcore polls it at a
+//!   time, which is what DPDK's lock-free queues require.
 //! - [`ring`]: single-producer single-consumer rings for handing mbufs
 //!   between lcores, split into a producer and a consumer half.
 //! - [`Eal::launch`]: run a closure on a worker lcore and join it.

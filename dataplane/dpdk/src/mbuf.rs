@@ -124,6 +124,16 @@ impl Drop for Mempool {
         // only when every mbuf is back (the count includes the per-lcore
         // caches, exact once nothing runs); otherwise it is leaked, with
         // its EAL handle, so that EAL cleanup cannot unmap it either.
+        // While a worker lcore runs, the count may be over by a cache
+        // flush in progress: leaked rather than risk it.
+        if crate::eal::lcores_running() {
+            tracing::error!(
+                pool = %self.name,
+                "mempool dropped while worker lcores run: leaked, not freed"
+            );
+            std::mem::forget(self._eal.clone());
+            return;
+        }
         let free = self.available();
         if free < self.count {
             tracing::error!(
@@ -136,7 +146,10 @@ impl Drop for Mempool {
         }
         // SAFETY: every holder of this pool (ports' rx queues) holds an Arc
         // to it, so we are the last user, and every mbuf is back in it
-        // (checked above): nothing refers to its memory any more.
+        // (checked above, with no worker lcore running, so the count, caches
+        // included, is exact: any other thread puts straight into the ring,
+        // and with every mbuf back none holds one to put): nothing refers to
+        // its memory any more.
         unsafe { dpdk_sys::rte_mempool_free(self.ptr.0.as_ptr()) }
     }
 }
@@ -300,9 +313,14 @@ impl Mbuf {
         if p.is_null() {
             return None;
         }
-        // SAFETY: p points at len bytes owned by this mbuf (see above);
-        // the returned borrow is tied to &mut self.
-        Some(unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len as usize) })
+        // SAFETY: p points at len writable bytes owned by this mbuf (see
+        // above). Zeroed before a slice is made: the buffer's old bytes are
+        // not handed out, and the mbuf's data stays initialised, which
+        // `data_mut` relies on.
+        unsafe { std::ptr::write_bytes(p as *mut u8, 0, usize::from(len)) };
+        // SAFETY: the same len bytes, now initialised; the borrow is tied to
+        // &mut self.
+        Some(unsafe { std::slice::from_raw_parts_mut(p as *mut u8, usize::from(len)) })
     }
 
     /// Sets the data length to `len` (shrinking or growing into tailroom).
@@ -348,6 +366,8 @@ impl Mbuf {
     /// the 0.
     #[inline]
     pub fn offload_ipv4_checksum(&mut self, l2_len: u8, l3_len: u16) {
+        // The fields are 7 and 9 bits wide; the setters would mask.
+        debug_assert!(l2_len < 128 && l3_len < 512, "l2_len {l2_len}, l3_len {l3_len}");
         // SAFETY: we own the mbuf exclusively (&mut self), a struct whose
         // layout (the tx_offload union and its bitfields included) bindgen
         // generated and checked; the PMD reads these fields at tx.

@@ -1,8 +1,9 @@
 //! Single-producer single-consumer rings of mbufs between two lcores.
 //!
 //! [`channel`] creates an `rte_ring` and splits it into a [`Producer`] and a
-//! [`Consumer`]. Each half is `Send` but neither `Sync` nor `Clone`, which is
-//! exactly the contract of DPDK's SP/SC ring mode. The ring is freed when
+//! [`Consumer`]. Each half is `Send` but not `Clone`, and enqueues and
+//! dequeues take `&mut self`, so one thread at a time uses each end: exactly
+//! the contract of DPDK's SP/SC ring mode. The ring is freed when
 //! both halves are gone; mbufs still in it are freed with it.
 
 use std::ffi::CString;
