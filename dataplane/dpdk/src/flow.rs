@@ -141,6 +141,8 @@ impl FlowRule {
                 conf: null,
             },
         ];
+        // One control call on the port at a time; counted in it once made.
+        let mut control = port.control();
         // SAFETY: all-zero is a valid rte_flow_error (null pointers).
         let mut err: sys::rte_flow_error = unsafe { std::mem::zeroed() };
         // SAFETY: attr, pattern (END-terminated) and actions (END-terminated)
@@ -156,6 +158,7 @@ impl FlowRule {
             // rte_flow_create reports why in rte_errno (positive).
             return Err(error(id, -crate::last_errno(), &err));
         }
+        *control += 1;
         Ok(FlowRule {
             port: port.clone(),
             flow,
@@ -165,6 +168,8 @@ impl FlowRule {
 
 impl Drop for FlowRule {
     fn drop(&mut self) {
+        let mut control = self.port.control();
+        *control -= 1;
         // SAFETY: all-zero is a valid rte_flow_error.
         let mut err: sys::rte_flow_error = unsafe { std::mem::zeroed() };
         // SAFETY: flow came from rte_flow_create on this port, which is

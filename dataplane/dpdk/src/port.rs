@@ -33,6 +33,15 @@ pub enum PortError {
         /// Live rx and tx queue handles.
         live: usize,
     },
+    /// [`Port::stop`] while flow rules on the port are alive (a driver
+    /// need not keep them across a stop, and their handles would dangle).
+    #[error("port {port}: cannot stop while {live} of its flow rules are alive")]
+    FlowRulesInUse {
+        /// Port id.
+        port: u16,
+        /// Live [`crate::flow::FlowRule`]s.
+        live: usize,
+    },
     /// More queues asked for than the device has.
     #[error("port {port} ({name}) allows at most {max_rx} rx and {max_tx} tx queues, {asked} asked for (one per worker lcore): use fewer worker lcores")]
     TooManyQueues {
@@ -262,6 +271,12 @@ struct PortInner {
     /// burst call while the device stops, and a handle taken after a stop
     /// sees `started` false.
     live_queues: Mutex<usize>,
+    /// Serialises the device's control calls (start, stop, counters, link,
+    /// MAC, flow rules): ethdev functions must not run on one port from two
+    /// threads at once, and `Port` is `Sync`. Holds the number of live flow
+    /// rules, which `stop` refuses. Taken before `live_queues` where both
+    /// are.
+    control: Mutex<usize>,
     rx_taken: Mutex<Vec<bool>>,
     tx_taken: Mutex<Vec<bool>>,
     _pool: Arc<Mempool>,
@@ -456,6 +471,7 @@ impl Port {
             promiscuous,
             started: AtomicBool::new(false),
             live_queues: Mutex::new(0),
+            control: Mutex::new(0),
             rx_taken: Mutex::new(vec![false; conf.rx_queues as usize]),
             tx_taken: Mutex::new(vec![false; conf.tx_queues as usize]),
             _pool: pool,
@@ -494,6 +510,7 @@ impl Port {
     /// Starts the device (nothing if it is started). Queue handles may be
     /// alive: their bursts do nothing until the device has started.
     pub fn start(&self) -> Result<(), PortError> {
+        let _control = self.control();
         let _serial = self.0.live_queues.lock().unwrap_or_else(|e| e.into_inner());
         if self.0.started.load(Ordering::Acquire) {
             return Ok(());
@@ -512,6 +529,13 @@ impl Port {
     /// its queue handles lives: drop them (join the lcores that poll them)
     /// first.
     pub fn stop(&self) -> Result<(), PortError> {
+        let control = self.control();
+        if *control > 0 {
+            return Err(PortError::FlowRulesInUse {
+                port: self.id(),
+                live: *control,
+            });
+        }
         let live = self.0.live_queues.lock().unwrap_or_else(|e| e.into_inner());
         if *live > 0 {
             return Err(PortError::QueuesInUse {
@@ -533,8 +557,15 @@ impl Port {
         Ok(())
     }
 
+    /// The device's control lock, held for one control call; its value
+    /// counts the port's live flow rules.
+    pub(crate) fn control(&self) -> std::sync::MutexGuard<'_, usize> {
+        self.0.control.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The port's MAC address.
     pub fn mac(&self) -> MacAddr {
+        let _control = self.control();
         let mut a = rte_ether_addr::default();
         // SAFETY: valid port, valid out-pointer.
         unsafe { dpdk_sys::rte_eth_macaddr_get(self.id(), &mut a) };
@@ -543,6 +574,7 @@ impl Port {
 
     /// Link state, without waiting.
     pub fn link(&self) -> LinkStatus {
+        let _control = self.control();
         let mut l = rte_eth_link::default();
         // SAFETY: valid port, valid out-pointer.
         unsafe { dpdk_sys::rte_eth_link_get_nowait(self.id(), &mut l) };
@@ -555,6 +587,7 @@ impl Port {
 
     /// Device counters.
     pub fn stats(&self) -> Result<PortStats, PortError> {
+        let _control = self.control();
         let mut s = rte_eth_stats::default();
         // SAFETY: valid port, valid out-pointer.
         check(self.id(), "rte_eth_stats_get", unsafe {
