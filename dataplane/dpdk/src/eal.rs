@@ -130,6 +130,28 @@ impl Eal {
         unsafe { dpdk_sys::rte_eth_dev_count_avail() }
     }
 
+    /// The ids of the ports DPDK probed that no other driver owns (a
+    /// bonded or failsafe device owns its sub-ports), in id order. Usually
+    /// `0..port_count()`, but ids can have holes: owned sub-ports, or a
+    /// device removed.
+    pub fn port_ids(&self) -> Vec<u16> {
+        const NO_OWNER: u64 = 0; // RTE_ETH_DEV_NO_OWNER
+        let max = dpdk_sys::RTE_MAX_ETHPORTS as u64;
+        let mut ids = Vec::new();
+        let mut next: u64 = 0;
+        loop {
+            // SAFETY: EAL is initialised; the call only reads the ethdev
+            // table. It returns a valid unowned port id >= next, or
+            // RTE_MAX_ETHPORTS when there is none.
+            next = unsafe { dpdk_sys::rte_eth_find_next_owned_by(next as u16, NO_OWNER) };
+            if next >= max {
+                return ids;
+            }
+            ids.push(next as u16);
+            next += 1;
+        }
+    }
+
     /// The port id of a device by its name (a PCI address such as
     /// `0000:03:00.0`, or a vdev name such as `net_af_packet0`).
     pub fn port_by_name(&self, name: &str) -> Option<u16> {

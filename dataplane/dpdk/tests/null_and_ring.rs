@@ -7,6 +7,7 @@ use dpdk::{Burst, Port, PortConfig, PortError, BURST_MAX};
 fn null_and_ring_ports() {
     let eal = common::eal("-l0", &["--vdev=net_null0", "--vdev=net_ring0"]);
     assert_eq!(eal.port_count(), 2);
+    assert_eq!(eal.port_ids(), [0, 1], "no owned sub-ports, no holes");
     assert!(eal.worker_lcores().is_empty());
     assert!(matches!(
         dpdk::Eal::init(&["again"]),

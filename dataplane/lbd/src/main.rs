@@ -199,6 +199,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
     let nports = eal.port_count();
+    // Ports are indexed by id (interfaces in port order, tx queues, the
+    // snapshot's ports): ids with holes (a bonded or failsafe device's
+    // sub-ports, which it owns) would put the config on the wrong device.
+    let ids = eal.port_ids();
+    if ids.iter().copied().ne(0..nports) {
+        bail!(
+            "DPDK's ports have ids {ids:?}, not 0 to {}: lbd drives ports numbered from 0 without gaps (bonded or failsafe devices are not supported)",
+            nports.saturating_sub(1)
+        );
+    }
     if !config.interfaces.is_empty() && config.interfaces.len() != nports as usize {
         bail!(
             "the config has {} [[interface]] tables but DPDK has {nports} ports: give one per port, in port order",

@@ -374,6 +374,31 @@ fn vdev_that_fails_to_probe() {
     assert!(lbd_line(&out).contains("net_af_packet0"), "{out}");
 }
 
+/// A failsafe device owns the sub-device it probes, which takes the next
+/// port id: the port given after it gets id 2, and lbd (which indexes its
+/// ports by id) refuses instead of driving the sub-device as port 1.
+#[test]
+fn port_ids_with_a_hole() {
+    let p = prefix("holes");
+    let (code, out) = run_lbd(
+        &[
+            "--no-huge",
+            "--vdev",
+            "net_failsafe0,dev(net_null1)",
+            "--vdev",
+            "net_null0",
+            &p,
+        ],
+        T,
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert_clean(&out);
+    assert!(
+        lbd_line(&out).contains("DPDK's ports have ids [0, 2], not 0 to 1"),
+        "{out}"
+    );
+}
+
 #[test]
 fn no_ports() {
     // A usage error: a flag is missing.
