@@ -65,10 +65,11 @@ fn replay_handle_packet_corpus() {
     );
     let mut inputs = seeds;
     inputs.extend(files_in(&fuzz_dir().join("artifacts/handle_packet")));
-    // The fuzzer's fixture, and the same with no neighbor known, so that
+    // The fuzzer's fixtures, and the first with no neighbor known, so that
     // every translated frame also takes the `Resolve` path.
     let mut checked = 0;
-    for fixture in [Fixture::TwoPort, Fixture::NoNeighbors] {
+    let mut tagged_checked = 0;
+    for fixture in [Fixture::TwoPort, Fixture::NoNeighbors, Fixture::Tagged] {
         let snap = fixture.snapshot();
         for path in &inputs {
             let data = std::fs::read(path).unwrap();
@@ -77,14 +78,22 @@ fn replay_handle_packet_corpus() {
                 Ok(ran) => {
                     assert!(ran.verdicts > 0, "{} ({fixture:?}): no verdict", path.display());
                     checked += ran.checked;
+                    if matches!(fixture, Fixture::Tagged) {
+                        tagged_checked += ran.checked;
+                    }
                 }
                 Err(_) => panic!("{} ({fixture:?}) panics (see above)", path.display()),
             }
         }
     }
     // The oracle looked at frames sent (it is not skipped for every one).
-    eprintln!("handle_packet corpus: {checked} frames sent checked by the oracle");
+    eprintln!("handle_packet corpus: {checked} frames sent checked by the oracle ({tagged_checked} tagged)");
     assert!(checked >= 100, "the oracle checked only {checked} frames sent");
+    // Tagged frames are translated and sent too, not all vlan_mismatch.
+    assert!(
+        tagged_checked >= 30,
+        "the oracle checked only {tagged_checked} tagged frames sent"
+    );
 }
 
 #[test]

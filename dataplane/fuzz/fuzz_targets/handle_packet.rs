@@ -1,5 +1,6 @@
 //! Arbitrary bytes as an Ethernet frame through `Worker::handle_packet`
-//! (and `handle_tick`) with the golden tests' two-port snapshot; see
+//! (and `handle_tick`) with the golden tests' two-port snapshot, untagged
+//! and on VLAN trunks (the frame tagged as it arrives); see
 //! `src/harness.rs` for what is run and checked, `src/oracle.rs` for the
 //! checks on the frames sent.
 #![no_main]
@@ -14,6 +15,7 @@ mod oracle;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let snap = fixture::Fixture::TwoPort.snapshot();
-    assert!(harness::run(snap, data).verdicts > 0);
+    for f in [fixture::Fixture::TwoPort, fixture::Fixture::Tagged] {
+        assert!(harness::run(f.snapshot(), data).verdicts > 0);
+    }
 });

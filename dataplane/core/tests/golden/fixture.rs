@@ -68,16 +68,21 @@ pub enum Fixture {
     /// `TwoPort` with an empty neighbor table (`Snapshot::with_neighbors`):
     /// every next hop, clients, backends and the gateway, is unresolved.
     NoNeighbors,
+    /// `TwoPort` on VLAN trunks: port 0 on VLAN 10, port 1 on VLAN 20
+    /// (`SnapshotBuilder::vlan`); frames must carry their port's id.
+    Tagged,
 }
 
 impl Fixture {
     pub fn snapshot(self) -> &'static Snapshot {
         static TWO_PORT: OnceLock<Snapshot> = OnceLock::new();
         static NO_NEIGHBORS: OnceLock<Snapshot> = OnceLock::new();
+        static TAGGED: OnceLock<Snapshot> = OnceLock::new();
         match self {
-            Fixture::TwoPort => TWO_PORT.get_or_init(two_port),
+            Fixture::TwoPort => TWO_PORT.get_or_init(|| two_port_with(false)),
+            Fixture::Tagged => TAGGED.get_or_init(|| two_port_with(true)),
             Fixture::NoNeighbors => NO_NEIGHBORS.get_or_init(|| {
-                two_port()
+                two_port_with(false)
                     .with_neighbors(&[])
                     .expect("an empty neighbor set is valid")
             }),
@@ -89,7 +94,8 @@ pub fn cidr(s: &str, prefix: u8) -> Cidr {
     Cidr::new(ip(s), prefix).unwrap()
 }
 
-pub fn two_port() -> Snapshot {
+/// [`Fixture::TwoPort`], its ports tagged (VLAN 10 and 20) if `vlans`.
+pub fn two_port_with(vlans: bool) -> Snapshot {
     let mut b = SnapshotBuilder::new(1);
     b.interface(0, MAC0, cidr("10.0.0.1", 24), Some(ip("10.0.0.254")));
     b.interface(0, MAC0, cidr("fd00::1", 64), None);
@@ -269,6 +275,9 @@ pub fn two_port() -> Snapshot {
             b.backend(id, BackendSpec::new(ip(&format!("{be}{i}")), 7000))
                 .unwrap();
         }
+    }
+    if vlans {
+        b.vlan(0, 10).vlan(1, 20);
     }
     b.build().unwrap()
 }
