@@ -64,12 +64,12 @@ fn udp(vid: Option<u16>, dst_mac: [u8; 6], src: ([u8; 4], u16), dst: ([u8; 4], u
 }
 
 fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
-    let mut out = Vec::new();
-    for w in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 65_535, 1] {
+    // Magic, version 2.4, no time zone or accuracy, snap length, Ethernet.
+    let mut out = 0xa1b2_c3d4u32.to_le_bytes().to_vec();
+    out.extend_from_slice(&[2, 0, 4, 0]);
+    for w in [0u32, 0, 65_535, 1] {
         out.extend_from_slice(&w.to_le_bytes());
     }
-    // Version 2.4 is two u16s, written above as one u32: fix the order.
-    out[4..8].copy_from_slice(&[2, 0, 4, 0]);
     for f in frames {
         for w in [0u32, 0, f.len() as u32, f.len() as u32] {
             out.extend_from_slice(&w.to_le_bytes());

@@ -99,18 +99,6 @@ pub fn set_l2(frame: &mut [u8], src_mac: [u8; 6], dst_mac: [u8; 6]) {
     }
 }
 
-/// Sets the VLAN id of a frame with an 802.1Q tag, keeping its priority
-/// and drop-eligible bits; an untagged frame is left alone.
-#[inline]
-pub fn set_vlan_id(frame: &mut [u8], vid: u16) {
-    if let Some(tag) = frame.get_mut(12..16) {
-        if tag[..2] == [0x81, 0x00] {
-            let tci = (u16::from_be_bytes([tag[2], tag[3]]) & 0xf000) | (vid & 0x0fff);
-            tag[2..].copy_from_slice(&tci.to_be_bytes());
-        }
-    }
-}
-
 /// Rewrite a TCP, UDP or ICMP(v6) echo packet in place to carry `rw`'s
 /// addresses and ports (for echo, the identifier: see the module doc), with
 /// TTL / hop limit decremented and every checksum updated per `offload`.

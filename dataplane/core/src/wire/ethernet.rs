@@ -203,6 +203,20 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
         self.buffer.as_mut()[field::SRC].copy_from_slice(&addr.0);
     }
 
+    /// Set the VLAN id of a tagged frame, keeping the tag's priority and
+    /// drop-eligible bits; an untagged frame is left alone.
+    #[inline]
+    pub fn set_vlan_id(&mut self, vid: u16) {
+        if !self.is_vlan_tagged() {
+            return;
+        }
+        // Checked frames hold their tag; an unchecked short one is left.
+        if let Some(tci) = self.buffer.as_mut().get_mut(field::TCI) {
+            let v = (u16::from_be_bytes([tci[0], tci[1]]) & 0xf000) | (vid & 0x0fff);
+            tci.copy_from_slice(&v.to_be_bytes());
+        }
+    }
+
     /// Set the payload EtherType (after the tag if tagged).
     #[inline]
     pub fn set_ethertype(&mut self, ethertype: u16) {

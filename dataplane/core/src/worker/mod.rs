@@ -351,11 +351,10 @@ impl Worker {
         // whatever the parse would make of it. A port without a VLAN id
         // here has no interface: nothing is its.
         let vid = snap.port(meta.port).and_then(|c| c.vlan());
-        let ours = match (vid, frame.get(12..16)) {
-            (Some(vid), Some(&[0x81, 0x00, hi, lo])) => u16::from_be_bytes([hi, lo]) & 0x0fff == vid,
-            _ => false,
-        };
-        if !ours {
+        let tag = wire::EthernetFrame::new_checked(&*frame)
+            .ok()
+            .and_then(|e| e.vlan_id());
+        if vid.is_none() || tag != vid {
             return self.drop(DropReason::VlanMismatch);
         }
         match &wire::parse_with(frame, &meta.offload) {

@@ -526,8 +526,9 @@ fn set_l2(frame: &mut [u8], route: &Route, snap: &Snapshot) {
 #[cold]
 #[inline(never)]
 fn tag_for(frame: &mut [u8], route: &Route, snap: &Snapshot) {
-    if let Some(vid) = snap.port(route.port()).and_then(|p| p.vlan()) {
-        nat::set_vlan_id(frame, vid);
+    let vid = snap.port(route.port()).and_then(|p| p.vlan());
+    if let (Some(vid), Ok(mut eth)) = (vid, crate::wire::EthernetFrame::new_checked(frame)) {
+        eth.set_vlan_id(vid);
     }
 }
 
