@@ -37,7 +37,7 @@ use crate::model::{
     Backend, BackendKey, BackendState, DesiredState, ErrorKind, Frontend, FrontendKey, FrontendType, Mode,
     Protocol, Service, TrafficPolicy, ValidationError,
 };
-use crate::plane::NodeConfig;
+use crate::plane::{InterfaceConfig, NodeConfig};
 use crate::store::{backends_of, Delta};
 
 /// A slot allocator for one key space.
@@ -299,6 +299,17 @@ impl Compiler {
         for i in &self.node.interfaces {
             b.interface(i.port, i.mac, i.cidr, i.gateway);
             if let Some(vid) = i.vlan {
+                // The builder tags a port once any entry names a VLAN; an
+                // entry of the same port without one is a contradiction,
+                // not an untagged address on a tagged port.
+                let untagged = |j: &InterfaceConfig| j.port == i.port && j.vlan.is_none();
+                if self.node.interfaces.iter().any(untagged) {
+                    return Err(BuildError::Vlan {
+                        port: i.port,
+                        vid,
+                        reason: "another interface entry of the port has no VLAN",
+                    });
+                }
                 b.vlan(i.port, vid);
             }
         }

@@ -75,8 +75,9 @@ pub struct InterfaceConfig {
     pub cidr: Cidr,
     /// Default gateway reached through this port, if any.
     pub gateway: Option<IpAddr>,
-    /// The port's 802.1Q VLAN id, if its frames are tagged (the same on
-    /// every entry of a port; every port has one or none does).
+    /// The port's 802.1Q VLAN id, if its frames are tagged: the same on
+    /// every entry of a port (a port tagged on one entry only is refused),
+    /// and every port has one or none does.
     pub vlan: Option<u16>,
 }
 

@@ -868,6 +868,28 @@ fn a_bad_node_configuration_is_not_blamed_on_the_state_file() {
     }
 }
 
+/// A port whose interface entries disagree on tagging (the IPv4 entry on
+/// VLAN 10, the IPv6 one untagged) is refused, whichever entry comes
+/// first; the same VLAN on both is a tagged port.
+#[test]
+fn a_port_tagged_on_one_interface_entry_only_is_refused() {
+    for tagged in [0, 1] {
+        let mut n = node();
+        n.interfaces[tagged].vlan = Some(10);
+        let e = ControlPlane::open(n, None).unwrap_err();
+        assert!(matches!(e, PlaneError::NodeConfig(_)), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "node configuration: port 0: vlan: 10: another interface entry of the port has no VLAN"
+        );
+    }
+    let mut n = node();
+    n.interfaces[0].vlan = Some(10);
+    n.interfaces[1].vlan = Some(10);
+    let p = ControlPlane::open(n, None).unwrap();
+    assert_eq!(p.snapshot().port(0).unwrap().vlan(), Some(10));
+}
+
 #[test]
 fn a_state_that_does_not_compile_here_is_refused_at_open() {
     let dir = tempfile::tempdir().unwrap();
