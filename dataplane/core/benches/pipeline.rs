@@ -14,6 +14,9 @@
 //!   `PIPELINE_OFFLOAD=nic` runs every variant as on a NIC with IPv4
 //!   header checksum offload both ways (verified on receipt, left to the
 //!   NIC on the way out), as lbd uses it where ports have it.
+//!   `PIPELINE_VLAN=1` runs every variant on a tagged node: port 0 on
+//!   VLAN 10, port 1 on VLAN 20, every frame with its port's 802.1Q tag
+//!   (in 4 bytes of the padding: frames stay 60 bytes).
 //! - Established: the table is filled with n = 1k or 1M connections (a SYN,
 //!   the backend's SYN-ACK and the client's ACK each, through
 //!   `handle_packet`, so every entry is ESTABLISHED). The timed
@@ -96,6 +99,9 @@ fn snapshot() -> Snapshot {
     b.interface(0, MAC0, net("10.0.0.1", 24), Some(gw));
     b.interface(1, MAC1, net("10.1.0.1", 16), None);
     b.neighbor(gw, PEER);
+    if VLAN.load(Relaxed) {
+        b.vlan(0, 10).vlan(1, 20);
+    }
     for i in 0..SNAT_ADDRS {
         b.snat_address(snat_addr(i));
     }
@@ -152,9 +158,22 @@ fn tcp(src: (IpAddr, u16), dst: (IpAddr, u16), syn: bool, ack: bool) -> Frame {
     }
     let mut v = Vec::with_capacity(FRAME);
     b.write(&mut v, &[]).unwrap();
+    if VLAN.load(Relaxed) {
+        // To a frontend: from a client, on port 0; else on port 1.
+        let vid: u16 = if [VIP, VIP_DNAT, VIP_STICKY].contains(&d) {
+            10
+        } else {
+            20
+        };
+        let t = vid.to_be_bytes();
+        v.splice(12..12, [0x81, 0x00, t[0], t[1]]);
+    }
     v.resize(FRAME, 0);
     v.try_into().unwrap()
 }
+
+/// `PIPELINE_VLAN=1`: a tagged node (module doc).
+static VLAN: AtomicBool = AtomicBool::new(false);
 
 /// Client `i` of at most 4M: distinct address and port.
 fn client(i: usize) -> (IpAddr, u16) {
@@ -713,6 +732,7 @@ fn full_table(big: bool, dnat: bool) -> NewFlows {
 fn main() {
     WARM_BY_LOADS.store(std::env::var("PIPELINE_WARM").as_deref() == Ok("loads"), Relaxed);
     NIC_OFFLOAD.store(std::env::var("PIPELINE_OFFLOAD").as_deref() == Ok("nic"), Relaxed);
+    VLAN.store(std::env::var("PIPELINE_VLAN").as_deref() == Ok("1"), Relaxed);
     if std::env::var("PIPELINE_MEDIANS").is_ok() {
         medians();
         return;

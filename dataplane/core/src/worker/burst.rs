@@ -174,7 +174,7 @@ impl Worker {
         verdicts: &mut [Verdict],
     ) {
         for ((frame, meta), v) in frames.iter_mut().zip(metas).zip(verdicts.iter_mut()) {
-            *v = self.handle_tagged(now, snap, frame.as_mut(), meta);
+            *v = self.handle_tagged(now, snap, frame.as_mut(), meta, true);
         }
     }
 
@@ -276,7 +276,8 @@ impl Worker {
                 } else {
                     f
                 };
-                if let Some(v) = self.fast_v4_read(now, snap, frame, meta, fk, Some(hint), picks[i].as_ref())
+                if let Some(v) =
+                    self.fast_v4_read::<0>(now, snap, frame, meta, fk, Some(hint), picks[i].as_ref())
                 {
                     verdicts[i] = v;
                     continue;

@@ -5,9 +5,11 @@
 //! The general path parses into a [`Parsed`](crate::wire::Parsed) with
 //! `IpAddr`s, builds a [`FlowKey`](crate::flow::FlowKey), and goes through
 //! the owner, frontend, conntrack, route and NAT steps on those: ~1,000
-//! instructions a packet. Here an untagged IPv4 frame without options is
-//! read at fixed offsets into `u32`s and octets, and each step uses its
-//! IPv4 form ([`Snapshot::owner_kind_v4`], [`Conntrack::lookup_v4`](crate::conntrack::Conntrack::lookup_v4),
+//! instructions a packet. Here an IPv4 frame without options is read at
+//! fixed offsets into `u32`s and octets (an untagged frame, or on a tagged
+//! node one with its port's 802.1Q tag, for tracked connections only:
+//! [`VLAN_TAG`], [`Worker::fast_v4_tagged`]), and each step uses its IPv4
+//! form ([`Snapshot::owner_kind_v4`], [`Conntrack::lookup_v4`](crate::conntrack::Conntrack::lookup_v4),
 //! [`Conntrack::rewrite_v4`](crate::conntrack::Conntrack::rewrite_v4), [`Snapshot::next_hop_index_v4`],
 //! [`nat::rewrite_v4_whole`]).
 //!
@@ -52,7 +54,7 @@ use crate::conntrack::Direction;
 use crate::flow::{owner_of_client, owner_of_snat_port, FlowKeyV4, Proto};
 use crate::nat::{self, NatDelta};
 use crate::snapshot::{NextHop, OwnerKind, Service, Snapshot};
-use crate::wire::{ip_proto, TcpFlags};
+use crate::wire::{self, ip_proto, TcpFlags};
 use crate::Tick;
 
 use super::fast_open::Pick;
@@ -63,8 +65,12 @@ use super::{PacketMeta, Verdict, Worker};
 const ETH: usize = 14;
 /// IPv4 header without options.
 const IP: usize = 20;
-/// Where the L4 header starts.
-const L4: usize = ETH + IP;
+
+/// The 802.1Q tag's length: the `TAG` of the functions below is 0 for an
+/// untagged frame and this for a tagged one, whose IPv4 header starts
+/// that much later. Each is its own instantiation: the untagged one reads
+/// fixed offsets, as if the tagged one did not exist.
+pub(super) const VLAN_TAG: usize = 4;
 
 #[inline(always)]
 fn be16(b: &[u8], at: usize) -> u16 {
@@ -130,33 +136,46 @@ impl FastV4 {
 /// the same fields, that is not a fragment and whose TTL is above 1.
 #[inline(always)]
 pub(super) fn read_v4(f: &[u8], meta: &PacketMeta) -> Option<FastV4> {
-    if f.len() < L4 + 8 || f[12] != 0x08 || f[13] != 0x00 || f[ETH] != 0x45 {
+    read_v4_at::<0>(f, meta)
+}
+
+/// [`read_v4`] for `TAG` 0, and for [`VLAN_TAG`] the same with one
+/// 802.1Q tag (TPID 0x8100) before the EtherType; the caller checked the
+/// tag's VLAN id.
+#[inline(always)]
+pub(super) fn read_v4_at<const TAG: usize>(f: &[u8], meta: &PacketMeta) -> Option<FastV4> {
+    const { assert!(TAG == 0 || TAG == VLAN_TAG) };
+    let (eth, l4) = (ETH + TAG, ETH + TAG + IP);
+    if f.len() < l4 + 8 || f[eth - 2] != 0x08 || f[eth - 1] != 0x00 || f[eth] != 0x45 {
         return None;
     }
-    let total = usize::from(be16(f, ETH + 2));
-    let end = ETH + total;
+    if TAG == VLAN_TAG && (f[12] != 0x81 || f[13] != 0x00) {
+        return None;
+    }
+    let total = usize::from(be16(f, eth + 2));
+    let end = eth + total;
     // MF set or a fragment offset: the general path's business.
-    if end > f.len() || f[ETH + 6] & 0x3f != 0 || f[ETH + 7] != 0 {
+    if end > f.len() || f[eth + 6] & 0x3f != 0 || f[eth + 7] != 0 {
         return None;
     }
     // TTL 1 is dropped (or answered) by the general path.
-    if f[ETH + 8] <= 1 {
+    if f[eth + 8] <= 1 {
         return None;
     }
     let l4_len = total.checked_sub(IP)?;
-    let (proto, flags) = match f[ETH + 9] {
+    let (proto, flags) = match f[eth + 9] {
         ip_proto::TCP => {
             if l4_len < 20 {
                 return None;
             }
-            let doff = usize::from(f[L4 + 12] >> 4) * 4;
+            let doff = usize::from(f[l4 + 12] >> 4) * 4;
             if doff < 20 || doff > l4_len {
                 return None;
             }
-            (Proto::Tcp, f[L4 + 13])
+            (Proto::Tcp, f[l4 + 13])
         }
         ip_proto::UDP => {
-            let ulen = usize::from(be16(f, L4 + 4));
+            let ulen = usize::from(be16(f, l4 + 4));
             if ulen < 8 || ulen > l4_len {
                 return None;
             }
@@ -166,16 +185,16 @@ pub(super) fn read_v4(f: &[u8], meta: &PacketMeta) -> Option<FastV4> {
     };
     // The parse's check (`Ipv4Packet::verify_checksum`).
     if !meta.offload.rx_ipv4_verified {
-        let h: &[u8; IP] = f[ETH..L4].try_into().ok()?;
+        let h: &[u8; IP] = f[eth..l4].try_into().ok()?;
         if !checksum::sums_to_ones20(h) {
             return None;
         }
     }
     Some(FastV4 {
-        src: octets(f, ETH + 12),
-        dst: octets(f, ETH + 16),
-        sport: be16(f, L4),
-        dport: be16(f, L4 + 2),
+        src: octets(f, eth + 12),
+        dst: octets(f, eth + 16),
+        sport: be16(f, l4),
+        dport: be16(f, l4 + 2),
         proto,
         flags,
         end,
@@ -187,7 +206,7 @@ pub(super) fn read_v4(f: &[u8], meta: &PacketMeta) -> Option<FastV4> {
 /// to `hop`; `delta` is the checksum change of `k`'s 5-tuple to that, if
 /// the caller has it (a tracked connection's). Returns the change applied.
 #[inline(always)]
-pub(super) fn write_v4(
+pub(super) fn write_v4<const TAG: usize>(
     frame: &mut [u8],
     k: &FastV4,
     src: (Ipv4Addr, u16),
@@ -198,8 +217,8 @@ pub(super) fn write_v4(
 ) -> NatDelta {
     let mut applied = NatDelta::default();
     // `read_v4` checked `end <= frame.len()`; the `if let` cannot fail.
-    if let Some((head, rest)) = frame.get_mut(..k.end).map(|f| f.split_at_mut(L4)) {
-        if let Ok(ip) = <&mut [u8; IP]>::try_from(&mut head[ETH..]) {
+    if let Some((head, rest)) = frame.get_mut(..k.end).map(|f| f.split_at_mut(ETH + TAG + IP)) {
+        if let Ok(ip) = <&mut [u8; IP]>::try_from(&mut head[ETH + TAG..]) {
             let tcp = k.proto == Proto::Tcp;
             applied = nat::rewrite_v4_whole(ip, rest, tcp, src, dst, delta, &meta.offload);
         }
@@ -220,7 +239,44 @@ impl Worker {
         meta: &PacketMeta,
     ) -> Option<Verdict> {
         let k = read_v4(frame, meta)?;
-        self.fast_v4_read(now, snap, frame, meta, &k, None, None)
+        self.fast_v4_read::<0>(now, snap, frame, meta, &k, None, None)
+    }
+
+    /// [`Worker::fast_v4`] for a frame with an 802.1Q tag on a tagged
+    /// node, whose VLAN id the caller checked is its port's: the same
+    /// answers as the general path's `handle_tagged`, whose forwarded
+    /// frames take the egress port's VLAN id (priority kept). Inlined into
+    /// that out-of-line function only.
+    #[inline(always)]
+    pub(super) fn fast_v4_tagged(
+        &mut self,
+        now: Tick,
+        snap: &Snapshot,
+        frame: &mut [u8],
+        meta: &PacketMeta,
+    ) -> Option<Verdict> {
+        // New connections are the general path's here (`fast_v4_read`): a
+        // SYN, nearly always one, skips the read and the lookup it would
+        // repeat. Peeked where `read_v4_at` reads the flags; in any other
+        // layout it declines anyway, and declining is always right.
+        const L4: usize = ETH + VLAN_TAG + IP;
+        let syn = TcpFlags::SYN.0;
+        if frame.get(ETH + VLAN_TAG + 9) == Some(&ip_proto::TCP)
+            && frame
+                .get(L4 + 13)
+                .is_some_and(|f| f & (syn | TcpFlags::ACK.0) == syn)
+        {
+            return None;
+        }
+        let k = read_v4_at::<VLAN_TAG>(frame, meta)?;
+        let v = self.fast_v4_read::<VLAN_TAG>(now, snap, frame, meta, &k, None, None)?;
+        if let Verdict::Transmit { port, .. } = v {
+            let vid = snap.port(port).and_then(|p| p.vlan());
+            if let (Some(vid), Ok(mut eth)) = (vid, wire::EthernetFrame::new_checked(&mut *frame)) {
+                eth.set_vlan_id(vid);
+            }
+        }
+        Some(v)
     }
 
     /// [`Worker::fast_v4`] after [`read_v4`] gave `k` for `frame`; `found`
@@ -229,7 +285,7 @@ impl Worker {
     /// for `k` (see [`Worker::fast_open_v4`]).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    pub(super) fn fast_v4_read(
+    pub(super) fn fast_v4_read<const TAG: usize>(
         &mut self,
         now: Tick,
         snap: &Snapshot,
@@ -246,6 +302,12 @@ impl Worker {
                 .lookup_v4(k.src, k.dst, k.sport, k.dport, k.proto as u8),
         };
         let Some((id, dir)) = hit else {
+            // A new connection to a tagged node: the general path's (a
+            // second instantiation of `fast_open_v4` took the untagged
+            // one's inlining of the insert: +78 instructions a new flow).
+            if TAG != 0 {
+                return None;
+            }
             // A new connection to a frontend (`paths::open`).
             let Some(pk) = pick else {
                 let fe = self.fast_v4_dispatch(snap, k)??;
@@ -300,7 +362,7 @@ impl Worker {
                 )
             }
         };
-        let applied = write_v4(
+        let applied = write_v4::<TAG>(
             frame,
             k,
             (Ipv4Addr::from(rw.src), rw.src_port),

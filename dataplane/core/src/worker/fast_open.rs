@@ -170,7 +170,7 @@ impl Worker {
                 return Some(Opened::Dropped(reason));
             }
         };
-        let delta = write_v4(frame, k, src, (be_addr, backend.port), None, &hop, meta);
+        let delta = write_v4::<0>(frame, k, src, (be_addr, backend.port), None, &hop, meta);
         if let Some(id) = id {
             // The flow cache (`fast.rs`): the checks that led here passed
             // for this entry's original direction under this snapshot.

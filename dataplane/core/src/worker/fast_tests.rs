@@ -18,7 +18,7 @@ use crate::snapshot::{
     BackendSpec, Cidr, ForwardMode, FrontendKind, FrontendSpec, ServiceSpec, SessionAffinity, Snapshot,
 };
 use crate::wire;
-use crate::worker::{Verdict, Worker};
+use crate::worker::{PacketMeta, Verdict, Worker};
 use crate::Tick;
 
 /// Damages one header field the fast path reads, or the frame's length.
@@ -145,6 +145,34 @@ fn run_with(snap: &Snapshot, seed: u64, mk: impl Fn() -> Worker, gen: Gen) -> Se
 /// [`run_with`] starting on `snaps[0]` and moving to another of `snaps`
 /// now and then, as a worker does when the control thread publishes.
 pub(super) fn run_switching(snaps: &[Snapshot], seed: u64, mk: impl Fn() -> Worker, gen: Gen) -> Seen {
+    run_on(snaps, seed, mk, gen, None)
+}
+
+/// `frame`, for port `port` of a node whose ports 0 and 1 are on VLANs
+/// `vids`, with an 802.1Q tag: mostly its port's id with random priority
+/// and DEI bits; now and then the other port's id, an 802.1ad TPID, or no
+/// tag at all.
+fn tag_randomly(rng: &mut Rng, mut frame: Vec<u8>, port: u16, vids: [u16; 2]) -> Vec<u8> {
+    let own = vids[usize::from(port & 1)];
+    let (tpid, vid) = match rng.below(32) {
+        0 => return frame,
+        1 => (0x88a8u16, own),
+        2 | 3 => (0x8100, vids[usize::from(!port & 1)]),
+        _ => (0x8100, own),
+    };
+    let tci = vid | (rng.below(16) as u16) << 12;
+    let (p, t) = (tpid.to_be_bytes(), tci.to_be_bytes());
+    let at = frame.len().min(12);
+    frame.splice(at..at, [p[0], p[1], t[0], t[1]]);
+    frame
+}
+
+/// [`run_switching`], on a tagged node when `vids` is given (ports 0 and
+/// 1 on those VLANs): every frame is tagged by [`tag_randomly`] after its
+/// corruption, and the tagged instantiation (`fast_v4_tagged`) is held
+/// against the general path where the frame carries its port's id (the
+/// check `handle_tagged` makes before it).
+fn run_on(snaps: &[Snapshot], seed: u64, mk: impl Fn() -> Worker, gen: Gen, vids: Option<[u16; 2]>) -> Seen {
     let mut fast = mk();
     let mut general = mk();
     let mut rng = Rng(seed | 1);
@@ -164,10 +192,25 @@ pub(super) fn run_switching(snaps: &[Snapshot], seed: u64, mk: impl Fn() -> Work
         if rng.below(3) == 0 {
             corrupt(&mut rng, &mut f);
         }
+        let fast_answer = match vids {
+            None => Worker::fast_v4,
+            Some(vids) => {
+                f = tag_randomly(&mut rng, f, port, vids);
+                let own = wire::EthernetFrame::new_checked(&f[..])
+                    .ok()
+                    .and_then(|e| e.vlan_id())
+                    == Some(vids[usize::from(port & 1)]);
+                if own {
+                    Worker::fast_v4_tagged
+                } else {
+                    |_: &mut Worker, _: Tick, _: &Snapshot, _: &mut [u8], _: &PacketMeta| None
+                }
+            }
+        };
         let mut by_general = f.clone();
         let expect = general.handle_packet_general(Tick(now), snap, &mut by_general, &m);
         let mut by_fast = f.clone();
-        let got = match fast.fast_v4(Tick(now), snap, &mut by_fast, &m) {
+        let got = match fast_answer(&mut fast, Tick(now), snap, &mut by_fast, &m) {
             Some(v) => {
                 seen.fast += 1;
                 v
@@ -220,6 +263,44 @@ fn fast_path_answers_exactly_as_the_general_path() {
     // taken a real share, or this test compares nothing.
     assert!(total.fast > 2000, "{total:?}");
     assert!(total.declined > 2000, "{total:?}");
+}
+
+/// The tagged instantiation (`fast_v4_tagged`) on a node whose ports are
+/// on VLANs 10 and 20: the same traffic, tagged, the same answers (the
+/// egress port's id written on forwarded frames), one or two workers.
+#[test]
+fn tagged_fast_path_answers_exactly_as_the_general_path() {
+    let mut b = builder();
+    b.vlan(0, 10).vlan(1, 20);
+    let snap = b.build().unwrap();
+    let mut total = Seen::default();
+    for seed in 1..=4u64 {
+        let workers = 1 + (seed % 2) as u16;
+        let mk = || worker(workers, 1024);
+        let s = run_on(
+            std::slice::from_ref(&snap),
+            seed.wrapping_mul(0x6a09_e667_f3bc_c909),
+            mk,
+            frame,
+            Some([10, 20]),
+        );
+        total.fast += s.fast;
+        total.declined += s.declined;
+    }
+    assert!(total.fast > 1000, "{total:?}");
+    assert!(total.declined > 1000, "{total:?}");
+}
+
+/// The tagged read takes a C-tag (TPID 0x8100) only, whatever its caller
+/// checked: an 802.1ad S-tag before the same bytes is declined.
+#[test]
+fn tagged_read_takes_only_an_8021q_tag() {
+    let (mut f, _) = (tcp(client(&mut Rng(7), false), (ip("10.0.0.100"), 80), 1, 64), 0);
+    f.splice(12..12, [0x81, 0x00, 0x00, 10]);
+    assert!(super::read_v4_at::<{ super::VLAN_TAG }>(&f, &meta(0)).is_some());
+    f[12] = 0x88;
+    f[13] = 0xa8;
+    assert!(super::read_v4_at::<{ super::VLAN_TAG }>(&f, &meta(0)).is_none());
 }
 
 #[test]
