@@ -52,7 +52,7 @@ use lb_dataplane::checksum::ChecksumOffload;
 use lb_dataplane::local::{
     write_arp_request, write_gratuitous_arp, write_neighbor_solicitation, write_unsolicited_na,
 };
-use lb_dataplane::snapshot::Snapshot;
+use lb_dataplane::snapshot::{Cidr, Snapshot};
 use lb_dataplane::wire::{self, MacAddr};
 
 use crate::announce::Announcements;
@@ -153,6 +153,7 @@ pub fn run(rt: tokio::runtime::Runtime, c: Control) -> (Vec<Consumer>, anyhow::R
         announcements: Announcements::default(),
         ports: ports.clone(),
         wanted_revision: None,
+        wanted_left: 0,
         requests: Vec::new(),
         dropped: Vec::new(),
     };
@@ -275,6 +276,9 @@ struct Neighbors {
     ports: Vec<(Port, Arc<PortStatus>)>,
     /// The snapshot revision `set_wanted` last saw.
     wanted_revision: Option<u64>,
+    /// How many wanted addresses `set_wanted` last left unmarked (logged
+    /// when it changes).
+    wanted_left: usize,
     requests: Vec<Request>,
     dropped: Vec<Mbuf>,
 }
@@ -297,7 +301,13 @@ impl Neighbors {
         }
         if self.wanted_revision != Some(snap.revision()) {
             self.wanted_revision = Some(snap.revision());
-            self.table.set_wanted(&wanted(&snap));
+            let left = self.table.set_wanted(&wanted(&snap));
+            if left != std::mem::replace(&mut self.wanted_left, left) && left > 0 {
+                tracing::warn!(
+                    left,
+                    "more gateways and connected backends than the neighbor table keeps resolved ahead of traffic: {left} backends are resolved when traffic needs them"
+                );
+            }
             self.announce(&snap, now);
         } else if came_up || self.announcements.is_due(now) {
             self.announce(&snap, now);
@@ -397,19 +407,17 @@ impl Neighbors {
         }
     }
 
-    /// Asks for `r.target` from the port's own address of its family (a
-    /// port without one cannot ask; its entry then gives up, `no_neighbor`).
+    /// Asks for `r.target` from the port's own address on the target's
+    /// subnet, else its first of the family (a port without one cannot
+    /// ask; its entry then gives up, `no_neighbor`). A request from another
+    /// subnet's address is dropped by routers that check the sender
+    /// (Linux's `rp_filter`, Cisco's "wrong cable").
     fn request(&mut self, snap: &Snapshot, r: Request) {
         if !self.link_up(r.port) {
             return;
         }
         let Some(pc) = snap.port(r.port) else { return };
-        let Some(src) = pc
-            .cidrs()
-            .iter()
-            .map(|c| c.addr())
-            .find(|a| a.is_ipv4() == r.target.is_ipv4())
-        else {
+        let Some(src) = source_for(pc.cidrs(), r.target) else {
             return;
         };
         let (mac, vlan) = (MacAddr(pc.mac()), pc.vlan());
@@ -559,22 +567,40 @@ fn gateway(snap: &Snapshot, p: u16, v4: bool) -> Option<IpAddr> {
     }
 }
 
-/// Gateways, and backends on connected subnets: resolved ahead of traffic.
+/// The address of `cidrs` (a port's) to ask for `target` from: the one
+/// whose prefix holds it, else the first of its family.
+fn source_for(cidrs: &[Cidr], target: IpAddr) -> Option<IpAddr> {
+    cidrs
+        .iter()
+        .find(|c| c.contains(target))
+        .or_else(|| cidrs.iter().find(|c| c.addr().is_ipv4() == target.is_ipv4()))
+        .map(|c| c.addr())
+}
+
+/// Gateways, then backends on connected subnets (each list sorted, no
+/// address twice): resolved ahead of traffic, in that order of importance
+/// ([`NeighborTable::set_wanted`]).
 fn wanted(snap: &Snapshot) -> Vec<(IpAddr, u16)> {
-    let mut v: Vec<(IpAddr, u16)> = (0..snap.port_count() as u16)
+    let mut gateways: Vec<(IpAddr, u16)> = (0..snap.port_count() as u16)
         .flat_map(|p| [gateway(snap, p, true), gateway(snap, p, false)].map(|g| g.map(|g| (g, p))))
         .flatten()
         .collect();
+    gateways.sort();
+    gateways.dedup();
+    let mut backends = Vec::new();
     for s in snap.services() {
         for b in s.backends() {
             if let Some(p) = snap.connected_port(b.addr) {
-                v.push((b.addr, p));
+                if !gateways.iter().any(|&(g, _)| g == b.addr) {
+                    backends.push((b.addr, p));
+                }
             }
         }
     }
-    v.sort();
-    v.dedup();
-    v
+    backends.sort();
+    backends.dedup();
+    gateways.append(&mut backends);
+    gateways
 }
 
 #[cfg(test)]
@@ -600,6 +626,75 @@ mod tests {
     }
 
     const HOP: ([u8; 6], &str) = ([2, 0, 0, 0, 0, 9], "10.0.0.9");
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    /// A request goes out from the port's address on the target's subnet:
+    /// a router that checks the sender drops one from another subnet.
+    #[test]
+    fn requests_are_sent_from_the_address_on_the_targets_subnet() {
+        let cidrs: Vec<Cidr> = ["10.0.0.1/24", "192.168.5.1/24", "fd00::1/64", "fd01::1/64"]
+            .iter()
+            .map(|c| c.parse().unwrap())
+            .collect();
+        for (target, src) in [
+            ("192.168.5.254", "192.168.5.1"),
+            ("10.0.0.9", "10.0.0.1"),
+            // No prefix holds it (a gateway beyond the port's subnets).
+            ("172.16.0.1", "10.0.0.1"),
+            ("fd01::9", "fd01::1"),
+            ("2001:db8::1", "fd00::1"),
+        ] {
+            assert_eq!(source_for(&cidrs, ip(target)), Some(ip(src)), "{target}");
+        }
+        assert_eq!(source_for(&cidrs[..2], ip("fd00::9")), None);
+    }
+
+    /// Gateways come first in the wanted list, so that a table that cannot
+    /// keep every connected backend resolved keeps the gateways; no
+    /// address is listed twice, even a backend at a gateway's address.
+    #[test]
+    fn gateways_are_wanted_before_connected_backends() {
+        use lb_dataplane::snapshot::{BackendSpec, ServiceSpec};
+        use lb_dataplane::SnapshotBuilder;
+        let mut b = SnapshotBuilder::new(1);
+        b.interface(
+            0,
+            [2, 0, 0, 0, 0, 1],
+            "10.0.0.1/16".parse().unwrap(),
+            Some(ip("10.0.255.254")),
+        );
+        b.interface(
+            1,
+            [2, 0, 0, 0, 0, 2],
+            "10.9.0.1/24".parse().unwrap(),
+            Some(ip("10.9.0.254")),
+        );
+        let web = b.service(ServiceSpec::new("default/web")).unwrap();
+        // 10.0.0.3 twice (two ports), one at a gateway's address, one not
+        // on a connected subnet.
+        for (a, port) in [
+            ("10.0.0.7", 80),
+            ("10.0.0.3", 80),
+            ("10.0.255.254", 80),
+            ("10.0.0.3", 81),
+            ("192.0.2.1", 80),
+        ] {
+            b.backend(web, BackendSpec::new(ip(a), port)).unwrap();
+        }
+        let snap = b.build().unwrap();
+        assert_eq!(
+            wanted(&snap),
+            vec![
+                (ip("10.0.255.254"), 0),
+                (ip("10.9.0.254"), 1),
+                (ip("10.0.0.3"), 0),
+                (ip("10.0.0.7"), 0),
+            ]
+        );
+    }
 
     fn hops() -> Vec<(IpAddr, [u8; 6])> {
         vec![(HOP.1.parse().unwrap(), HOP.0)]

@@ -235,9 +235,15 @@ impl<P> NeighborTable<P> {
         Some(e)
     }
 
-    /// Marks exactly `wanted` (address, port) as the addresses to keep
-    /// resolved (gateways, connected backends); others lose the mark.
-    pub fn set_wanted(&mut self, wanted: &[(IpAddr, u16)]) {
+    /// Marks `wanted` (address, port), most important first (gateways,
+    /// then connected backends), as the addresses to keep resolved; others
+    /// lose the mark. At most three quarters of `max_entries` are marked,
+    /// so that traffic's next hops keep room; the rest are resolved when
+    /// traffic needs them, like any next hop. Returns how many were left
+    /// unmarked.
+    pub fn set_wanted(&mut self, wanted: &[(IpAddr, u16)]) -> usize {
+        let keep = wanted.len().min(self.timers.max_entries * 3 / 4);
+        let (wanted, left) = wanted.split_at(keep);
         for e in self.entries.values_mut() {
             e.wanted = false;
         }
@@ -254,6 +260,7 @@ impl<P> NeighborTable<P> {
                 e.wanted = true;
             }
         }
+        left.len()
     }
 
     /// Holds `frame` until `via` (reached through `port`) resolves.
@@ -724,6 +731,33 @@ mod tests {
         assert!(matches!(t.hold(ip("10.0.0.3"), 0, 8), Hold::Waiting));
         assert!(t.resolved().is_empty());
         assert!(matches!(t.hold(ip("10.0.0.4"), 0, 9), Hold::Full(9)));
+    }
+
+    /// More wanted addresses than three quarters of the table: the first
+    /// (the gateways) are kept resolved, the rest left to traffic and
+    /// counted, and traffic still finds room.
+    #[test]
+    fn wanted_addresses_take_at_most_three_quarters_of_the_table() {
+        let mut t = NeighborTable::new(Timers {
+            max_entries: 8,
+            ..Timers::default()
+        });
+        let wanted: Vec<(IpAddr, u16)> = std::iter::once((ip("10.0.255.254"), 0))
+            .chain((1..=9).map(|i| (ip(&format!("10.0.0.{i}")), 0)))
+            .collect();
+        assert_eq!(t.set_wanted(&wanted), 4);
+        assert_eq!(t.len(), 6);
+        let (mut requests, mut dropped) = (Vec::new(), Vec::<usize>::new());
+        t.poll(Instant::now(), &mut requests, &mut dropped);
+        let asked: Vec<IpAddr> = requests.iter().map(|r| r.target).collect();
+        assert!(asked.contains(&ip("10.0.255.254")), "{asked:?}");
+        assert!(!asked.contains(&ip("10.0.0.6")), "{asked:?}");
+        // Two next hops of traffic fit, beside them.
+        for (i, a) in ["10.0.0.8", "192.0.2.1"].into_iter().enumerate() {
+            assert!(matches!(t.hold(ip(a), 0, i), Hold::Waiting));
+        }
+        // Fewer wanted: none left over.
+        assert_eq!(t.set_wanted(&wanted[..3]), 0);
     }
 
     #[test]
