@@ -588,16 +588,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             match launched {
                 Ok(h) => handles.push(h),
                 Err(e) => {
-                    // The workers already running loop until `stop`, and
-                    // dropping their handles waits for them: stop them
-                    // first, or the error would hang lbd.
+                    // The workers already running loop until `stop`: stop
+                    // them, then shut down as on any stop (workers and the
+                    // control thread joined, ports stopped, the summary
+                    // printed), and fail.
+                    tracing::error!(worker = index, lcore = lcore.0, "cannot start the worker: {e}");
+                    failures.push(format!("starting worker {index} on lcore {}: {e}", lcore.0));
                     stop.store(true, Ordering::Relaxed);
-                    return Err(e.into());
+                    break;
                 }
             }
             tracing::info!(worker = index, lcore = lcore.0, "worker started");
         }
-        tracing::info!("lbd running; SIGINT or SIGTERM stops it");
+        if !stop.load(Ordering::Relaxed) {
+            tracing::info!("lbd running; SIGINT or SIGTERM stops it");
+        }
         while !stop.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(20));
         }
