@@ -995,13 +995,23 @@ impl ControlPlane {
         let start = Instant::now();
         let prev = self.current.load_full();
         let mut txn = Txn::new(&mut self.state);
-        let origins = match f(&mut txn).and_then(|o| txn.check().map(|()| o)) {
+        let origins = match f(&mut txn) {
             Ok(o) => o,
             Err(e) => {
                 txn.rollback();
                 return Err(e.into());
             }
         };
+        // A cross-object rule broken by an object the request wrote names
+        // its request index, as the compile's errors below do.
+        if let Err(e) = txn.check() {
+            let e = match origins.locate(&txn.committed, &e.object).and_then(&label) {
+                Some(prefix) => e.within(&prefix),
+                None => e,
+            };
+            txn.rollback();
+            return Err(e.into());
+        }
         if txn.is_empty() {
             let _ = txn.commit();
             return Ok(self.revision);
@@ -1013,7 +1023,7 @@ impl ControlPlane {
         {
             Ok(x) => x,
             Err(e) => {
-                let e = match origins.locate(&txn.committed, &e.object).and_then(label) {
+                let e = match origins.locate(&txn.committed, &e.object).and_then(&label) {
                     Some(prefix) => e.within(&prefix),
                     None => e,
                 };

@@ -223,12 +223,31 @@ fn every_error_kind_leaves_everything_unchanged() {
         ],
         ErrorKind::NotFound,
     );
-    assert!(e.contains("frontend 192.0.2.9:80/tcp: service"), "{e}");
-    rejected(
+    assert!(
+        e.starts_with("changes[1] frontend 192.0.2.9:80/tcp: service: no service \"default/nope\""),
+        "{e}"
+    );
+    let e = rejected(
         &mut p,
         vec![Change::UpsertBackend(be("default/nope", "10.1.0.8", 80))],
         ErrorKind::NotFound,
     );
+    assert!(
+        e.starts_with("changes[0] backend 10.1.0.8:80 of default/nope: service"),
+        "{e}"
+    );
+    // The service deleted under a frontend the same request wrote.
+    let e = rejected(
+        &mut p,
+        vec![
+            Change::UpsertService(svc("default/gone")),
+            Change::UpsertFrontend(fe("default/gone", "192.0.2.9", 80)),
+            Change::DeleteService("default/gone".into()),
+            Change::UpsertFrontend(fe("default/gone", "192.0.2.9", 80)),
+        ],
+        ErrorKind::NotFound,
+    );
+    assert!(e.starts_with("changes[3] frontend 192.0.2.9:80/tcp: service"), "{e}");
     let e = rejected(
         &mut p,
         vec![Change::DeleteBackend(bkey("default/web", "10.9.9.9", 80))],
