@@ -279,7 +279,7 @@ fn bind_unix(path: &Path) -> Result<Socket, ListenError> {
     remove_stale(path)?;
     // Bind in a private directory (mode 0700, so nobody else can reach
     // the socket whatever the umask made its mode), restrict the socket to
-    // 0600, then rename it into place: it is never reachable by others,
+    // 0600, then link it into place: it is never reachable by others,
     // at its public path or on the way there.
     let name = path
         .file_name()
@@ -303,7 +303,10 @@ fn bind_unix(path: &Path) -> Result<Socket, ListenError> {
     let finish = |listener: UnixListener| -> Result<Socket, ListenError> {
         std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
             .map_err(sock_err("set mode 0600 on"))?;
-        std::fs::rename(&tmp, path).map_err(sock_err("move into place"))?;
+        // A link, not a rename: it fails (EEXIST) rather than replacing
+        // what another process put at the path since `remove_stale`
+        // looked (two lbds starting at once on one path).
+        std::fs::hard_link(&tmp, path).map_err(sock_err("move into place"))?;
         let m = std::fs::symlink_metadata(path).map_err(sock_err("inspect"))?;
         Ok(Socket::Unix {
             listener,

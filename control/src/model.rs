@@ -297,7 +297,7 @@ pub enum Change {
 /// persisted files and compiled snapshots deterministic. Serialised as three
 /// lists (JSON object keys must be strings).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(into = "StateLists", from = "StateLists")]
+#[serde(into = "StateLists", try_from = "StateLists")]
 pub struct DesiredState {
     /// Services by name.
     pub services: BTreeMap<String, Service>,
@@ -325,13 +325,32 @@ impl From<DesiredState> for StateLists {
     }
 }
 
-impl From<StateLists> for DesiredState {
-    fn from(l: StateLists) -> DesiredState {
-        DesiredState {
-            services: l.services.into_iter().map(|s| (s.name.clone(), s)).collect(),
-            frontends: l.frontends.into_iter().map(|f| (f.key, f)).collect(),
-            backends: l.backends.into_iter().map(|b| (b.key.clone(), b)).collect(),
+/// Refuses an object listed twice (a hand-edited or damaged file): one of
+/// them would otherwise be dropped without a word.
+impl TryFrom<StateLists> for DesiredState {
+    type Error = String;
+
+    fn try_from(l: StateLists) -> Result<DesiredState, String> {
+        fn map<K: Ord, V>(
+            items: Vec<V>,
+            key: impl Fn(&V) -> K,
+            name: impl Fn(&K) -> String,
+        ) -> Result<BTreeMap<K, V>, String> {
+            let mut m = BTreeMap::new();
+            for v in items {
+                let k = key(&v);
+                if m.contains_key(&k) {
+                    return Err(format!("{} is listed twice", name(&k)));
+                }
+                m.insert(k, v);
+            }
+            Ok(m)
         }
+        Ok(DesiredState {
+            services: map(l.services, |s| s.name.clone(), |n| format!("service {n:?}"))?,
+            frontends: map(l.frontends, |f| f.key, |k| format!("frontend {k}"))?,
+            backends: map(l.backends, |b| b.key.clone(), |k| format!("backend {k}"))?,
+        })
     }
 }
 

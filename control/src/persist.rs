@@ -256,12 +256,23 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// Creates the directory of `path` if missing (mode 0700): `Write` naming
-/// the directory otherwise.
+/// Creates the directory of `path` if missing (mode 0700), and makes each
+/// directory it created durable in its parent (fsync of the parent), or a
+/// power loss could take the new directory and every commit made in it:
+/// `Write` naming the directory otherwise.
 fn ensure_dir(path: &Path) -> Result<(), PersistError> {
     use std::os::unix::fs::DirBuilderExt;
     let dir = dir_of(path);
     if !dir.is_dir() {
+        let mut created = Vec::new();
+        let mut d = dir.as_path();
+        while !d.is_dir() {
+            created.push(d.to_path_buf());
+            match d.parent() {
+                Some(p) if !p.as_os_str().is_empty() => d = p,
+                _ => break,
+            }
+        }
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -270,6 +281,14 @@ fn ensure_dir(path: &Path) -> Result<(), PersistError> {
                 path: dir.clone(),
                 source,
             })?;
+        // Deepest first: a parent's entry is synced after its child's
+        // directory exists in it.
+        for c in &created {
+            let parent = dir_of(c);
+            File::open(&parent)
+                .and_then(|f| f.sync_all())
+                .map_err(|source| PersistError::Write { path: parent, source })?;
+        }
         tracing::info!(dir = %dir.display(), "created the state file's directory");
     }
     Ok(())

@@ -247,7 +247,10 @@ fn every_error_kind_leaves_everything_unchanged() {
         ],
         ErrorKind::NotFound,
     );
-    assert!(e.starts_with("changes[3] frontend 192.0.2.9:80/tcp: service"), "{e}");
+    assert!(
+        e.starts_with("changes[3] frontend 192.0.2.9:80/tcp: service"),
+        "{e}"
+    );
     let e = rejected(
         &mut p,
         vec![Change::DeleteBackend(bkey("default/web", "10.9.9.9", 80))],
@@ -799,6 +802,11 @@ fn state_file_round_trip_corruption_and_failed_write() {
         (
             "{\"version\":1,\"revision\":1,\"state\":{\"services\":[],\"frontends\":[{\"service\":\"a/b\",\"key\":{\"addr\":\"192.0.2.1\",\"port\":80,\"protocol\":\"tcp\"},\"kind\":\"load-balancer\",\"source\":\"api\"}],\"backends\":[]}}",
             "no service \"a/b\"",
+        ),
+        // The same frontend twice, under two services: one would be lost.
+        (
+            "{\"version\":1,\"revision\":1,\"state\":{\"services\":[],\"frontends\":[{\"service\":\"a/b\",\"key\":{\"addr\":\"192.0.2.1\",\"port\":80,\"protocol\":\"tcp\"},\"kind\":\"load-balancer\",\"source\":\"api\"},{\"service\":\"a/c\",\"key\":{\"addr\":\"192.0.2.1\",\"port\":80,\"protocol\":\"tcp\"},\"kind\":\"load-balancer\",\"source\":\"api\"}],\"backends\":[]}}",
+            "frontend 192.0.2.1:80/tcp is listed twice",
         ),
     ] {
         fs::write(&path, text).unwrap();
