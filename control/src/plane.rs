@@ -356,7 +356,37 @@ impl Origins {
     /// [`Change::object_name`] names it).
     fn locate(&self, committed: &[Change], object: &str) -> Option<u32> {
         let j = committed.iter().rposition(|c| c.object_name() == object)?;
+        self.index_of(j)
+    }
+
+    /// The request item behind the committed change `j`.
+    fn index_of(&self, j: usize) -> Option<u32> {
         self.0.iter().find(|o| o.0 > j).map(|o| o.1)
+    }
+
+    /// The request item to name for an error on `object` in `state`: the
+    /// one that last wrote it; else, for a frontend or backend, the one
+    /// that last wrote its service (a mode that makes the service's
+    /// frontends impossible); else, for a service, the one that last wrote
+    /// a frontend or backend of it (a frontend of a family its source
+    /// ranges do not cover).
+    fn blame(&self, committed: &[Change], state: &DesiredState, object: &str) -> Option<u32> {
+        self.locate(committed, object)
+            .or_else(|| {
+                let svc = service_of(state, object)?;
+                self.locate(committed, &format!("service {svc:?}"))
+            })
+            .or_else(|| {
+                let j = committed.iter().rposition(|c| {
+                    let svc = match c {
+                        Change::UpsertFrontend(f) => &f.service,
+                        Change::UpsertBackend(b) => &b.key.service,
+                        _ => return false,
+                    };
+                    format!("service {svc:?}") == object
+                })?;
+                self.index_of(j)
+            })
     }
 }
 
@@ -1005,7 +1035,10 @@ impl ControlPlane {
         // A cross-object rule broken by an object the request wrote names
         // its request index, as the compile's errors below do.
         if let Err(e) = txn.check() {
-            let e = match origins.locate(&txn.committed, &e.object).and_then(&label) {
+            let e = match origins
+                .blame(&txn.committed, txn.state(), &e.object)
+                .and_then(&label)
+            {
                 Some(prefix) => e.within(&prefix),
                 None => e,
             };
@@ -1023,7 +1056,10 @@ impl ControlPlane {
         {
             Ok(x) => x,
             Err(e) => {
-                let e = match origins.locate(&txn.committed, &e.object).and_then(&label) {
+                let e = match origins
+                    .blame(&txn.committed, txn.state(), &e.object)
+                    .and_then(&label)
+                {
                     Some(prefix) => e.within(&prefix),
                     None => e,
                 };

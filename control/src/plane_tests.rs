@@ -895,6 +895,56 @@ fn a_bad_node_configuration_is_not_blamed_on_the_state_file() {
     }
 }
 
+/// A compile error on an object the request did not write names the
+/// change behind it: the service's, for a frontend the service's new mode
+/// makes impossible; a frontend's, for a service whose source ranges the
+/// new frontend's family is not in.
+#[test]
+fn errors_name_the_change_behind_an_object_the_request_did_not_write() {
+    let mut p = ControlPlane::open(node(), None).unwrap();
+    let dnat = |name: &str| Service {
+        mode: Mode::Dnat,
+        ..svc(name)
+    };
+    let v4_only = Service {
+        source_ranges: vec!["10.0.0.0/8".parse().unwrap()],
+        ..dnat("default/v4only")
+    };
+    p.apply(
+        Source::Api,
+        vec![
+            Change::UpsertService(dnat("default/v6")),
+            Change::UpsertFrontend(fe("default/v6", "2001:db8:1::100", 80)),
+            Change::UpsertService(v4_only),
+            Change::UpsertFrontend(fe("default/v4only", "192.0.2.5", 80)),
+        ],
+        None,
+    )
+    .unwrap();
+    // Full-NAT, and this node has no IPv6 SNAT address.
+    let e = rejected(
+        &mut p,
+        vec![
+            Change::UpsertService(dnat("default/other")),
+            Change::UpsertService(svc("default/v6")),
+        ],
+        ErrorKind::Precondition,
+    );
+    assert!(
+        e.starts_with("changes[1] frontend [2001:db8:1::100]:80/tcp: "),
+        "{e}"
+    );
+    let e = rejected(
+        &mut p,
+        vec![Change::UpsertFrontend(fe("default/v4only", "2001:db8:1::5", 80))],
+        ErrorKind::Precondition,
+    );
+    assert!(
+        e.starts_with("changes[0] service \"default/v4only\": source_ranges"),
+        "{e}"
+    );
+}
+
 /// A port whose interface entries disagree on tagging (the IPv4 entry on
 /// VLAN 10, the IPv6 one untagged) is refused, whichever entry comes
 /// first; the same VLAN on both is a tagged port.
