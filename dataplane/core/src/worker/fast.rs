@@ -7,8 +7,8 @@
 //! the owner, frontend, conntrack, route and NAT steps on those: ~1,000
 //! instructions a packet. Here an IPv4 frame without options is read at
 //! fixed offsets into `u32`s and octets (an untagged frame, or on a tagged
-//! node one with its port's 802.1Q tag, for tracked connections only:
-//! [`VLAN_TAG`], [`Worker::fast_v4_tagged`]), and each step uses its IPv4
+//! node one with its port's 802.1Q tag: [`VLAN_TAG`],
+//! [`Worker::fast_v4_tagged`]), and each step uses its IPv4
 //! form ([`Snapshot::owner_kind_v4`], [`Conntrack::lookup_v4`](crate::conntrack::Conntrack::lookup_v4),
 //! [`Conntrack::rewrite_v4`](crate::conntrack::Conntrack::rewrite_v4), [`Snapshot::next_hop_index_v4`],
 //! [`nat::rewrite_v4_whole`]).
@@ -255,19 +255,6 @@ impl Worker {
         frame: &mut [u8],
         meta: &PacketMeta,
     ) -> Option<Verdict> {
-        // New connections are the general path's here (`fast_v4_read`): a
-        // SYN, nearly always one, skips the read and the lookup it would
-        // repeat. Peeked where `read_v4_at` reads the flags; in any other
-        // layout it declines anyway, and declining is always right.
-        const L4: usize = ETH + VLAN_TAG + IP;
-        let syn = TcpFlags::SYN.0;
-        if frame.get(ETH + VLAN_TAG + 9) == Some(&ip_proto::TCP)
-            && frame
-                .get(L4 + 13)
-                .is_some_and(|f| f & (syn | TcpFlags::ACK.0) == syn)
-        {
-            return None;
-        }
         let k = read_v4_at::<VLAN_TAG>(frame, meta)?;
         let v = self.fast_v4_read::<VLAN_TAG>(now, snap, frame, meta, &k, None, None)?;
         if let Verdict::Transmit { port, .. } = v {
@@ -302,16 +289,10 @@ impl Worker {
                 .lookup_v4(k.src, k.dst, k.sport, k.dport, k.proto as u8),
         };
         let Some((id, dir)) = hit else {
-            // A new connection to a tagged node: the general path's (a
-            // second instantiation of `fast_open_v4` took the untagged
-            // one's inlining of the insert: +78 instructions a new flow).
-            if TAG != 0 {
-                return None;
-            }
             // A new connection to a frontend (`paths::open`).
             let Some(pk) = pick else {
                 let fe = self.fast_v4_dispatch(snap, k)??;
-                let opened = self.fast_open_v4(now, snap, frame, meta, k, fe, None)?;
+                let opened = self.fast_open_v4(now, snap, frame, meta, k, fe, None, TAG != 0)?;
                 return Some(opened.verdict(frame.len()));
             };
             // The burst's warming found the frontend and its service:
@@ -323,7 +304,7 @@ impl Worker {
                 return None;
             }
             let fe = (pk.svc, pk.fe_slot);
-            let opened = self.fast_open_v4(now, snap, frame, meta, k, fe, Some(pk))?;
+            let opened = self.fast_open_v4(now, snap, frame, meta, k, fe, Some(pk), TAG != 0)?;
             return Some(opened.verdict(frame.len()));
         };
         let epoch = snap.epoch();

@@ -27,7 +27,7 @@ use crate::prefetch::Prefetch;
 use crate::snapshot::{Backend, Family, ForwardMode, Service, SessionAffinity, Snapshot};
 use crate::{DropReason, Tick};
 
-use super::fast::{write_v4, FastV4};
+use super::fast::{write_v4, FastV4, VLAN_TAG};
 use super::{PacketMeta, Verdict, Worker};
 
 impl Worker {
@@ -108,6 +108,7 @@ impl Worker {
         k: &FastV4,
         (svc, fe_slot): (&Service, u32),
         picked: Option<&Pick<'_>>,
+        tagged: bool,
     ) -> Option<Opened> {
         let client = Ipv4Addr::from(k.src);
         if !svc.allows_source(IpAddr::V4(client)) {
@@ -170,7 +171,11 @@ impl Worker {
                 return Some(Opened::Dropped(reason));
             }
         };
-        let delta = write_v4::<0>(frame, k, src, (be_addr, backend.port), None, &hop, meta);
+        let delta = if tagged {
+            write_v4::<VLAN_TAG>(frame, k, src, (be_addr, backend.port), None, &hop, meta)
+        } else {
+            write_v4::<0>(frame, k, src, (be_addr, backend.port), None, &hop, meta)
+        };
         if let Some(id) = id {
             // The flow cache (`fast.rs`): the checks that led here passed
             // for this entry's original direction under this snapshot.
