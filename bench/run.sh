@@ -68,6 +68,9 @@ for name in ${ONLY//,/ }; do
     esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "bench/run.sh: run as root (hugepages, memif sockets)" >&2; exit 1; }
+# First: what follows needs python3, and the benchmarks hugepages (which
+# setup.sh reserves only when asked).
+LBD_HUGEPAGES=${LBD_HUGEPAGES:-1024} scripts/setup.sh
 # The CPUs this shell may use (taskset, cpusets), in order.
 ALLOWED=$(python3 -c 'import os; print(*sorted(os.sched_getaffinity(0)))')
 set -- $ALLOWED
@@ -85,12 +88,11 @@ done
 exec 9>/run/lb-bench.lock
 flock -n 9 || { echo "bench/run.sh: another bench/run.sh is running" >&2; exit 1; }
 
-scripts/setup.sh
 echo "bench: building lbd and lb-bench in release"
 cargo build --release --quiet -p lbd -p lb-bench
 LBD=${LBD:-target/release/lbd}
 GEN=target/release/lb-bench
-TESTPMD=$(command -v dpdk-testpmd) || { echo "bench/run.sh: dpdk-testpmd not found (Debian's dpdk package; run scripts/setup.sh)" >&2; exit 1; }
+TESTPMD=$(command -v dpdk-testpmd) || { echo "bench/run.sh: dpdk-testpmd not found (Debian's dpdk-dev package; run scripts/setup.sh)" >&2; exit 1; }
 
 OUT=bench/out/$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$OUT"

@@ -50,6 +50,9 @@ LBD_PID=""
 
 cleanup() {
     set +e
+    # A second Ctrl-C must not cut the clean-up short: the lab and lbd
+    # would stay behind.
+    trap '' INT TERM HUP
     if [ -n "$LBD_PID" ] && kill -0 "$LBD_PID" 2>/dev/null; then
         kill -TERM "$LBD_PID"
         # Bounded: lbd gives in-flight calls 5 s; past 15 s it is stuck.
@@ -66,7 +69,9 @@ trap cleanup EXIT
 trap 'exit 0' INT TERM HUP
 
 echo "demo: creating the lab (client 10.$NET.1.2, backends 10.$NET.2.11-13)"
-scripts/lab.sh up "$TAG" "$NET"
+# Neither the lab's backends nor lbd hold the lock (fd 9): one left behind
+# would keep every later demo out, even one that could clean it up.
+scripts/lab.sh up "$TAG" "$NET" 9>&-
 
 cat > "$WORK/lbd.toml" <<TOML
 # lbd's two ports: the client side, then the backend side.
@@ -108,7 +113,7 @@ echo "demo: starting lbd (net_af_packet on ${TAG}c and ${TAG}s, --no-huge)"
 # which an inherited LBD_LOG=warn would hide.
 LBD_LOG=info setsid "$LBD" --lcores 0 --no-huge --mem 512 --file-prefix lbd-demo --grpc "$SOCK" \
     --vdev "net_af_packet0,iface=${TAG}c" --vdev "net_af_packet1,iface=${TAG}s" \
-    --config "$WORK/lbd.toml" --metrics "$METRICS" >"$WORK/lbd.log" 2>&1 &
+    --config "$WORK/lbd.toml" --metrics "$METRICS" >"$WORK/lbd.log" 2>&1 9>&- &
 LBD_PID=$!
 started=0
 for _ in $(seq 1 100); do
