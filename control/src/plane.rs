@@ -388,6 +388,20 @@ impl Origins {
                 self.index_of(j)
             })
     }
+
+    /// `e`, an error on the state `txn` made, prefixed with what `label`
+    /// makes of the request item to blame ([`Origins::blame`]), if any.
+    fn label(
+        &self,
+        txn: &Txn<'_>,
+        e: ValidationError,
+        label: &impl Fn(u32) -> Option<String>,
+    ) -> ValidationError {
+        match self.blame(&txn.committed, txn.state(), &e.object).and_then(label) {
+            Some(prefix) => e.within(&prefix),
+            None => e,
+        }
+    }
 }
 
 /// The operator's state of the backend at `key`: an upsert through Apply
@@ -1035,13 +1049,7 @@ impl ControlPlane {
         // A cross-object rule broken by an object the request wrote names
         // its request index, as the compile's errors below do.
         if let Err(e) = txn.check() {
-            let e = match origins
-                .blame(&txn.committed, txn.state(), &e.object)
-                .and_then(&label)
-            {
-                Some(prefix) => e.within(&prefix),
-                None => e,
-            };
+            let e = origins.label(&txn, e, &label);
             txn.rollback();
             return Err(e.into());
         }
@@ -1056,13 +1064,7 @@ impl ControlPlane {
         {
             Ok(x) => x,
             Err(e) => {
-                let e = match origins
-                    .blame(&txn.committed, txn.state(), &e.object)
-                    .and_then(&label)
-                {
-                    Some(prefix) => e.within(&prefix),
-                    None => e,
-                };
+                let e = origins.label(&txn, e, &label);
                 txn.rollback();
                 return Err(e.into());
             }
