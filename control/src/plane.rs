@@ -1144,3 +1144,7 @@ pub(crate) mod tests;
 #[cfg(test)]
 #[path = "plane_history_tests.rs"]
 mod history_tests;
+
+#[cfg(test)]
+#[path = "plane_state_file_tests.rs"]
+mod state_file_tests;
