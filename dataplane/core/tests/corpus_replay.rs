@@ -6,8 +6,10 @@
 //!
 //! Replays the `burst` corpus the same way with its harness
 //! (`dataplane/fuzz/src/burst.rs`: `handle_burst` against `handle_packet`),
-//! comparing the workers' whole state at the end of each input too, and
-//! fails unless the corpus, together, opens connections, evicts, answers
+//! comparing the workers' whole state at the end of each input too, on
+//! the untagged fixtures and on VLANs 10 and 20 (every frame arriving with
+//! its port's tag), and fails unless the corpus, together, opens
+//! connections (tagged too), evicts, answers
 //! forwarded frames, translates ICMP errors quoting them, sends tagged,
 //! optioned and fragmented client frames and runs the staged lookups.
 //!
@@ -109,12 +111,18 @@ fn replay_burst_corpus() {
     let mut inputs = seeds;
     inputs.extend(files_in(&fuzz_dir().join("artifacts/burst")));
     let mut total = burst::Reached::default();
-    for fixture in [Fixture::TwoPort, Fixture::NoNeighbors] {
+    // On the tagged fixture: connections opened and answered.
+    let mut tagged = (0, 0);
+    for fixture in [Fixture::TwoPort, Fixture::NoNeighbors, Fixture::Tagged] {
         let snap = fixture.snapshot();
         for path in &inputs {
             let data = std::fs::read(path).unwrap();
             let r = std::panic::catch_unwind(|| burst::run(snap, &data))
                 .unwrap_or_else(|_| panic!("{} ({fixture:?}) fails (see above)", path.display()));
+            if matches!(fixture, Fixture::Tagged) {
+                tagged.0 += r.new_connections;
+                tagged.1 += r.answers;
+            }
             total.bursts += r.bursts;
             total.frames += r.frames;
             total.new_connections += r.new_connections;
@@ -136,6 +144,10 @@ fn replay_burst_corpus() {
             && total.variant_frames > 0
             && total.oracle_checked > 0,
         "the burst corpus no longer reaches what it is for: {total:?}"
+    );
+    assert!(
+        tagged.0 > 0 && tagged.1 > 0,
+        "tagged: no connection opened or answered: {tagged:?}"
     );
 }
 

@@ -21,6 +21,8 @@
 //!   tag or IP options (IPv4 router alert, an IPv6 destination options
 //!   header), or be a first or later fragment: frames the IPv4 fast path
 //!   declines, so the general path's staged lookups see IPv4 too;
+//! - on a tagged snapshot, every frame arrives with its port's 802.1Q tag
+//!   (inserted, or the VLAN id of a tag it has set to the port's);
 //! - with bit 5 of the first byte set: an ICMP or ICMPv6 error (packet
 //!   too big / fragmentation needed, port unreachable, time exceeded)
 //!   quoting a frame the balancer sent, to a backend or to a client, from
@@ -336,6 +338,27 @@ fn digest(w: &Worker) -> String {
 }
 
 /// Runs one input; see the module doc.
+/// `frame` as it arrives on `port`: as it is, or on a tagged snapshot
+/// with the port's 802.1Q tag, inserted after the MACs or, where the frame
+/// has one (a backend's answer to a frame lbd sent, which went out with
+/// the egress port's tag), with its VLAN id set to the port's.
+fn arriving(snap: &Snapshot, port: u16, mut frame: Vec<u8>) -> Vec<u8> {
+    let Some(vid) = snap.port(port).and_then(|p| p.vlan()) else {
+        return frame;
+    };
+    if frame.len() < 14 {
+        return frame;
+    }
+    if frame[12..14] == [0x81, 0x00] && frame.len() >= 16 {
+        let tci = u16::from_be_bytes([frame[14], frame[15]]) & 0xf000 | vid;
+        frame[14..16].copy_from_slice(&tci.to_be_bytes());
+    } else {
+        let t = vid.to_be_bytes();
+        frame.splice(12..12, [0x81, 0x00, t[0], t[1]]);
+    }
+    frame
+}
+
 pub fn run(snap: &Snapshot, data: &[u8]) -> Reached {
     let mut inp = Input {
         data,
@@ -343,8 +366,8 @@ pub fn run(snap: &Snapshot, data: &[u8]) -> Reached {
         variants: false,
         variant_frames: 0,
     };
-    // Bit 0: one worker or two. (The fuzz target reads bit 7 for its
-    // fixture.)
+    // Bit 0: one worker or two. (The fuzz target reads bits 6 and 7 for
+    // its fixture.)
     let first = inp.byte();
     let n_workers = 1 + u16::from(first & 1);
     // Bit 5: ICMP errors and echo requests among the frames (a bit the
@@ -447,7 +470,7 @@ pub fn run(snap: &Snapshot, data: &[u8]) -> Reached {
                 _ => (client_frame(&mut inp), 0),
             };
             is_error.push(error);
-            frames.push(frame);
+            frames.push(arriving(snap, port, frame));
             metas.push(PacketMeta { port, offload });
         }
         let mut expect_frames = frames.clone();
@@ -480,9 +503,16 @@ pub fn run(snap: &Snapshot, data: &[u8]) -> Reached {
                 // A translated error is not a frame of the flow.
                 continue;
             }
+            // On a tagged snapshot, kept untagged: the answers and errors
+            // built from them get their port's tag as they arrive
+            // (`arriving`).
+            let mut out = f[..len].to_vec();
+            if snap.vlan_tagged() && out.get(12..14) == Some(&[0x81, 0x00][..]) && out.len() >= 18 {
+                out.drain(12..16);
+            }
             match port {
-                0 => to_clients.push(f[..len].to_vec()),
-                _ => sent.push(f[..len].to_vec()),
+                0 => to_clients.push(out),
+                _ => sent.push(out),
             }
         }
         for list in [&mut sent, &mut to_clients] {

@@ -88,7 +88,7 @@ impl Conntrack {
     /// table's form: the same three stages (every home line warmed, then
     /// every peeked entry, then the lookups), without the per-key match on
     /// the address family and the conversion of each key.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn lookup_burst_v4(
         &self,
         p: &impl Prefetch,

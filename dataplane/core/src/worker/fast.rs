@@ -256,23 +256,43 @@ impl Worker {
         meta: &PacketMeta,
     ) -> Option<Verdict> {
         let k = read_v4_at::<VLAN_TAG>(frame, meta)?;
-        let v = self.fast_v4_read::<VLAN_TAG>(now, snap, frame, meta, &k, None, None)?;
-        if let Verdict::Transmit { port, .. } = v {
-            let vid = snap.port(port).and_then(|p| p.vlan());
-            if let (Some(vid), Ok(mut eth)) = (vid, wire::EthernetFrame::new_checked(&mut *frame)) {
-                eth.set_vlan_id(vid);
-            }
-        }
-        Some(v)
+        self.fast_v4_read::<VLAN_TAG>(now, snap, frame, meta, &k, None, None)
     }
 
     /// [`Worker::fast_v4`] after [`read_v4`] gave `k` for `frame`; `found`
     /// is the conntrack lookup of `k.key_v4()` done ahead by the burst path,
     /// if it is still valid, and `pick` the Maglev pick its warming made
     /// for `k` (see [`Worker::fast_open_v4`]).
+    /// With `TAG` [`VLAN_TAG`], a frame sent takes the egress port's VLAN
+    /// id (priority kept), as on the general path.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub(super) fn fast_v4_read<const TAG: usize>(
+        &mut self,
+        now: Tick,
+        snap: &Snapshot,
+        frame: &mut [u8],
+        meta: &PacketMeta,
+        k: &FastV4,
+        found: Found,
+        pick: Option<&Pick<'_>>,
+    ) -> Option<Verdict> {
+        let v = self.fast_v4_answer::<TAG>(now, snap, frame, meta, k, found, pick)?;
+        if TAG != 0 {
+            if let Verdict::Transmit { port, .. } = v {
+                let vid = snap.port(port).and_then(|p| p.vlan());
+                if let (Some(vid), Ok(mut eth)) = (vid, wire::EthernetFrame::new_checked(&mut *frame)) {
+                    eth.set_vlan_id(vid);
+                }
+            }
+        }
+        Some(v)
+    }
+
+    /// [`Worker::fast_v4_read`] but for the egress tag.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn fast_v4_answer<const TAG: usize>(
         &mut self,
         now: Tick,
         snap: &Snapshot,

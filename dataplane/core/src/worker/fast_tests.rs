@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use super::super::burst::tests::{
-    builder, client, frame, ip, meta, snapshot, snapshot_unresolved, tcp, udp, worker, worker_with_ports,
-    Reply, Rng,
+    builder, client, frame, ip, meta, snapshot, snapshot_unresolved, tag_randomly, tcp, udp, worker,
+    worker_with_ports, Reply, Rng,
 };
 use crate::checksum::ChecksumOffload;
 use crate::flow::Proto;
@@ -146,25 +146,6 @@ fn run_with(snap: &Snapshot, seed: u64, mk: impl Fn() -> Worker, gen: Gen) -> Se
 /// now and then, as a worker does when the control thread publishes.
 pub(super) fn run_switching(snaps: &[Snapshot], seed: u64, mk: impl Fn() -> Worker, gen: Gen) -> Seen {
     run_on(snaps, seed, mk, gen, None)
-}
-
-/// `frame`, for port `port` of a node whose ports 0 and 1 are on VLANs
-/// `vids`, with an 802.1Q tag: mostly its port's id with random priority
-/// and DEI bits; now and then the other port's id, an 802.1ad TPID, or no
-/// tag at all.
-fn tag_randomly(rng: &mut Rng, mut frame: Vec<u8>, port: u16, vids: [u16; 2]) -> Vec<u8> {
-    let own = vids[usize::from(port & 1)];
-    let (tpid, vid) = match rng.below(32) {
-        0 => return frame,
-        1 => (0x88a8u16, own),
-        2 | 3 => (0x8100, vids[usize::from(!port & 1)]),
-        _ => (0x8100, own),
-    };
-    let tci = vid | (rng.below(16) as u16) << 12;
-    let (p, t) = (tpid.to_be_bytes(), tci.to_be_bytes());
-    let at = frame.len().min(12);
-    frame.splice(at..at, [p[0], p[1], t[0], t[1]]);
-    frame
 }
 
 /// [`run_switching`], on a tagged node when `vids` is given (ports 0 and

@@ -355,15 +355,7 @@ impl Worker {
         meta: &PacketMeta,
         fast: bool,
     ) -> Verdict {
-        // Read off the raw tag before anything else: a frame of another
-        // VLAN (LLDP, STP, another subnet's traffic) is not this port's,
-        // whatever the parse would make of it. A port without a VLAN id
-        // here has no interface: nothing is its.
-        let vid = snap.port(meta.port).and_then(|c| c.vlan());
-        let tag = wire::EthernetFrame::new_checked(&*frame)
-            .ok()
-            .and_then(|e| e.vlan_id());
-        if vid.is_none() || tag != vid {
+        if !self.has_ports_vlan(snap, frame, meta) {
             return self.drop(DropReason::VlanMismatch);
         }
         if fast {
@@ -375,6 +367,20 @@ impl Worker {
             Ok(p) => self.dispatch(now, snap, frame, p, meta, None),
             Err(reason) => self.drop(*reason),
         }
+    }
+
+    /// On a tagged node, whether `frame` carries the VLAN id of its port,
+    /// read off the raw tag before anything else: a frame of another VLAN
+    /// (LLDP, STP, another subnet's traffic) is not this port's, whatever
+    /// the parse would make of it. A port without a VLAN id here has no
+    /// interface: nothing is its.
+    #[inline(always)]
+    fn has_ports_vlan(&self, snap: &Snapshot, frame: &[u8], meta: &PacketMeta) -> bool {
+        let vid = snap.port(meta.port).and_then(|c| c.vlan());
+        let tag = wire::EthernetFrame::new_checked(frame)
+            .ok()
+            .and_then(|e| e.vlan_id());
+        vid.is_some() && tag == vid
     }
 
     /// [`Worker::handle_packet`] without the IPv4 fast path (`fast.rs`,
