@@ -318,6 +318,11 @@ pub fn run(mut worker: Worker, io: WorkerIo, mut links: Links, shared: Shared) -
         }
         for i in 0..links.handover_in.len() {
             if links.handover_in[i].dequeue_burst(&mut burst) > 0 {
+                // Loaded after the dequeue, so at least as new as the one
+                // the sender handled them with: with an older one (the
+                // sender having just seen a publish), a SYN to a frontend
+                // just added would be refused here.
+                let snap = shared.snapshot.load();
                 process(
                     &mut worker,
                     now,
