@@ -160,8 +160,8 @@ impl Worker {
         }
     }
 
-    /// [`Worker::handle_burst_with`] on tagged ports, whose frames all have
-    /// the same length: as untagged ones, staged ([`Worker::burst_chunk`]
+    /// [`Worker::handle_burst_with`] on tagged ports (the three slices of
+    /// the same length): as untagged ones, staged ([`Worker::burst_chunk`]
     /// with `TAG` [`fast::VLAN_TAG`]) or frame by frame
     /// (`handle_tagged`). Out of line, so that the untagged burst is laid
     /// out as without it.
