@@ -36,11 +36,17 @@ for p in "${PACKAGES[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
     log "installing from Debian: ${missing[*]}"
-    # A new machine's apt-daily or unattended-upgrades may hold the dpkg
-    # lock for its first minutes: wait for it rather than fail. `env`, as
-    # sudo resets the environment.
+    # A new machine's apt-daily or unattended-upgrades may hold apt's locks
+    # for its first minutes: wait for them rather than fail (the timeout
+    # covers the dpkg lock; the lists lock `update` takes, retries do, for
+    # up to 5 minutes). `env`, as sudo resets the environment.
     apt=($SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600)
-    "${apt[@]}" update -q
+    for try in $(seq 1 30); do
+        "${apt[@]}" update -q && break
+        [ "$try" -lt 30 ] || { log "apt-get update failed 30 times"; exit 1; }
+        log "apt-get update failed (another apt running?): trying again in 10 s"
+        sleep 10
+    done
     "${apt[@]}" install -y -q --no-install-recommends "${missing[@]}"
 else
     log "Debian packages already installed"

@@ -337,7 +337,6 @@ fn digest(w: &Worker) -> String {
     )
 }
 
-/// Runs one input; see the module doc.
 /// `frame` as it arrives on `port`: as it is, or on a tagged snapshot
 /// with the port's 802.1Q tag, inserted after the MACs or, where the frame
 /// has one (a backend's answer to a frame lbd sent, which went out with
@@ -359,6 +358,7 @@ fn arriving(snap: &Snapshot, port: u16, mut frame: Vec<u8>) -> Vec<u8> {
     frame
 }
 
+/// Runs one input; see the module doc.
 pub fn run(snap: &Snapshot, data: &[u8]) -> Reached {
     let mut inp = Input {
         data,

@@ -568,11 +568,13 @@ fn gateway(snap: &Snapshot, p: u16, v4: bool) -> Option<IpAddr> {
 }
 
 /// The address of `cidrs` (a port's) to ask for `target` from: the one
-/// whose prefix holds it, else the first of its family.
+/// whose prefix holds it (the longest, as routes are matched), else the
+/// first of its family.
 fn source_for(cidrs: &[Cidr], target: IpAddr) -> Option<IpAddr> {
     cidrs
         .iter()
-        .find(|c| c.contains(target))
+        .filter(|c| c.contains(target))
+        .max_by_key(|c| c.prefix())
         .or_else(|| cidrs.iter().find(|c| c.addr().is_ipv4() == target.is_ipv4()))
         .map(|c| c.addr())
 }
@@ -635,13 +637,21 @@ mod tests {
     /// a router that checks the sender drops one from another subnet.
     #[test]
     fn requests_are_sent_from_the_address_on_the_targets_subnet() {
-        let cidrs: Vec<Cidr> = ["10.0.0.1/24", "192.168.5.1/24", "fd00::1/64", "fd01::1/64"]
-            .iter()
-            .map(|c| c.parse().unwrap())
-            .collect();
+        let cidrs: Vec<Cidr> = [
+            "10.0.0.1/16",
+            "192.168.5.1/24",
+            "10.0.5.1/24",
+            "fd00::1/64",
+            "fd01::1/64",
+        ]
+        .iter()
+        .map(|c| c.parse().unwrap())
+        .collect();
         for (target, src) in [
             ("192.168.5.254", "192.168.5.1"),
             ("10.0.0.9", "10.0.0.1"),
+            // Two prefixes hold it: the longer's address.
+            ("10.0.5.9", "10.0.5.1"),
             // No prefix holds it (a gateway beyond the port's subnets).
             ("172.16.0.1", "10.0.0.1"),
             ("fd01::9", "fd01::1"),

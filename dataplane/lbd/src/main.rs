@@ -538,6 +538,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     };
     // What ended abnormally: lbd exits non-zero after its summary.
     let mut failures: Vec<String> = Vec::new();
+    // Workers started: fewer than `workers` when one could not be launched.
+    let mut started = workers;
     let finals: Vec<(Worker, Links)> = if eal.worker_lcores().is_empty() {
         tracing::info!(
             lcore = lcores.main(),
@@ -595,6 +597,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     tracing::error!(worker = index, lcore = lcore.0, "cannot start the worker: {e}");
                     failures.push(format!("starting worker {index} on lcore {}: {e}", lcore.0));
                     stop.store(true, Ordering::Relaxed);
+                    started = handles.len();
                     break;
                 }
             }
@@ -652,13 +655,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
     print_summary(&ports, &finals, &ctl_stats, left_in_rings);
-    if finals.len() < workers {
+    if finals.len() < started {
         // Its hand-over rings went with it: their frames were freed, not
         // counted in `left_at_exit`.
         out!(
             "  workers: {} of {workers} ended abnormally, their counters and rings are not above",
-            workers - finals.len()
+            started - finals.len()
         );
+    }
+    if started < workers {
+        out!("  workers: {} of {workers} never started", workers - started);
     }
     if control_panicked {
         // Its neighbor table and the rings of frames waiting for a next
