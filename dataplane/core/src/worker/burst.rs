@@ -151,13 +151,7 @@ impl Worker {
             }
             return;
         }
-        let chunks = frames[..n]
-            .chunks_mut(BURST)
-            .zip(metas[..n].chunks(BURST))
-            .zip(verdicts[..n].chunks_mut(BURST));
-        for ((frames, metas), verdicts) in chunks {
-            self.burst_chunk::<_, 0>(p, now, snap, frames, metas, verdicts);
-        }
+        self.staged::<_, 0>(p, now, snap, &mut frames[..n], &metas[..n], &mut verdicts[..n]);
     }
 
     /// [`Worker::handle_burst_with`] on tagged ports (the three slices of
@@ -182,12 +176,27 @@ impl Worker {
             }
             return;
         }
+        self.staged::<_, { fast::VLAN_TAG }>(p, now, snap, frames, metas, verdicts);
+    }
+
+    /// The three slices (of the same length) in chunks of [`BURST`], each
+    /// through [`Worker::burst_chunk`].
+    #[inline(always)]
+    fn staged<F: AsMut<[u8]>, const TAG: usize>(
+        &mut self,
+        p: &impl Prefetch,
+        now: Tick,
+        snap: &Snapshot,
+        frames: &mut [F],
+        metas: &[PacketMeta],
+        verdicts: &mut [Verdict],
+    ) {
         let chunks = frames
             .chunks_mut(BURST)
             .zip(metas.chunks(BURST))
             .zip(verdicts.chunks_mut(BURST));
         for ((frames, metas), verdicts) in chunks {
-            self.burst_chunk::<_, { fast::VLAN_TAG }>(p, now, snap, frames, metas, verdicts);
+            self.burst_chunk::<_, TAG>(p, now, snap, frames, metas, verdicts);
         }
     }
 
