@@ -229,7 +229,8 @@ impl Worker {
         // read it, else in `keys`; BURST for none.
         let mut key_of = [BURST as u8; BURST];
         let (mut n4, mut nk) = (0, 0);
-        // Bit i: frame i was read by the fast path and may open a connection.
+        // Bit i: frame i was read by the fast path and may open a connection
+        // (untagged nodes: what stage 2b warms).
         let mut opens = 0u32;
         for (i, (frame, meta)) in frames.iter_mut().zip(metas).enumerate() {
             if TAG != 0 && !self.has_ports_vlan(snap, frame.as_mut(), meta) {
@@ -237,7 +238,12 @@ impl Worker {
                 continue;
             }
             if let Some(k) = fast::read_v4_at::<TAG>(frame.as_mut(), meta) {
-                opens |= u32::from(k.may_open()) << i;
+                // Untagged nodes only: a second caller of the warming took
+                // its inlining into the untagged burst (+26 instructions a
+                // new flow).
+                if TAG == 0 {
+                    opens |= u32::from(k.may_open()) << i;
+                }
                 keys4[n4] = KeyV4::new(k.src, k.dst, k.sport, k.dport, k.proto as u8);
                 key_of[i] = n4 as u8;
                 n4 += 1;
@@ -273,11 +279,6 @@ impl Worker {
         let mut guess = self.snat.alloc_guess();
         let mut n_open = 0;
         let mut picks: [Option<Pick<'_>>; BURST] = [None; BURST];
-        // Untagged nodes only: a second caller of the warming took its
-        // inlining into the untagged burst (+26 instructions a new flow).
-        if TAG != 0 {
-            opens = 0;
-        }
         while opens != 0 {
             let i = opens.trailing_zeros() as usize;
             opens &= opens - 1;

@@ -54,11 +54,11 @@ use crate::conntrack::Direction;
 use crate::flow::{owner_of_client, owner_of_snat_port, FlowKeyV4, Proto};
 use crate::nat::{self, NatDelta};
 use crate::snapshot::{NextHop, OwnerKind, Service, Snapshot};
-use crate::wire::{self, ip_proto, TcpFlags};
+use crate::wire::{ip_proto, TcpFlags};
 use crate::Tick;
 
 use super::fast_open::Pick;
-use super::paths::Found;
+use super::paths::{set_egress_vlan, Found};
 use super::{PacketMeta, Verdict, Worker};
 
 /// Ethernet header without a VLAN tag.
@@ -259,7 +259,7 @@ impl Worker {
         self.fast_v4_read::<VLAN_TAG>(now, snap, frame, meta, &k, None, None)
     }
 
-    /// [`Worker::fast_v4`] after [`read_v4`] gave `k` for `frame`; `found`
+    /// [`Worker::fast_v4`] after [`read_v4_at`] gave `k` for `frame`; `found`
     /// is the conntrack lookup of `k.key_v4()` done ahead by the burst path,
     /// if it is still valid, and `pick` the Maglev pick its warming made
     /// for `k` (see [`Worker::fast_open_v4`]).
@@ -280,10 +280,7 @@ impl Worker {
         let v = self.fast_v4_answer::<TAG>(now, snap, frame, meta, k, found, pick)?;
         if TAG != 0 {
             if let Verdict::Transmit { port, .. } = v {
-                let vid = snap.port(port).and_then(|p| p.vlan());
-                if let (Some(vid), Ok(mut eth)) = (vid, wire::EthernetFrame::new_checked(&mut *frame)) {
-                    eth.set_vlan_id(vid);
-                }
+                set_egress_vlan(frame, port, snap);
             }
         }
         Some(v)

@@ -526,7 +526,15 @@ fn set_l2(frame: &mut [u8], route: &Route, snap: &Snapshot) {
 #[cold]
 #[inline(never)]
 fn tag_for(frame: &mut [u8], route: &Route, snap: &Snapshot) {
-    let vid = snap.port(route.port()).and_then(|p| p.vlan());
+    set_egress_vlan(frame, route.port(), snap);
+}
+
+/// A tagged frame leaving on `port`: its VLAN id := the port's (priority
+/// bits kept); nothing for a port without one. The general path's
+/// `tag_for` and the tagged fast path's.
+#[inline(always)]
+pub(super) fn set_egress_vlan(frame: &mut [u8], port: u16, snap: &Snapshot) {
+    let vid = snap.port(port).and_then(|p| p.vlan());
     if let (Some(vid), Ok(mut eth)) = (vid, crate::wire::EthernetFrame::new_checked(frame)) {
         eth.set_vlan_id(vid);
     }
