@@ -28,6 +28,7 @@ fn node() -> NodeConfig {
             cidr: "10.0.0.1/8".parse().unwrap(),
             gateway: Some("10.0.0.254".parse().unwrap()),
             vlan: None,
+            mtu: None,
         }],
         snat_addresses: vec!["10.0.0.100".parse().unwrap()],
         ..NodeConfig::default()

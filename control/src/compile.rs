@@ -312,6 +312,9 @@ impl Compiler {
                 }
                 b.vlan(i.port, vid);
             }
+            if let Some(mtu) = i.mtu {
+                b.mtu(i.port, mtu);
+            }
         }
         for &a in &self.node.snat_addresses {
             b.snat_address(a);

@@ -188,6 +188,8 @@ pub struct PortInfo {
     pub ipv4_checksum_offload: (bool, bool),
     /// The 802.1Q VLAN id of the port's frames, if tagged.
     pub vlan: Option<u16>,
+    /// The largest IP packet the port sends.
+    pub mtu: u16,
     /// Link state, speed and counters, kept current by the port's owner.
     pub status: Arc<PortStatus>,
 }

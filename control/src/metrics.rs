@@ -353,7 +353,7 @@ pub fn render(stats: &pb::GetStatsResponse, info: &pb::GetInfoResponse) -> Strin
     o.one("lbd_workers", "gauge", "Worker lcores.", info.workers);
 
     let worker = |w: &pb::WorkerStats| vec![("worker", w.worker.to_string())];
-    let per_worker: [Family<pb::WorkerStats>; 15] = [
+    let per_worker: [Family<pb::WorkerStats>; 16] = [
         (
             "lbd_worker_rx_packets_total",
             "counter",
@@ -377,6 +377,12 @@ pub fn render(stats: &pb::GetStatsResponse, info: &pb::GetInfoResponse) -> Strin
             "counter",
             "TCP segments to a VIP port without a frontend answered with a RST.",
             |w| w.resets_sent,
+        ),
+        (
+            "lbd_worker_too_big_sent_total",
+            "counter",
+            "Packets too big for the port they would leave by, answered with an ICMP fragmentation needed or packet too big.",
+            |w| w.too_big_sent,
         ),
         (
             "lbd_worker_neighbor_updates_total",

@@ -13,6 +13,7 @@ fn worker(id: u32, rx: u64, drops: &[(&str, u64)]) -> pb::WorkerStats {
         conntrack_entries: 40 + u64::from(id),
         affinity_pins: 3,
         resets_sent: 2 + u64::from(id),
+        too_big_sent: 5,
         drops: drops.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         ..Default::default()
     }
@@ -119,6 +120,7 @@ fn an_independent_parser_reads_every_counter_back() {
     assert_eq!(get("lbd_conntrack_entries{worker=1}"), 41.0);
     assert_eq!(get("lbd_affinity_pins_total{worker=0}"), 3.0);
     assert_eq!(get("lbd_worker_resets_sent_total{worker=1}"), 3.0);
+    assert_eq!(get("lbd_worker_too_big_sent_total{worker=0}"), 5.0);
     assert_eq!(get("lbd_worker_slot_overflow_total{worker=1}"), 0.0);
     assert_eq!(get("lbd_drops_total{reason=no_frontend,worker=0}"), 7.0);
     assert_eq!(get("lbd_drops_total{reason=no_frontend,worker=1}"), 1.0);

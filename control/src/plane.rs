@@ -79,6 +79,9 @@ pub struct InterfaceConfig {
     /// every entry of a port (a port tagged on one entry only is refused),
     /// and every port has one or none does.
     pub vlan: Option<u16>,
+    /// The port's MTU, the largest IP packet it sends: the same on every
+    /// entry of a port; `None` for the default, 1500.
+    pub mtu: Option<u16>,
 }
 
 /// What the control plane knows about its node: static, from lbd's config

@@ -337,6 +337,7 @@ fn an_unchanged_config_object_failing_for_a_new_node_config_blames_the_config() 
             cidr: "10.1.0.1/16".parse().unwrap(),
             gateway: None,
             vlan: None,
+            mtu: None,
             ..node().interfaces[0].clone()
         }],
         ..node()

@@ -29,6 +29,7 @@ pub(crate) fn node() -> NodeConfig {
                 cidr: "10.0.0.1/24".parse().unwrap(),
                 gateway: Some(ip("10.0.0.254")),
                 vlan: None,
+                mtu: None,
             },
             InterfaceConfig {
                 port: 0,
@@ -36,6 +37,7 @@ pub(crate) fn node() -> NodeConfig {
                 cidr: "2001:db8::1/64".parse().unwrap(),
                 gateway: None,
                 vlan: None,
+                mtu: None,
             },
         ],
         snat_addresses: vec![ip("10.0.0.100")],

@@ -130,6 +130,7 @@ fn info_from(
                     rx_ipv4_checksum_offload: port.ipv4_checksum_offload.0,
                     tx_ipv4_checksum_offload: port.ipv4_checksum_offload.1,
                     vlan: port.vlan.map_or(0, u32::from),
+                    mtu: port.mtu.into(),
                 }
             })
             .collect(),
@@ -184,6 +185,7 @@ fn stats_to_proto(s: PlaneStats) -> pb::GetStatsResponse {
                 affinity_evictions: w.affinity_evictions,
                 neighbor_updates: w.neighbor_updates,
                 resets_sent: w.resets_sent,
+                too_big_sent: w.too_big_sent,
                 slot_overflow: w.slot_overflow,
             })
             .collect(),

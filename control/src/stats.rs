@@ -78,6 +78,8 @@ pub struct WorkerStats {
     pub neighbor_updates: u64,
     /// TCP segments to a VIP port without a frontend answered with a RST.
     pub resets_sent: u64,
+    /// Packets too big for their egress port answered with an ICMP error.
+    pub too_big_sent: u64,
     /// Packets whose per-object counter slot was out of range.
     pub slot_overflow: u64,
     /// Non-zero drops by reason name.
@@ -190,6 +192,7 @@ pub fn collect(
             affinity_evictions: w.affinity_evictions.get(),
             neighbor_updates: w.neighbor_updates.get(),
             resets_sent: w.resets_sent.get(),
+            too_big_sent: w.too_big_sent.get(),
             slot_overflow: w.slot_overflow.get(),
             drops,
         });

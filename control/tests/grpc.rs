@@ -601,6 +601,7 @@ async fn stats_and_info() {
     assert_eq!(i.ports[1].mac, "02:00:00:00:00:02");
     assert_eq!(i.ports[0].driver, "net_null");
     assert_eq!((i.ports[0].vlan, i.ports[1].vlan), (0, 20));
+    assert_eq!((i.ports[0].mtu, i.ports[1].mtu), (1500, 9000));
     assert!(i.ports[0].link_up);
     assert_eq!(
         i.ports

@@ -490,6 +490,7 @@ pub fn stats_text(s: &pb::GetStatsResponse, rates: Option<&Rates>) -> String {
             v.extend([
                 w.local_replies.to_string(),
                 w.resets_sent.to_string(),
+                w.too_big_sent.to_string(),
                 w.handed_over.to_string(),
                 w.new_connections.to_string(),
                 w.stateless_forwards.to_string(),
@@ -510,6 +511,7 @@ pub fn stats_text(s: &pb::GetStatsResponse, rates: Option<&Rates>) -> String {
     h.extend([
         "local",
         "resets",
+        "too-big",
         "handed-over",
         "new-conns",
         "stateless",
@@ -644,6 +646,7 @@ pub fn info_value(i: &pb::GetInfoResponse) -> serde_json::Value {
             "rx_ipv4_checksum_offload": p.rx_ipv4_checksum_offload,
             "tx_ipv4_checksum_offload": p.tx_ipv4_checksum_offload,
             "vlan": p.vlan,
+            "mtu": p.mtu,
         })).collect::<Vec<_>>(),
     })
 }
@@ -693,6 +696,7 @@ pub fn info_text(i: &pb::GetInfoResponse) -> String {
                         0 => "-".into(),
                         v => v.to_string(),
                     },
+                    p.mtu.to_string(),
                 ]
             })
             .collect();
@@ -707,6 +711,7 @@ pub fn info_text(i: &pb::GetInfoResponse) -> String {
                 "speed",
                 "ip csum offload",
                 "vlan",
+                "mtu",
             ],
             &cells,
         ));
@@ -945,6 +950,7 @@ mod tests {
             worker: 0,
             rx_packets: 100,
             resets_sent: 7,
+            too_big_sent: 3,
             ..Default::default()
         });
         s.drops.insert("no-backend".into(), 5);
@@ -961,6 +967,8 @@ mod tests {
         let row = t.lines().find(|l| l.starts_with("0 ")).unwrap();
         let resets = header.split_whitespace().position(|h| h == "RESETS").unwrap();
         assert_eq!(row.split_whitespace().nth(resets), Some("7"), "{t}");
+        let too_big = header.split_whitespace().position(|h| h == "TOO-BIG").unwrap();
+        assert_eq!(row.split_whitespace().nth(too_big), Some("3"), "{t}");
         assert!(t.starts_with("revision 3, conntrack entries 10\n"), "{t}");
         s.affinity_live_pins = 5;
         s.affinity_table_size = 1024;
@@ -1034,6 +1042,7 @@ mod tests {
                 mac: crate::grpc::format_mac([2, 0, 0, 0, 0, 1]),
                 link_up: true,
                 rx_ipv4_checksum_offload: true,
+                mtu: 1500,
                 ..Default::default()
             }],
             ..Default::default()
@@ -1045,20 +1054,21 @@ mod tests {
         assert!(
             t.lines()
                 .last()
-                .is_some_and(|l| l.trim_end().ends_with("rx               -")),
+                .is_some_and(|l| l.split_whitespace().rev().take(3).eq(["1500", "-", "rx"])),
             "{t}"
         );
         let mut tagged = i.clone();
         tagged.ports[0].vlan = 100;
         let t = info_text(&tagged);
-        assert!(t.contains("VLAN"), "{t}");
+        assert!(t.contains("VLAN") && t.contains("MTU"), "{t}");
         assert!(
             t.lines()
                 .last()
-                .is_some_and(|l| l.trim_end().ends_with("rx               100")),
+                .is_some_and(|l| l.split_whitespace().rev().take(3).eq(["1500", "100", "rx"])),
             "{t}"
         );
         assert_eq!(info_value(&tagged)["ports"][0]["vlan"], 100);
+        assert_eq!(info_value(&tagged)["ports"][0]["mtu"], 1500);
         assert_eq!(info_value(&i)["ports"][0]["rx_ipv4_checksum_offload"], true);
         assert_eq!(info_value(&i)["revision"], 7);
     }

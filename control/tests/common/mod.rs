@@ -27,6 +27,7 @@ pub fn node() -> NodeConfig {
         cidr: cidr.parse().unwrap(),
         gateway: None,
         vlan: None,
+        mtu: None,
     };
     NodeConfig {
         interfaces: vec![iface(0, "10.0.0.1/24"), iface(1, "10.1.0.1/24")],
@@ -44,6 +45,7 @@ pub fn ports() -> Vec<PortInfo> {
             mac: [0x02, 0, 0, 0, 0, id as u8 + 1],
             ipv4_checksum_offload: (id == 1, false),
             vlan: (id == 1).then_some(20),
+            mtu: 1500 + 7500 * id,
             status: lb_control::grpc::PortStatus::new(true, 10_000),
         })
         .collect()

@@ -107,6 +107,11 @@ pub struct WorkerCounters {
     /// TCP segments to a VIP port without a frontend answered with a RST
     /// (only to clients that some service on that VIP allows).
     pub resets_sent: Counter,
+    /// Packets to forward larger than the MTU of the port they would leave
+    /// by, answered with an ICMP "fragmentation needed" (IPv4 with DF) or
+    /// ICMPv6 "packet too big" carrying that MTU (the others are
+    /// `mtu_exceeded` drops).
+    pub too_big_sent: Counter,
     /// Connections opened (conntrack entries created).
     pub new_connections: Counter,
     /// DNAT packets forwarded without a conntrack entry because the table
@@ -145,6 +150,7 @@ impl WorkerCounters {
             neighbor_updates: Counter::default(),
             handed_over: Counter::default(),
             resets_sent: Counter::default(),
+            too_big_sent: Counter::default(),
             new_connections: Counter::default(),
             stateless_forwards: Counter::default(),
             affinity_hits: Counter::default(),

@@ -66,7 +66,8 @@ pub enum DropReason {
     /// full, or the frame is for a port lbd does not drive. (Frames the
     /// control thread held and then dropped are its `neighbor_drops`.)
     NoNeighbor,
-    /// The frame would exceed the egress MTU.
+    /// A frame the pipeline wrote (an answer or a translated packet) does
+    /// not fit its packet buffer: lbd counts it.
     TooBig,
     /// Hand-over to the owning worker failed: its ring was full.
     HandoverRingFull,
@@ -116,11 +117,18 @@ pub enum DropReason {
     /// id, whatever it carries (checked before the parse). Frames of other
     /// VLANs that a trunk carries to lbd are not its.
     VlanMismatch,
+    /// A packet to forward that is larger than the MTU of the port it
+    /// would leave by, and is not answered with an ICMP "fragmentation
+    /// needed" or ICMPv6 "packet too big" (those answered are
+    /// `too_big_sent`): IPv4 without DF (lbd does not fragment), an ICMP
+    /// error, a sender that is no single host, or a receiving port without
+    /// an address of the family.
+    MtuExceeded,
 }
 
 impl DropReason {
     /// Number of reasons: the length of a per-worker drop counter array.
-    pub const COUNT: usize = DropReason::VlanMismatch as usize + 1;
+    pub const COUNT: usize = DropReason::MtuExceeded as usize + 1;
 
     /// Every reason, in discriminant order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -161,6 +169,7 @@ impl DropReason {
         DropReason::LinkControl,
         DropReason::Ipv4SourceRoute,
         DropReason::VlanMismatch,
+        DropReason::MtuExceeded,
     ];
 
     /// The stable snake_case name used in counters, logs and the API.
@@ -203,6 +212,7 @@ impl DropReason {
             DropReason::LinkControl => "link_control",
             DropReason::Ipv4SourceRoute => "ipv4_source_route",
             DropReason::VlanMismatch => "vlan_mismatch",
+            DropReason::MtuExceeded => "mtu_exceeded",
         }
     }
 }

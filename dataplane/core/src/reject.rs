@@ -10,14 +10,31 @@
 //! unreachable: the answer would be larger than the frame it replaces, and
 //! a balancer that answers UDP probes of every VIP port helps scanners more
 //! than clients.
+//!
+//! And refusing a packet too large for the port it would leave by: the
+//! frame is turned, in place, into the ICMP "fragmentation needed" (IPv4,
+//! RFC 792, RFC 1191) or ICMPv6 "packet too big" (RFC 4443 §3.2) that a
+//! router sends, carrying the port's MTU back to the sender so that
+//! path-MTU discovery works across ports of different MTUs
+//! ([`write_too_big`]).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::checksum::{checksum, l4_checksum_v4, l4_checksum_v6};
+use crate::snapshot::PortConfig;
 use crate::wire::{self, EthernetFrame, Parsed, TcpFlags, L3};
 
 const TCP_HEADER: usize = 20;
 const TTL: u8 = 64;
+/// An ICMP error's IPv4 header and ICMP header.
+const ICMP_V4_HEADERS: usize = 20 + 8;
+/// An ICMPv6 error's IPv6 header and ICMPv6 header.
+const ICMP_V6_HEADERS: usize = 40 + 8;
+/// The most an IPv4 ICMP error may be (RFC 1812 §4.3.2.3: "not exceed
+/// 576 bytes"), quoting as much of the packet as fits.
+const ICMP_V4_MAX: usize = 576;
+/// The most an ICMPv6 error may be: IPv6's minimum MTU (RFC 4443 §2.4 (c)).
+const ICMP_V6_MAX: usize = 1280;
 
 /// Rewrites the TCP segment `p` (parsed from `frame`, received on a port
 /// whose MAC is `port_mac`) into its reset, sent from `port_mac` back to
@@ -116,6 +133,130 @@ pub fn write_tcp_reset(frame: &mut [u8], p: &Parsed, port_mac: [u8; 6]) -> Optio
     // that (virtual devices deliver 54-byte segments), and NICs pad on
     // transmit.
     Some(ip_len)
+}
+
+/// Rewrites the IP packet `p` (parsed from `frame`, received on the port
+/// `port`), larger than `mtu`, the MTU of the port it would leave by, into
+/// the ICMP error that tells its sender so: "fragmentation needed and DF
+/// set" with `mtu` as the next-hop MTU (IPv4, RFC 1191 §4), or "packet too
+/// big" with `mtu` (IPv6), from the receiving port's address of the
+/// family (the longest of its prefixes holding the sender, else the
+/// first), back to the MAC the frame came from, quoting as much of the
+/// packet as the error may hold (576 bytes in all for IPv4, 1,280 for
+/// IPv6). Returns the new frame length, or `None` when `p` must not be
+/// answered: an IPv4 packet without DF (a router would fragment it; lbd
+/// does not), a non-first fragment, an ICMP error (never answered with
+/// another, RFC 1122 §3.2.2, RFC 4443 §2.4 (e)), a source that names no
+/// single host, a frame received on a link-layer multicast or broadcast
+/// address, or a port without an address of the family.
+pub fn write_too_big(frame: &mut [u8], p: &Parsed, port: &PortConfig, mtu: u16) -> Option<usize> {
+    if p.icmp_error {
+        return None;
+    }
+    let eth = EthernetFrame::new_checked(&*frame).ok()?;
+    if eth.dst_addr().is_multicast() || eth.src_addr().is_multicast() {
+        return None;
+    }
+    let l3 = usize::from(p.l3_offset);
+    let end = (p.end as usize).min(frame.len());
+    let packet_len = end.checked_sub(l3)?;
+    // The longest of the port's prefixes of the family holding the
+    // sender, else its first of the family.
+    let own = |v6: bool| {
+        let of_family = port.cidrs().iter().filter(move |c| c.addr().is_ipv6() == v6);
+        of_family
+            .clone()
+            .filter(|c| c.contains(p.src))
+            .max_by_key(|c| c.prefix())
+            .or_else(|| of_family.clone().next())
+            .map(|c| c.addr())
+    };
+    let new_end = match (p.l3, p.src) {
+        (L3::Ipv4, IpAddr::V4(s)) => {
+            let df = frame.get(l3 + 6).is_some_and(|f| f & 0x40 != 0);
+            let first = frame
+                .get(l3 + 6..l3 + 8)
+                .is_some_and(|f| f[0] & 0x1f == 0 && f[1] == 0);
+            if !df || !first || s.is_unspecified() || s.is_multicast() || s.is_broadcast() {
+                return None;
+            }
+            let IpAddr::V4(from) = own(false)? else {
+                return None;
+            };
+            let ihl = usize::from(frame[l3] & 0x0f) * 4;
+            let room = frame.len().checked_sub(l3 + ICMP_V4_HEADERS)?;
+            let quote = packet_len.min(ICMP_V4_MAX - ICMP_V4_HEADERS).min(room);
+            // The header and 64 bits of data at least (RFC 792).
+            if quote < ihl + 8 {
+                return None;
+            }
+            frame.copy_within(l3..l3 + quote, l3 + ICMP_V4_HEADERS);
+            write_icmp_v4(&mut frame[l3..l3 + ICMP_V4_HEADERS + quote], from, s, mtu);
+            l3 + ICMP_V4_HEADERS + quote
+        }
+        (L3::Ipv6, IpAddr::V6(s)) => {
+            if s.is_unspecified() || s.is_multicast() {
+                return None;
+            }
+            let IpAddr::V6(from) = own(true)? else { return None };
+            let room = frame.len().checked_sub(l3 + ICMP_V6_HEADERS)?;
+            let quote = packet_len.min(ICMP_V6_MAX - ICMP_V6_HEADERS).min(room);
+            if quote < 40 {
+                return None;
+            }
+            frame.copy_within(l3..l3 + quote, l3 + ICMP_V6_HEADERS);
+            write_icmp_v6(&mut frame[l3..l3 + ICMP_V6_HEADERS + quote], from, s, mtu);
+            l3 + ICMP_V6_HEADERS + quote
+        }
+        _ => return None,
+    };
+    let (dst, src) = frame.split_at_mut(6);
+    dst.copy_from_slice(&src[..6]);
+    src[..6].copy_from_slice(&port.mac());
+    Some(new_end)
+}
+
+/// Writes the IPv4 and ICMP headers of a "fragmentation needed" from
+/// `from` to `to` in front of the quote that fills the rest of `h`.
+fn write_icmp_v4(h: &mut [u8], from: Ipv4Addr, to: Ipv4Addr, mtu: u16) {
+    let total = h.len() as u16; // at most ICMP_V4_MAX
+    h[0] = 0x45;
+    h[1] = 0xc0; // internetwork control, as routers send their errors
+    h[2..4].copy_from_slice(&total.to_be_bytes());
+    h[4..8].fill(0); // id, flags, fragment offset
+    h[8] = TTL;
+    h[9] = wire::ip_proto::ICMP;
+    h[10..12].fill(0);
+    h[12..16].copy_from_slice(&from.octets());
+    h[16..20].copy_from_slice(&to.octets());
+    let c = checksum(&h[..20]);
+    h[10..12].copy_from_slice(&c.to_be_bytes());
+    let icmp = &mut h[20..];
+    icmp[0] = wire::icmpv4::msg_type::DEST_UNREACHABLE;
+    icmp[1] = 4; // fragmentation needed and DF set
+    icmp[2..6].fill(0); // checksum, unused
+    icmp[6..8].copy_from_slice(&mtu.to_be_bytes());
+    let c = checksum(icmp);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+}
+
+/// Writes the IPv6 and ICMPv6 headers of a "packet too big" from `from` to
+/// `to` in front of the quote that fills the rest of `h`.
+fn write_icmp_v6(h: &mut [u8], from: Ipv6Addr, to: Ipv6Addr, mtu: u16) {
+    let payload = (h.len() - 40) as u16; // at most ICMP_V6_MAX - 40
+    h[0..4].copy_from_slice(&0x6000_0000u32.to_be_bytes());
+    h[4..6].copy_from_slice(&payload.to_be_bytes());
+    h[6] = wire::ip_proto::ICMPV6;
+    h[7] = TTL;
+    h[8..24].copy_from_slice(&from.octets());
+    h[24..40].copy_from_slice(&to.octets());
+    let icmp = &mut h[40..];
+    icmp[0] = wire::icmpv6::msg_type::PACKET_TOO_BIG;
+    icmp[1] = 0;
+    icmp[2..4].fill(0);
+    icmp[4..8].copy_from_slice(&u32::from(mtu).to_be_bytes());
+    let c = l4_checksum_v6(&from, &to, wire::ip_proto::ICMPV6, icmp);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
 }
 
 fn write_tcp(t: &mut [u8], sport: u16, dport: u16, seq: u32, ack: u32, flags: u8) {

@@ -56,6 +56,20 @@ pub enum PortError {
         /// Device limit, tx.
         max_tx: u16,
     },
+    /// An MTU the device does not take.
+    #[error("port {port} ({name}): MTU {asked} is outside what the device takes ({min}-{max})")]
+    MtuOutOfRange {
+        /// Port id.
+        port: u16,
+        /// Device name.
+        name: String,
+        /// The MTU asked for.
+        asked: u16,
+        /// The device's smallest.
+        min: u16,
+        /// The device's largest.
+        max: u16,
+    },
     /// A DPDK call failed.
     #[error("port {port}: {op} failed: {reason}")]
     Dpdk {
@@ -77,6 +91,10 @@ pub enum PortError {
         queue: u16,
     },
 }
+
+/// Linux's ENOTSUP (EOPNOTSUPP), which DPDK returns for a call the
+/// device does not implement.
+const ENOTSUP: i32 = 95;
 
 fn check(port: u16, op: &'static str, rc: i32) -> Result<(), PortError> {
     if rc < 0 {
@@ -101,7 +119,8 @@ pub struct PortConfig {
     pub rx_desc: u16,
     /// Descriptors per tx queue (adjusted to the device's limits).
     pub tx_desc: u16,
-    /// MTU to set, if any (a device that cannot set it only logs a warning).
+    /// MTU to set, if any: one the device does not take fails
+    /// [`Port::configure`]. The pool's buffers must hold a frame of it.
     pub mtu: Option<u16>,
     /// Receive every frame, not just those to the port's MAC, broadcast
     /// and (with `allmulticast`) multicast. Off, it is turned off on the
@@ -196,6 +215,28 @@ pub struct PortInfo {
     pub rx_offload_capa: u64,
     /// Tx offload capabilities (`RTE_ETH_TX_OFFLOAD_*`).
     pub tx_offload_capa: u64,
+    /// The smallest MTU the device takes.
+    pub min_mtu: u16,
+    /// The largest MTU the device takes, before its frame limit
+    /// ([`PortInfo::largest_mtu`]).
+    pub max_mtu: u16,
+    /// The largest frame the device receives.
+    pub max_rx_pktlen: u32,
+}
+
+impl PortInfo {
+    /// The largest MTU the device takes: `max_mtu`, and no more than its
+    /// largest frame less the Ethernet overhead (what `rte_eth_dev_configure`
+    /// checks; the overhead is 18 bytes unless the device's limits say).
+    pub fn largest_mtu(&self) -> u16 {
+        let overhead = if self.max_mtu != u16::MAX && self.max_rx_pktlen > u32::from(self.max_mtu) {
+            self.max_rx_pktlen - u32::from(self.max_mtu)
+        } else {
+            18
+        };
+        let by_frame = self.max_rx_pktlen.saturating_sub(overhead);
+        self.max_mtu.min(u16::try_from(by_frame).unwrap_or(u16::MAX))
+    }
 }
 
 /// Link state.
@@ -346,6 +387,9 @@ fn dev_info(id: u16) -> Result<(rte_eth_dev_info, PortInfo), PortError> {
         socket,
         rx_offload_capa: raw.rx_offload_capa,
         tx_offload_capa: raw.tx_offload_capa,
+        min_mtu: raw.min_mtu,
+        max_mtu: raw.max_mtu,
+        max_rx_pktlen: raw.max_rx_pktlen,
     };
     Ok((raw, info))
 }
@@ -398,6 +442,21 @@ impl Port {
         if checksum.tx_ipv4 {
             eth.txmode.offloads |= tx_ip;
         }
+        if let Some(mtu) = conf.mtu {
+            let max = info.largest_mtu();
+            if mtu < info.min_mtu || mtu > max {
+                return Err(PortError::MtuOutOfRange {
+                    port: id,
+                    name: info.name,
+                    asked: mtu,
+                    min: info.min_mtu,
+                    max,
+                });
+            }
+            // Configured with the device (which checks it against the
+            // pool's buffers at queue set-up and programs it at start)...
+            eth.rxmode.mtu = u32::from(mtu);
+        }
         // SAFETY: eth is a fully initialised config; queue counts are within limits.
         check(id, "rte_eth_dev_configure", unsafe {
             dpdk_sys::rte_eth_dev_configure(id, conf.rx_queues, conf.tx_queues, &eth)
@@ -428,10 +487,13 @@ impl Port {
             })?;
         }
         if let Some(mtu) = conf.mtu {
+            // ... and set now, for devices that apply it only here (the
+            // af_packet PMD sets its kernel interface's MTU). A device
+            // without the call (ENOTSUP) keeps what the configure recorded.
             // SAFETY: the device is configured.
             let rc = unsafe { dpdk_sys::rte_eth_dev_set_mtu(id, mtu) };
-            if rc < 0 {
-                tracing::warn!(port = id, mtu, "cannot set MTU: {}", strerror(-rc));
+            if rc != -ENOTSUP {
+                check(id, "rte_eth_dev_set_mtu", rc)?;
             }
         }
         let mut promiscuous = conf.promiscuous;
@@ -561,6 +623,17 @@ impl Port {
     /// counts the port's live flow rules.
     pub(crate) fn control(&self) -> std::sync::MutexGuard<'_, usize> {
         self.0.control.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The device's MTU: the one set ([`PortConfig::mtu`]), else its
+    /// default (1500 for an Ethernet device).
+    pub fn mtu(&self) -> Result<u16, PortError> {
+        let mut mtu = 0u16;
+        // SAFETY: valid out-pointer; the port is configured.
+        check(self.id(), "rte_eth_dev_get_mtu", unsafe {
+            dpdk_sys::rte_eth_dev_get_mtu(self.id(), &mut mtu)
+        })?;
+        Ok(mtu)
     }
 
     /// The port's MAC address.

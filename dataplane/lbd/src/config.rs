@@ -5,7 +5,9 @@
 //! overrides it). `[[interface]]`: one table per DPDK port, in port order,
 //! each with the port's address and prefix (or a list of them, e.g. one
 //! IPv4 and one IPv6), an optional gateway (or one per family) and an
-//! optional 802.1Q `vlan` id (on every interface or on none). `[snat]` and
+//! optional 802.1Q `vlan` id (on every interface or on none) and an
+//! optional `mtu` (68-9216, at least 1280 with an IPv6 address; the
+//! device's own, 1500 on nearly every NIC, when not given). `[snat]` and
 //! `[[service]]` are the services file of `lbctl apply -f` (parsed by
 //! `lb_control::services_file`): the node's full-NAT source addresses and
 //! the services of the `config` source, resynced at every start.
@@ -20,6 +22,7 @@
 //! address = "10.0.0.1/24"
 //! gateway = "10.0.0.254"     # optional
 //! vlan = 100                 # optional: the port is on a trunk
+//! mtu = 9000                 # optional: the largest IP packet on the link
 //!
 //! [conntrack.timeouts]       # optional, each key too
 //! tcp_established = "1h"     # or seconds: 3600
@@ -40,7 +43,7 @@ use std::path::{Path, PathBuf};
 use lb_control::model::Source;
 use lb_control::services_file::{ServicesFile, ServicesFileError};
 use lb_dataplane::conntrack::Timeouts;
-use lb_dataplane::snapshot::Cidr;
+use lb_dataplane::snapshot::{Cidr, MAX_MTU, MIN_MTU, MIN_MTU_V6};
 use serde::Deserialize;
 
 use self::timeouts::RawConntrack;
@@ -110,6 +113,7 @@ struct RawInterface {
     address: OneOrMany,
     gateway: Option<OneOrMany>,
     vlan: Option<i64>,
+    mtu: Option<i64>,
 }
 
 /// `"x"` or `["x", "y"]`.
@@ -140,6 +144,10 @@ pub struct Interface {
     /// The 802.1Q VLAN id of the port's frames (1-4094), if tagged: set on
     /// every interface or on none.
     pub vlan: Option<u16>,
+    /// The largest IP packet on the link, set on the device at start
+    /// (68-9216, at least 1280 with an IPv6 address); `None` keeps the
+    /// device's.
+    pub mtu: Option<u16>,
 }
 
 /// The whole configuration.
@@ -255,10 +263,36 @@ impl Config {
                 Some(v @ 1..=4094) => Some(v as u16),
                 Some(v) => return Err(invalid(i, "vlan", format!("{v} is not a VLAN id (1-4094)"))),
             };
+            let min = if addresses.iter().any(|c| c.addr().is_ipv6()) {
+                MIN_MTU_V6
+            } else {
+                MIN_MTU
+            };
+            let mtu = match r.mtu {
+                None => None,
+                Some(m) if (i64::from(min)..=i64::from(MAX_MTU)).contains(&m) => Some(m as u16),
+                Some(m) if (i64::from(MIN_MTU)..i64::from(min)).contains(&m) => {
+                    return Err(invalid(
+                        i,
+                        "mtu",
+                        format!(
+                            "{m} is below IPv6's minimum MTU of 1280, and the interface has an IPv6 address"
+                        ),
+                    ))
+                }
+                Some(m) => {
+                    return Err(invalid(
+                        i,
+                        "mtu",
+                        format!("{m} is not an MTU lbd takes ({MIN_MTU}-{MAX_MTU})"),
+                    ))
+                }
+            };
             interfaces.push(Interface {
                 addresses,
                 gateways,
                 vlan,
+                mtu,
             });
         }
         // Frames keep their tag from port to port (only the id changes), so
@@ -452,6 +486,32 @@ mod tests {
             assert!(e.ends_with(want), "{a} {b}: {e}");
         }
         assert!(two("vlan = \"100\"", "").unwrap_err().contains("vlan"));
+    }
+
+    #[test]
+    fn mtus() {
+        let one = |address: &str, mtu: &str| parse(&format!("[[interface]]\naddress = {address}\n{mtu}\n"));
+        let v4 = "\"10.0.0.1/24\"";
+        let both = "[\"10.0.0.1/24\", \"fd00::1/64\"]";
+        assert_eq!(one(v4, "").unwrap().interfaces[0].mtu, None);
+        for (address, mtu) in [(v4, 68), (v4, 9000), (v4, 9216), (both, 1280)] {
+            let c = one(address, &format!("mtu = {mtu}")).unwrap();
+            assert_eq!(c.interfaces[0].mtu, Some(mtu), "{address} {mtu}");
+        }
+        for (address, mtu, want) in [
+            (v4, "67", "interface 0: mtu: 67 is not an MTU lbd takes (68-9216)"),
+            (v4, "9217", "interface 0: mtu: 9217 is not an MTU lbd takes (68-9216)"),
+            (v4, "-1500", "interface 0: mtu: -1500 is not an MTU lbd takes (68-9216)"),
+            (
+                both,
+                "1279",
+                "interface 0: mtu: 1279 is below IPv6's minimum MTU of 1280, and the interface has an IPv6 address",
+            ),
+        ] {
+            let e = one(address, &format!("mtu = {mtu}")).unwrap_err();
+            assert!(e.ends_with(want), "{mtu}: {e}");
+        }
+        assert!(one(v4, "mtu = \"9000\"").unwrap_err().contains("mtu"));
     }
 
     /// `[conntrack.timeouts]` reaches `Config`, and its errors are one

@@ -621,6 +621,7 @@ mod tests {
                 cidr: "10.0.0.1/24".parse().unwrap(),
                 gateway: None,
                 vlan: None,
+                mtu: None,
             }],
             ..NodeConfig::default()
         };

@@ -75,6 +75,9 @@ const HANDOVER_RING: u32 = 1024;
 const CONTROL_RING: u32 = 1024;
 /// Mbufs each lcore keeps in its mempool cache.
 const MBUF_CACHE: u32 = 256;
+/// What a frame adds to its IP packet: the Ethernet header (14), an 802.1Q
+/// tag (4) and the CRC (4) some NICs keep in the buffer.
+const FRAME_OVERHEAD: u16 = 22;
 
 /// `s` with control characters escaped (`\n`, `\u{1b}`): an error quotes
 /// what it found in a file (a TOML key, a value), and must stay one line
@@ -233,18 +236,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .next_power_of_two()
         .max(8192)
         - 1;
+    // Each mbuf holds a whole frame of the largest MTU asked for (lbd
+    // takes single-segment frames only): Ethernet header, a VLAN tag and
+    // the CRC some NICs write, after the headroom; 2 KiB of data at least.
+    let max_mtu = config.interfaces.iter().filter_map(|i| i.mtu).max().unwrap_or(0);
+    let data_room = (dpdk_sys::RTE_PKTMBUF_HEADROOM as u16 + max_mtu + FRAME_OVERHEAD)
+        .max(dpdk_sys::RTE_MBUF_DEFAULT_BUF_SIZE as u16);
     let pool = Arc::new(
-        Mempool::new(
-            &eal,
-            "lbd_mbufs",
-            nmbufs,
-            MBUF_CACHE,
-            dpdk_sys::RTE_MBUF_DEFAULT_BUF_SIZE as u16,
-            None,
-        )
-        .with_context(|| {
+        Mempool::new(&eal, "lbd_mbufs", nmbufs, MBUF_CACHE, data_room, None).with_context(|| {
             // Short of memory, nearly always: say which knob gives more.
-            let what = format!("the {nmbufs} mbufs of {nports} ports and {workers} workers");
+            let what = format!(
+                "the {nmbufs} mbufs ({} bytes each) of {nports} ports and {workers} workers",
+                data_room
+            );
             match (cli.mem, cli.no_huge) {
                 (Some(m), _) => format!("--mem {m}: too little DPDK memory for {what}: raise it"),
                 (None, true) => format!(
@@ -262,15 +266,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         ..NodeConfig::default()
     };
     for id in 0..nports {
+        let iface = config.interfaces.get(id as usize);
         let conf = PortConfig {
             rx_queues: queues,
             tx_queues: queues,
+            mtu: iface.and_then(|i| i.mtu),
             ipv4_checksum_offload: !cli.no_checksum_offload,
             promiscuous: cli.promiscuous,
             allmulticast: true,
             ..PortConfig::default()
         };
         let port = Port::configure(&eal, id, &conf, pool.clone())?;
+        let mtu = port.mtu()?;
         let info = port.info();
         match port.rss() {
             RssStatus::SingleQueue => {}
@@ -284,7 +291,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             ),
         }
         let mac = port.mac();
-        let iface = config.interfaces.get(id as usize);
         // Every port, with an [[interface]] or not: the README points to
         // this line for each port's offloads and promiscuous mode.
         let addresses: Vec<String> = iface.map_or_else(
@@ -295,7 +301,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         let csum = port.checksum_offload();
         tracing::info!(
             port = id, name = %info.name, driver = %info.driver, %mac, address = %addresses.join(","),
-            gateway = ?gateways, vlan = ?iface.and_then(|i| i.vlan), queues, rx_ipv4_checksum_offload = csum.rx_ipv4,
+            gateway = ?gateways, vlan = ?iface.and_then(|i| i.vlan), mtu, queues, rx_ipv4_checksum_offload = csum.rx_ipv4,
             tx_ipv4_checksum_offload = csum.tx_ipv4, promiscuous = port.promiscuous(), "port configured"
         );
         match iface {
@@ -315,6 +321,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         cidr,
                         gateway,
                         vlan: iface.vlan,
+                        mtu: Some(mtu),
                     });
                 }
             }
@@ -424,6 +431,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             mac: p.mac().0,
             ipv4_checksum_offload: (p.checksum_offload().rx_ipv4, offloads.tx_ipv4),
             vlan: config.interfaces.get(usize::from(p.id())).and_then(|i| i.vlan),
+            mtu: p.mtu().unwrap_or(0),
             status: Arc::clone(status),
         })
         .collect();
@@ -870,12 +878,13 @@ fn print_summary(ports: &[Port], workers: &[Worker], ctl: &ControlCounters, left
             n => format!(" slot_overflow {n}"),
         };
         out!(
-            "  worker {}: rx {} tx {} local_replies {} resets_sent {} neighbor_updates {} handed_over {} new_connections {} stateless_forwards {} conntrack_entries {}{affinity}{overflow} drops {}{}",
+            "  worker {}: rx {} tx {} local_replies {} resets_sent {} too_big_sent {} neighbor_updates {} handed_over {} new_connections {} stateless_forwards {} conntrack_entries {}{affinity}{overflow} drops {}{}",
             w.id().0,
             c.rx_packets.get(),
             c.tx_packets.get(),
             c.local_replies.get(),
             c.resets_sent.get(),
+            c.too_big_sent.get(),
             c.neighbor_updates.get(),
             c.handed_over.get(),
             c.new_connections.get(),

@@ -425,6 +425,43 @@ fn more_workers_than_queues() {
     );
 }
 
+/// An MTU the device does not take stops lbd with the device's range;
+/// one in range is set on it (net_af_packet sets its kernel interface's).
+#[test]
+fn mtu_the_device_does_not_take() {
+    assert!(common::can_netns(), "this test needs root and iproute2");
+    let net = NetnsVeth::new("mtu", "10.97.0.2/24");
+    let vdev = format!("net_af_packet0,iface={}", net.host_if);
+    let f = TempFile::new(
+        "mtu.toml",
+        "[[interface]]\naddress = \"10.97.0.1/24\"\nmtu = 9000\n",
+    );
+    let p = prefix("mtu");
+    let (code, out) = run_lbd(&["--no-huge", "--vdev", &vdev, "--config", f.path(), &p], T);
+    assert_eq!(code, Some(1), "{out}");
+    assert_clean(&out);
+    let l = lbd_line(&out);
+    assert!(
+        l.contains("port 0 (net_af_packet0): MTU 9000 is outside what the device takes")
+            && l.ends_with("-1500)"),
+        "{l}"
+    );
+    let f = TempFile::new(
+        "mtu2.toml",
+        "[[interface]]\naddress = \"10.97.0.1/24\"\nmtu = 1400\n",
+    );
+    let log = std::env::temp_dir().join(format!("lbd-mtu-{}.log", std::process::id()));
+    let mut lbd = common::Lbd::start(&["--no-huge", "--vdev", &vdev, "--config", f.path(), &p], &log);
+    lbd.wait_for_log("lbd running", Duration::from_secs(30));
+    let link = common::sh(&format!("ip link show {}", net.host_if));
+    let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(15));
+    let out = lbd.log_text();
+    let _ = std::fs::remove_file(&log);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("mtu=1400"), "{out}");
+    assert!(link.contains("mtu 1400"), "{link}");
+}
+
 #[test]
 fn interfaces_do_not_match_ports() {
     let f = TempFile::new(

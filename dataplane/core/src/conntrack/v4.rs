@@ -209,12 +209,14 @@ impl Conntrack {
 
     /// For a packet of the IPv4 entry `id` travelling `dir` whose cached
     /// next hop under `epoch` is an index into `hops` (the snapshot's hop
-    /// table): accounts the packet as [`Conntrack::touch`] does and returns
-    /// the rewrite, that hop, the tags and the rewrite's checksum change
-    /// ([`NatDelta`]), all in one visit to the entry.
+    /// table) that `takes` the packet (its MTU): accounts the packet as
+    /// [`Conntrack::touch`] does and returns the rewrite, that hop, the tags
+    /// and the rewrite's checksum change ([`NatDelta`]), all in one visit
+    /// to the entry.
     /// `None`, with nothing changed, when the cache does not hold such a
     /// hop (or the id is stale or IPv6): the caller then checks, and
     /// touches, the slow way.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub(crate) fn touch_cached_v4<'h, H>(
         &mut self,
@@ -222,6 +224,7 @@ impl Conntrack {
         dir: Direction,
         epoch: u64,
         hops: &'h [H],
+        takes: impl Fn(&H) -> bool,
         tcp_flags: u8,
         now: Tick,
     ) -> Option<(RewriteV4, &'h H, Tags, NatDelta)> {
@@ -234,7 +237,9 @@ impl Conntrack {
         // reopen it (`reopened_by_syn`), the uncached branch decides (a
         // closing entry is never cached).
         let live = s.expires > now.0;
-        let hop = hops.get(s.cache.get(dir, epoch).filter(|_| live)? as usize)?;
+        let hop = hops
+            .get(s.cache.get(dir, epoch).filter(|_| live)? as usize)
+            .filter(|h| takes(h))?;
         let ((src, src_port), (dst, dst_port)) = raw_rewrite(s, dir);
         let delta = flip_for(dir, s.delta);
         advance(s, dir, tcp_flags, now, timeout_ms);
@@ -377,7 +382,8 @@ mod tests {
         };
         let touched = |ct: &mut Conntrack, dir| {
             let hops = [(); 8];
-            ct.touch_cached_v4(id, dir, 11, &hops, 0, Tick(1)).map(|t| t.3)
+            ct.touch_cached_v4(id, dir, 11, &hops, |_| true, 0, Tick(1))
+                .map(|t| t.3)
         };
         assert!(ct.set_cached_hop_v4(id, Reply, 11, 2, d));
         assert_eq!(touched(&mut ct, Reply), Some(d));

@@ -332,7 +332,7 @@ impl SnatPorts {
 
     /// [`SnatPorts::alloc`] toward an IPv4 backend: a free pair on one of
     /// the IPv4 addresses, round-robin, or `None` when all are exhausted.
-    #[inline]
+    #[inline(always)]
     pub fn alloc_v4(&mut self, proto: Proto) -> Option<(Ipv4Addr, u16)> {
         let n = self.v4_order.len();
         let space = space_of(proto);

@@ -173,6 +173,8 @@ pub struct SnapshotBuilder<'p> {
     interfaces: Vec<InterfaceSpec>,
     /// (port, VLAN id), from [`SnapshotBuilder::vlan`].
     vlans: Vec<(u16, u16)>,
+    /// (port, MTU), from [`SnapshotBuilder::mtu`].
+    mtus: Vec<(u16, u16)>,
     snat: Vec<IpAddr>,
     neighbors: Vec<(IpAddr, [u8; 6])>,
     services: Vec<Pending>,
@@ -194,6 +196,7 @@ impl<'p> SnapshotBuilder<'p> {
             prev: None,
             interfaces: Vec::new(),
             vlans: Vec::new(),
+            mtus: Vec::new(),
             snat: Vec::new(),
             neighbors: Vec::new(),
             services: Vec::new(),
@@ -243,6 +246,18 @@ impl<'p> SnapshotBuilder<'p> {
     /// if any has one. Checked by `build`.
     pub fn vlan(&mut self, port: u16, vid: u16) -> &mut Self {
         self.vlans.push((port, vid));
+        self
+    }
+
+    /// Sets port `port`'s MTU, the largest IP packet it sends
+    /// ([`MIN_MTU`](super::MIN_MTU)-[`MAX_MTU`](super::MAX_MTU), at least
+    /// [`MIN_MTU_V6`](super::MIN_MTU_V6) on a port with an IPv6 address):
+    /// a packet to forward that is larger is answered with an ICMP
+    /// "fragmentation needed" or ICMPv6 "packet too big" where it may be,
+    /// and dropped (`MtuExceeded`). A port without one has
+    /// [`DEFAULT_MTU`](super::DEFAULT_MTU). Checked by `build`.
+    pub fn mtu(&mut self, port: u16, mtu: u16) -> &mut Self {
+        self.mtus.push((port, mtu));
         self
     }
 
@@ -476,6 +491,7 @@ impl<'p> SnapshotBuilder<'p> {
             prev,
             interfaces,
             vlans,
+            mtus,
             snat,
             neighbors,
             services: drafts,
@@ -485,7 +501,7 @@ impl<'p> SnapshotBuilder<'p> {
             frontend_order,
         } = self;
 
-        let ports = check_ports(&interfaces, &vlans)?;
+        let ports = check_ports(&interfaces, &vlans, &mtus)?;
         let vlan_tagged = ports.iter().flatten().any(|p| p.vlan.is_some());
         let (snat_v4, snat_v6) = check_snat(&snat)?;
 
@@ -648,6 +664,7 @@ impl<'p> SnapshotBuilder<'p> {
             port_configs.push(Some(PortConfig {
                 mac: p.mac,
                 vlan: p.vlan,
+                mtu: p.mtu(),
                 cidrs: p.cidrs.into_boxed_slice(),
                 gateway_v4: p.gateway_v4,
                 gateway_v6: p.gateway_v6,

@@ -231,6 +231,18 @@ pub enum BuildError {
         /// Why.
         reason: &'static str,
     },
+    /// An MTU that cannot be used: out of range, on a port without an
+    /// interface, a second one for a port, or below 1280 on a port with
+    /// an IPv6 address.
+    #[error("port {port}: field mtu: {mtu}: {reason}")]
+    Mtu {
+        /// The port id.
+        port: u16,
+        /// The MTU.
+        mtu: u16,
+        /// Why.
+        reason: &'static str,
+    },
     /// A port without a VLAN id where another port has one: frames keep
     /// their tag from port to port, so tagged and untagged ports cannot be
     /// mixed.

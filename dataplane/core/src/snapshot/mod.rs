@@ -81,6 +81,15 @@ use crate::maglev::{client_hash, MaglevRing};
 use flat::FlatMap;
 use vip_sources::VipSources;
 
+/// A port's MTU when none is set ([`SnapshotBuilder::mtu`]): Ethernet's.
+pub const DEFAULT_MTU: u16 = 1500;
+/// The smallest MTU a port may have: IPv4's minimum (RFC 791).
+pub const MIN_MTU: u16 = 68;
+/// The smallest MTU of a port with an IPv6 address (RFC 8200).
+pub const MIN_MTU_V6: u16 = 1280;
+/// The largest MTU a port may have: what jumbo-frame switches carry.
+pub const MAX_MTU: u16 = 9216;
+
 /// An address family: which of a service's two rings a flow uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Family {
@@ -412,6 +421,9 @@ pub struct NextHop {
     pub src_mac: [u8; 6],
     /// The neighbor's (destination or gateway) MAC.
     pub dst_mac: [u8; 6],
+    /// The port's MTU ([`PortConfig::mtu`]): the largest IP packet it
+    /// sends.
+    pub mtu: u16,
 }
 
 /// A next hop whose MAC is not known yet: [`Snapshot::unresolved_hop`].
@@ -424,6 +436,8 @@ pub struct UnresolvedHop {
     /// The address to resolve: the destination itself when a port's prefix
     /// holds it, else the gateway.
     pub via: IpAddr,
+    /// The port's MTU ([`PortConfig::mtu`]).
+    pub mtu: u16,
 }
 
 /// Where a packet toward some destination goes: [`Snapshot::route`].
@@ -442,6 +456,15 @@ impl Route {
         match self {
             Route::Resolved(h) => h.port,
             Route::Unresolved(u) => u.port,
+        }
+    }
+
+    /// The egress port's MTU: the largest IP packet it sends.
+    #[inline]
+    pub fn mtu(&self) -> u16 {
+        match self {
+            Route::Resolved(h) => h.mtu,
+            Route::Unresolved(u) => u.mtu,
         }
     }
 
@@ -469,6 +492,7 @@ impl Route {
 pub struct PortConfig {
     mac: [u8; 6],
     vlan: Option<u16>,
+    mtu: u16,
     cidrs: Box<[Cidr]>,
     gateway_v4: Option<Ipv4Addr>,
     gateway_v6: Option<Ipv6Addr>,
@@ -485,6 +509,12 @@ impl PortConfig {
     /// ([`Snapshot::vlan_tagged`]).
     pub fn vlan(&self) -> Option<u16> {
         self.vlan
+    }
+
+    /// The largest IP packet the port sends ([`SnapshotBuilder::mtu`], or
+    /// [`DEFAULT_MTU`]).
+    pub fn mtu(&self) -> u16 {
+        self.mtu
     }
 
     /// Interface addresses with their connected prefixes.
@@ -867,12 +897,13 @@ impl Snapshot {
     /// no route at all (no port's prefix holds `dst` and no port has a
     /// gateway of its family). Slow path: a scan of the prefixes and ports.
     pub fn unresolved_hop(&self, dst: IpAddr) -> Option<UnresolvedHop> {
-        let mac_of = |port: u16| self.port(port).map_or([0; 6], PortConfig::mac);
         if let Some(port) = self.connected_port(dst) {
+            let p = self.port(port);
             return Some(UnresolvedHop {
                 port,
-                src_mac: mac_of(port),
+                src_mac: p.map_or([0; 6], PortConfig::mac),
                 via: dst,
+                mtu: p.map_or(DEFAULT_MTU, PortConfig::mtu),
             });
         }
         let gateway = |p: &PortConfig| match dst {
@@ -885,6 +916,7 @@ impl Snapshot {
                 port: id as u16, // < MAX_PORTS
                 src_mac: p.mac,
                 via: gateway(p)?,
+                mtu: p.mtu,
             })
         })
     }

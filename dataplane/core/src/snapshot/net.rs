@@ -12,7 +12,10 @@ use hashbrown::HashMap;
 
 use super::builder::{is_unicast, is_unicast_mac, InterfaceSpec, MAX_PORTS};
 use super::cidr::{mask_v4, mask_v6};
-use super::{connected_port, BuildError, Cidr, ConnectedV4, ConnectedV6, NextHop};
+use super::{
+    connected_port, BuildError, Cidr, ConnectedV4, ConnectedV6, NextHop, DEFAULT_MTU, MAX_MTU, MIN_MTU,
+    MIN_MTU_V6,
+};
 use crate::flow::SnatPorts;
 use crate::wire::ethernet::MacAddr;
 
@@ -21,12 +24,19 @@ pub(super) struct PortDraft {
     pub(super) mac: [u8; 6],
     /// The 802.1Q VLAN id its frames carry, if tagged.
     pub(super) vlan: Option<u16>,
+    /// The largest IP packet the port sends (set or [`DEFAULT_MTU`]).
+    pub(super) mtu: Option<u16>,
     pub(super) cidrs: Vec<Cidr>,
     pub(super) gateway_v4: Option<Ipv4Addr>,
     pub(super) gateway_v6: Option<Ipv6Addr>,
 }
 
 impl PortDraft {
+    /// The port's MTU: as set, else [`DEFAULT_MTU`].
+    pub(super) fn mtu(&self) -> u16 {
+        self.mtu.unwrap_or(DEFAULT_MTU)
+    }
+
     /// The port's gateways, IPv4 first.
     pub(super) fn gateways(&self) -> impl Iterator<Item = IpAddr> {
         self.gateway_v4
@@ -40,6 +50,7 @@ impl PortDraft {
 pub(super) fn check_ports(
     interfaces: &[InterfaceSpec],
     vlans: &[(u16, u16)],
+    mtus: &[(u16, u16)],
 ) -> Result<Vec<Option<PortDraft>>, BuildError> {
     let mut ports: Vec<Option<PortDraft>> = Vec::new();
     for i in interfaces {
@@ -108,6 +119,24 @@ pub(super) fn check_ports(
             return Err(vlan_err("the port has another VLAN already"));
         }
         p.vlan = Some(vid);
+    }
+    for &(port, mtu) in mtus {
+        let mtu_err = |reason: &'static str| BuildError::Mtu { port, mtu, reason };
+        if !(MIN_MTU..=MAX_MTU).contains(&mtu) {
+            return Err(mtu_err("not an MTU lbd takes (68-9216)"));
+        }
+        let Some(Some(p)) = ports.get_mut(usize::from(port)) else {
+            return Err(mtu_err("the port has no interface"));
+        };
+        if p.mtu.is_some_and(|m| m != mtu) {
+            return Err(mtu_err("the port has another MTU already"));
+        }
+        if mtu < MIN_MTU_V6 && p.cidrs.iter().any(|c| c.addr().is_ipv6()) {
+            return Err(mtu_err(
+                "below IPv6's minimum of 1280, and the port has an IPv6 address",
+            ));
+        }
+        p.mtu = Some(mtu);
     }
     // All or none: a frame keeps its tag from port to port (only the id is
     // rewritten), so untagged and tagged ports cannot be mixed.
@@ -242,10 +271,15 @@ impl Routes {
                 .get(usize::from(port))
                 .and_then(Option::as_ref)
                 .map_or([0; 6], |p| p.mac);
+            let port_mtu = ports
+                .get(usize::from(port))
+                .and_then(Option::as_ref)
+                .map_or(DEFAULT_MTU, PortDraft::mtu);
             let hop = NextHop {
                 port,
                 src_mac,
                 dst_mac: mac,
+                mtu: port_mtu,
             };
             let old = match addr {
                 // A repeated address keeps its first hop, which a
@@ -278,6 +312,7 @@ impl Routes {
                 port: port as u16, // < MAX_PORTS
                 src_mac: p.mac,
                 dst_mac,
+                mtu: p.mtu(),
             })
         };
         let mut ports_iter = ports

@@ -293,6 +293,7 @@ fn next_hop_connected_gateway_and_unknown() {
             port,
             src_mac,
             dst_mac,
+            mtu: super::DEFAULT_MTU,
         })
     };
     assert_eq!(s.next_hop(ip("10.0.0.7")), hop(0, MAC0, NMAC));

@@ -157,12 +157,16 @@ fn route_is_the_next_hop_or_what_to_resolve() {
         Some(ip("10.0.0.254")),
     );
     b.interface(1, MAC1, Cidr::new(ip("fd01::1"), 64).unwrap(), None);
+    // Each route carries its port's MTU; port 0 has the default.
+    b.mtu(1, 9000);
+    let mtu = |port| if port == 1 { 9000 } else { super::DEFAULT_MTU };
     let s1 = b.build().unwrap();
     let unresolved = |port, src_mac, via: &str| {
         Some(Route::Unresolved(UnresolvedHop {
             port,
             src_mac,
             via: ip(via),
+            mtu: mtu(port),
         }))
     };
     assert_eq!(s1.route(ip("10.0.0.7")), unresolved(0, MAC0, "10.0.0.7"));
@@ -179,6 +183,7 @@ fn route_is_the_next_hop_or_what_to_resolve() {
             port,
             src_mac,
             dst_mac,
+            mtu: mtu(port),
         }))
     };
     assert_eq!(s2.route(ip("fd01::7")), resolved(1, MAC1, mac));

@@ -142,6 +142,7 @@ impl Snapshot {
                 p.as_ref().map(|p| PortDraft {
                     mac: p.mac,
                     vlan: p.vlan,
+                    mtu: Some(p.mtu),
                     cidrs: p.cidrs.to_vec(),
                     gateway_v4: p.gateway_v4,
                     gateway_v6: p.gateway_v6,

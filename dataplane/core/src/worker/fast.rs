@@ -118,6 +118,20 @@ impl FastV4 {
         self.proto == Proto::Udp || self.is_syn()
     }
 
+    /// Whether the IP packet, read with its header `TAG` bytes after the
+    /// untagged Ethernet header's end, is at most `mtu` bytes long: fits
+    /// a port of that MTU.
+    #[inline(always)]
+    pub(super) fn fits<const TAG: usize>(&self, mtu: u16) -> bool {
+        self.end <= ETH + TAG + usize::from(mtu)
+    }
+
+    /// [`FastV4::fits`] for a tag known at run time.
+    #[inline(always)]
+    pub(super) fn fits_tagged(&self, tagged: bool, mtu: u16) -> bool {
+        self.end <= ETH + usize::from(tagged) * VLAN_TAG + usize::from(mtu)
+    }
+
     /// The conntrack key of the packet, as the general path builds it.
     #[inline(always)]
     pub(super) fn key_v4(&self) -> FlowKeyV4 {
@@ -327,9 +341,11 @@ impl Worker {
         let epoch = snap.epoch();
         // The flow cache (module doc) in one visit to the entry: rewrite,
         // hop, state and tags; nothing can decline after it.
+        // A packet its cached hop's port cannot send declines below.
+        let takes = |h: &NextHop| k.fits::<TAG>(h.mtu);
         let cached = self
             .conntrack
-            .touch_cached_v4(id, dir, epoch, snap.hops_v4(), k.flags, now);
+            .touch_cached_v4(id, dir, epoch, snap.hops_v4(), takes, k.flags, now);
         let (rw, hop, tags, delta, to_cache) = match cached {
             Some((rw, hop, tags, delta)) => (rw, hop, Some(tags), Some(delta), None),
             None => {
@@ -350,6 +366,11 @@ impl Worker {
                 // --- `translate`: only a resolved next hop ---
                 let i = snap.next_hop_index_v4(u32::from_be_bytes(rw.dst))?;
                 let hop = snap.hop_v4(i)?;
+                // Too big for the port: answered or dropped by
+                // `paths::translate`.
+                if !k.fits::<TAG>(hop.mtu) {
+                    return None;
+                }
                 // --- no way back past this point ---
                 (
                     rw,

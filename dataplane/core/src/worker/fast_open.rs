@@ -131,6 +131,10 @@ impl Worker {
         // after creating the entry: the general path's business.
         let hop_index = snap.next_hop_index_v4(u32::from(be_addr))?;
         let hop = *snap.hop_v4(hop_index)?;
+        // So is a packet too big for the port (answered or dropped there).
+        if !k.fits_tagged(tagged, hop.mtu) {
+            return None;
+        }
         // An exhausted pool changes nothing: the general path counts it.
         let (snat, src) = if full_nat {
             let (a, port) = self.snat.alloc_v4(k.proto)?;

@@ -12,7 +12,9 @@ use super::super::burst::tests::{
     builder, client, frame, ip, meta, snapshot, snapshot_unresolved, tag_randomly, tcp, udp, worker,
     worker_with_ports, Reply, Rng,
 };
-use crate::checksum::ChecksumOffload;
+use std::net::IpAddr;
+
+use crate::checksum::{self, ChecksumOffload};
 use crate::flow::Proto;
 use crate::snapshot::{
     BackendSpec, Cidr, ForwardMode, FrontendKind, FrontendSpec, ServiceSpec, SessionAffinity, Snapshot,
@@ -212,7 +214,12 @@ fn run_on(snaps: &[Snapshot], seed: u64, mk: impl Fn() -> Worker, gen: Gen, vids
             );
         }
         if let Verdict::Transmit { port: 1, .. } | Verdict::Resolve { port: 1, .. } = expect {
-            if let Ok(p) = wire::parse(&by_general) {
+            // Forwarded TCP and UDP, not the ICMP errors answering a
+            // backend's packets too big for port 0.
+            if let Some(p) = wire::parse(&by_general)
+                .ok()
+                .filter(|p| [wire::ip_proto::TCP, wire::ip_proto::UDP].contains(&p.protocol))
+            {
                 replies.push(((p.dst, p.dst_port), (p.src, p.src_port), p.protocol));
             }
         }
@@ -381,4 +388,98 @@ fn fast_path_opens_connections_as_the_general_path() {
         );
         assert!(s.fast > 100, "{s:?}");
     }
+}
+
+/// [`frame`]'s traffic with half of its TCP and UDP packets grown to IP
+/// packets of 1,200-1,599 bytes (zeros appended to the payload, lengths
+/// and checksums fixed), a quarter of the IPv4 ones without DF.
+fn grown_frame(rng: &mut Rng, replies: &[Reply]) -> (Vec<u8>, u16) {
+    let (mut f, port) = frame(rng, replies);
+    if rng.below(2) == 0 {
+        let ip_len = 1200 + rng.below(400) as usize;
+        let df = rng.below(4) != 0;
+        grow(&mut f, ip_len, df);
+    }
+    (f, port)
+}
+
+/// Grows the untagged, unfragmented TCP or UDP packet in `f` to an IP
+/// packet of `ip_len` bytes, DF as `df` on IPv4; leaves anything else.
+fn grow(f: &mut Vec<u8>, ip_len: usize, df: bool) {
+    let Ok(p) = wire::parse(f) else { return };
+    let (l3, l4, end) = (usize::from(p.l3_offset), usize::from(p.l4_offset), p.end as usize);
+    let tcp_or_udp = p.protocol == wire::ip_proto::TCP || p.protocol == wire::ip_proto::UDP;
+    if l3 != 14 || end != f.len() || ip_len <= end - l3 || !tcp_or_udp || p.fragment != wire::Fragment::None {
+        return;
+    }
+    f.resize(l3 + ip_len, 0);
+    let l4_len = f.len() - l4;
+    let csum_at = l4 + if p.protocol == wire::ip_proto::TCP { 16 } else { 6 };
+    if p.protocol == wire::ip_proto::UDP {
+        f[l4 + 4..l4 + 6].copy_from_slice(&(l4_len as u16).to_be_bytes());
+    }
+    f[csum_at..csum_at + 2].fill(0);
+    let c = match (p.src, p.dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            f[l3 + 2..l3 + 4].copy_from_slice(&(ip_len as u16).to_be_bytes());
+            if !df {
+                f[l3 + 6] &= !0x40;
+            }
+            f[l3 + 10..l3 + 12].fill(0);
+            let h = checksum::checksum(&f[l3..l4]);
+            f[l3 + 10..l3 + 12].copy_from_slice(&h.to_be_bytes());
+            checksum::l4_checksum_v4(s, d, p.protocol, &f[l4..])
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            f[l3 + 4..l3 + 6].copy_from_slice(&((ip_len - 40) as u16).to_be_bytes());
+            checksum::l4_checksum_v6(&s, &d, p.protocol, &f[l4..])
+        }
+        _ => return,
+    };
+    f[csum_at..csum_at + 2].copy_from_slice(&c.to_be_bytes());
+}
+
+/// Ports of MTU 1,400 (clients) and 1,280 (backends), traffic of every
+/// size around them: the fast path declines a packet too big for its
+/// egress port (cached hop or not, new connection or not) having written
+/// and counted nothing, and the general path answers or drops it.
+#[test]
+fn fast_path_declines_packets_too_big_for_the_port() {
+    let mut b = builder();
+    b.mtu(0, 1400).mtu(1, 1280);
+    let snap = b.build().unwrap();
+    let mut total = Seen::default();
+    for seed in 1..=4u64 {
+        let s = run_with(
+            &snap,
+            seed.wrapping_mul(0x3c6e_f372_fe94_f82b),
+            || worker(1, 1024),
+            grown_frame,
+        );
+        total.fast += s.fast;
+        total.declined += s.declined;
+    }
+    assert!(total.fast > 1000, "{total:?}");
+    // Everything the fast path would take but for its size must be
+    // answered by the general path: some answers were made.
+    let mut w = worker(1, 1024);
+    let mut rng = Rng(99);
+    let mut replies = Vec::new();
+    for n in 0..2000u64 {
+        let (mut f, port) = grown_frame(&mut rng, &replies);
+        if let Verdict::Transmit { port: 1, .. } = w.handle_packet(Tick(n), &snap, &mut f, &meta(port)) {
+            if let Some(p) = wire::parse(&f)
+                .ok()
+                .filter(|p| [wire::ip_proto::TCP, wire::ip_proto::UDP].contains(&p.protocol))
+            {
+                replies.push(((p.dst, p.dst_port), (p.src, p.src_port), p.protocol));
+            }
+        }
+    }
+    assert!(
+        w.counters().too_big_sent.get() > 100,
+        "{}",
+        w.counters().too_big_sent.get()
+    );
+    assert!(w.counters().drops[crate::DropReason::MtuExceeded as usize].get() > 10);
 }

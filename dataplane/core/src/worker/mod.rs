@@ -56,6 +56,13 @@
 //!   [`Snapshot::vip_allows_source`]); from any other client the segment
 //!   is dropped as on a served port (`source_range_denied`), so a denied
 //!   client cannot tell served ports from closed ones.
+//! - A packet to forward that is larger than the MTU of the port it would
+//!   leave by ([`SnapshotBuilder::mtu`](crate::snapshot::SnapshotBuilder::mtu))
+//!   is answered, before any rewrite and out of the port it came in by,
+//!   with an ICMP "fragmentation needed" (IPv4 with DF) or ICMPv6 "packet
+//!   too big" carrying that MTU (`too_big_sent`,
+//!   [`crate::reject::write_too_big`]); one that may not be answered (IPv4
+//!   without DF: lbd does not fragment) is dropped (`mtu_exceeded`).
 
 mod burst;
 pub use burst::BURST_LOOKUP_MIN_LEN;

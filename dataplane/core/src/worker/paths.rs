@@ -388,6 +388,9 @@ impl Worker {
         let Some(route) = snap.route(rw.dst.0) else {
             return self.drop(DropReason::NoRoute);
         };
+        if ip_len(p) > usize::from(route.mtu()) {
+            return self.too_big(snap, frame, p, meta, route.mtu());
+        }
         if let Err(reason) = nat::rewrite(frame, p, rw, &meta.offload) {
             return self.drop(reason);
         }
@@ -398,6 +401,31 @@ impl Worker {
             }
         }
         verdict(&route, frame.len())
+    }
+
+    /// A packet larger than `mtu`, the MTU of the port it would leave by,
+    /// not translated: answered, in place and before any rewrite (the
+    /// sender must recognise its packet in the quote), with the ICMP error
+    /// that carries `mtu` back to it ([`reject::write_too_big`],
+    /// `too_big_sent`), or dropped (`MtuExceeded`). The connection, if one
+    /// was just opened, stays: the sender's smaller packets use it.
+    #[cold]
+    #[inline(never)]
+    fn too_big(
+        &mut self,
+        snap: &Snapshot,
+        frame: &mut [u8],
+        p: &Parsed,
+        meta: &PacketMeta,
+        mtu: u16,
+    ) -> Verdict {
+        if let Some(port) = snap.port(meta.port) {
+            if let Some(len) = reject::write_too_big(frame, p, port, mtu) {
+                self.counters.too_big_sent.inc();
+                return Verdict::Transmit { port: meta.port, len };
+            }
+        }
+        self.drop(DropReason::MtuExceeded)
     }
 
     #[inline]
@@ -497,6 +525,10 @@ impl Worker {
         let Some(route) = snap.route(outer.dst.0) else {
             return self.drop(DropReason::NoRoute);
         };
+        // Not answered: no ICMP error about an ICMP error.
+        if ip_len(p) > usize::from(route.mtu()) {
+            return self.drop(DropReason::MtuExceeded);
+        }
         if let Err(reason) = nat::rewrite_icmp_error(frame, p, &outer, &inner, &meta.offload) {
             return self.drop(reason);
         }
@@ -538,6 +570,13 @@ pub(super) fn set_egress_vlan(frame: &mut [u8], port: u16, snap: &Snapshot) {
     if let (Some(vid), Ok(mut eth)) = (vid, crate::wire::EthernetFrame::new_checked(frame)) {
         eth.set_vlan_id(vid);
     }
+}
+
+/// The length of `p`'s IP packet, headers included: what a port's MTU
+/// bounds.
+#[inline(always)]
+fn ip_len(p: &Parsed) -> usize {
+    (p.end as usize).saturating_sub(usize::from(p.l3_offset))
 }
 
 /// `Transmit` to a resolved next hop, `Resolve` otherwise.

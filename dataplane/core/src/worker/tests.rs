@@ -1416,3 +1416,6 @@ mod orphan_tests;
 
 #[path = "affinity_tests.rs"]
 mod affinity_tests;
+
+#[path = "mtu_tests.rs"]
+mod mtu_tests;

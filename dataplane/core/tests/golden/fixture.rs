@@ -69,7 +69,9 @@ pub enum Fixture {
     /// every next hop, clients, backends and the gateway, is unresolved.
     NoNeighbors,
     /// `TwoPort` on VLAN trunks: port 0 on VLAN 10, port 1 on VLAN 20
-    /// (`SnapshotBuilder::vlan`); frames must carry their port's id.
+    /// (`SnapshotBuilder::vlan`); frames must carry their port's id. Its
+    /// ports' MTUs are 1,400 and 1,280 (`SnapshotBuilder::mtu`), so fuzzed
+    /// frames reach the answers to packets too big for their egress port.
     Tagged,
 }
 
@@ -94,7 +96,8 @@ pub fn cidr(s: &str, prefix: u8) -> Cidr {
     Cidr::new(ip(s), prefix).unwrap()
 }
 
-/// [`Fixture::TwoPort`], its ports tagged (VLAN 10 and 20) if `vlans`.
+/// [`Fixture::TwoPort`], its ports tagged (VLAN 10 and 20) and of MTU
+/// 1,400 and 1,280 if `vlans`.
 pub fn two_port_with(vlans: bool) -> Snapshot {
     let mut b = SnapshotBuilder::new(1);
     b.interface(0, MAC0, cidr("10.0.0.1", 24), Some(ip("10.0.0.254")));
@@ -277,7 +280,7 @@ pub fn two_port_with(vlans: bool) -> Snapshot {
         }
     }
     if vlans {
-        b.vlan(0, 10).vlan(1, 20);
+        b.vlan(0, 10).vlan(1, 20).mtu(0, 1400).mtu(1, 1280);
     }
     b.build().unwrap()
 }
