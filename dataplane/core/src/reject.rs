@@ -40,8 +40,9 @@ const ICMP_V6_MAX: usize = 1280;
 /// whose MAC is `port_mac`) into its reset, sent from `port_mac` back to
 /// the MAC it came from; returns the new frame length, or `None` when `p`
 /// must not be answered: a RST (never answered), not TCP, a fragment, a
-/// source that names no single host (unspecified, multicast or broadcast
-/// IP, multicast Ethernet: RFC 1122 §4.2.3.10), or a frame received on a
+/// source that names no single host (unspecified, loopback, multicast,
+/// broadcast or reserved IP, multicast Ethernet: RFC 1122 §4.2.3.10,
+/// [`names_one_host`]), or a frame received on a
 /// link-layer multicast or broadcast address (RFC 1122 §3.3.6).
 pub fn write_tcp_reset(frame: &mut [u8], p: &Parsed, port_mac: [u8; 6]) -> Option<usize> {
     if p.protocol != wire::ip_proto::TCP
@@ -54,11 +55,7 @@ pub fn write_tcp_reset(frame: &mut [u8], p: &Parsed, port_mac: [u8; 6]) -> Optio
     if eth.dst_addr().is_multicast() || eth.src_addr().is_multicast() {
         return None;
     }
-    let no_host = match p.src {
-        IpAddr::V4(a) => a.is_unspecified() || a.is_multicast() || a.is_broadcast(),
-        IpAddr::V6(a) => a.is_unspecified() || a.is_multicast(),
-    };
-    if no_host {
+    if !names_one_host(p.src) {
         return None;
     }
     let l3 = usize::from(p.l3_offset);
@@ -177,7 +174,7 @@ pub fn write_too_big(frame: &mut [u8], p: &Parsed, port: &PortConfig, mtu: u16) 
             let first = frame
                 .get(l3 + 6..l3 + 8)
                 .is_some_and(|f| f[0] & 0x1f == 0 && f[1] == 0);
-            if !df || !first || s.is_unspecified() || s.is_multicast() || s.is_broadcast() {
+            if !df || !first || !names_one_host(p.src) {
                 return None;
             }
             let IpAddr::V4(from) = own(false)? else {
@@ -195,7 +192,7 @@ pub fn write_too_big(frame: &mut [u8], p: &Parsed, port: &PortConfig, mtu: u16) 
             l3 + ICMP_V4_HEADERS + quote
         }
         (L3::Ipv6, IpAddr::V6(s)) => {
-            if s.is_unspecified() || s.is_multicast() {
+            if !names_one_host(p.src) {
                 return None;
             }
             let IpAddr::V6(from) = own(true)? else { return None };
@@ -214,6 +211,21 @@ pub fn write_too_big(frame: &mut [u8], p: &Parsed, port: &PortConfig, mtu: u16) 
     dst.copy_from_slice(&src[..6]);
     src[..6].copy_from_slice(&port.mac());
     Some(new_end)
+}
+
+/// Whether `ip`, a packet's source, names one host that an answer could
+/// reach (RFC 1122 §3.2.2, RFC 1812 §4.3.2.7, RFC 4443 §2.4 (e)): not
+/// unspecified ("this network", 0/8), loopback, multicast, limited
+/// broadcast or IPv4's reserved 240/4. (A directed broadcast of a prefix
+/// lbd does not know cannot be told from a host.)
+fn names_one_host(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => {
+            let first = a.octets()[0];
+            first != 0 && !a.is_loopback() && !a.is_multicast() && first < 240
+        }
+        IpAddr::V6(a) => !a.is_unspecified() && !a.is_loopback() && !a.is_multicast(),
+    }
 }
 
 /// Writes the IPv4 and ICMP headers of a "fragmentation needed" from
@@ -420,5 +432,27 @@ mod tests {
         let mut f = syn(LB_MAC, CLIENT_MAC, [10, 0, 0, 2]);
         let p = wire::parse(&f).unwrap();
         assert!(write_tcp_reset(&mut f, &p, LB_MAC).is_some());
+    }
+
+    /// Sources an answer cannot reach, in both families, are not hosts.
+    #[test]
+    fn which_sources_name_one_host() {
+        for (ip, host) in [
+            ("10.0.0.2", true),
+            ("192.0.2.1", true),
+            ("239.255.255.255", false),
+            ("0.0.0.0", false),
+            ("0.1.2.3", false),
+            ("127.0.0.1", false),
+            ("224.0.0.1", false),
+            ("240.0.0.1", false),
+            ("255.255.255.255", false),
+            ("fd00::2", true),
+            ("::", false),
+            ("::1", false),
+            ("ff02::1", false),
+        ] {
+            assert_eq!(names_one_host(ip.parse().unwrap()), host, "{ip}");
+        }
     }
 }

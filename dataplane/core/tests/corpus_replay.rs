@@ -232,6 +232,20 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
             &format!("udp{v}-fullnat-reply"),
             b(Pkt::udp(ep(be(11), 5514), ep(snat, 20000), b"ok")).frame(),
         );
+        // Too big for the Tagged fixture's port 1 (MTU 1,280) both ways,
+        // fitting TwoPort's 1,500.
+        add(
+            &format!("udp{v}-dnat-query-too-big"),
+            c(Pkt::udp(ep(client, 5301), ep(vip(102), 53), &[0x5a; 1300])).frame(),
+        );
+        add(
+            &format!("tcp{v}-fullnat-data-too-big"),
+            c(Pkt::tcp(ep(client, 40000), ep(vip(100), 80), "AP").payload(&[0x33; 1300])).frame(),
+        );
+        add(
+            &format!("udp{v}-dnat-answer-too-big"),
+            b(Pkt::udp(ep(be(13), 5353), ep(client, 5300), &[0xa5; 1360])).frame(),
+        );
         add(&format!("tcp{v}-vlan-syn"), web.clone().vlan(100).frame());
         add(&format!("tcp{v}-ttl1"), web.clone().ttl(1).frame());
         add(&format!("tcp{v}-padded"), web.clone().pad(30).frame());

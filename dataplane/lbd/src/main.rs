@@ -57,6 +57,7 @@ use lb_control::plane::{ControlPlane, InitialResync, InterfaceConfig, NodeConfig
 use lb_dataplane::affinity::AffinityTable;
 use lb_dataplane::conntrack;
 use lb_dataplane::flow::WorkerId;
+use lb_dataplane::snapshot::{MAX_MTU, MIN_MTU, MIN_MTU_V6};
 use lb_dataplane::worker::{Worker, WorkerConfig};
 
 use crate::cli::{vdev_name, Cli};
@@ -75,9 +76,12 @@ const HANDOVER_RING: u32 = 1024;
 const CONTROL_RING: u32 = 1024;
 /// Mbufs each lcore keeps in its mempool cache.
 const MBUF_CACHE: u32 = 256;
-/// What a frame adds to its IP packet: the Ethernet header (14), an 802.1Q
-/// tag (4) and the CRC (4) some NICs keep in the buffer.
-const FRAME_OVERHEAD: u16 = 22;
+/// What a frame adds to its IP packet in a receive buffer: the Ethernet
+/// header (14), two VLAN tags (8) and the CRC (4), as Intel's ice and i40e
+/// PMDs count it, and 8 more: i40e and ixgbe turn scattered receive on by
+/// themselves when the largest frame and 8 bytes do not fit a buffer, and
+/// lbd takes single-buffer frames only.
+const FRAME_OVERHEAD: u16 = 34;
 
 /// `s` with control characters escaped (`\n`, `\u{1b}`): an error quotes
 /// what it found in a file (a TOML key, a value), and must stay one line
@@ -246,7 +250,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Mempool::new(&eal, "lbd_mbufs", nmbufs, MBUF_CACHE, data_room, None).with_context(|| {
             // Short of memory, nearly always: say which knob gives more.
             let what = format!(
-                "the {nmbufs} mbufs ({} bytes each) of {nports} ports and {workers} workers",
+                "the {nmbufs} mbufs ({}-byte buffers) of {nports} ports and {workers} workers",
                 data_room
             );
             match (cli.mem, cli.no_huge) {
@@ -278,6 +282,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         };
         let port = Port::configure(&eal, id, &conf, pool.clone())?;
         let mtu = port.mtu()?;
+        // Without `mtu` lbd takes the device's, which the snapshot checks as
+        // a given one: say here whose it is.
+        if let Some(i) = iface.filter(|i| i.mtu.is_none()) {
+            let v6 = i.addresses.iter().any(|c| c.addr().is_ipv6());
+            let min = if v6 { MIN_MTU_V6 } else { MIN_MTU };
+            if !(min..=MAX_MTU).contains(&mtu) {
+                bail!(
+                    "port {id}: the device's own MTU, {mtu}, is outside what lbd takes on interface {id} ({min}-{MAX_MTU}): give the interface an mtu"
+                );
+            }
+        }
         let info = port.info();
         match port.rss() {
             RssStatus::SingleQueue => {}

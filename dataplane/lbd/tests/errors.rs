@@ -518,7 +518,7 @@ fn mem_too_small_for_the_mbufs() {
     assert_clean(&out);
     let l = lbd_line(&out);
     assert!(
-        l.contains("--mem 64: too little DPDK memory for the 16383 mbufs of 1 ports and 1 workers: raise it"),
+        l.contains("--mem 64: too little DPDK memory for the 16383 mbufs (2176-byte buffers) of 1 ports and 1 workers: raise it"),
         "{l}"
     );
 }

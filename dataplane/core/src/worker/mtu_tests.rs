@@ -2,9 +2,10 @@
 //! would leave by is answered, before any rewrite, with the ICMP
 //! "fragmentation needed" (IPv4 with DF) or ICMPv6 "packet too big" that
 //! carries that MTU back to its sender, out of the port it came in by
-//! (`too_big_sent`); one that may not be answered is `mtu_exceeded`. The
-//! connection the packet opened stays, for the sender's smaller packets,
-//! and a connection whose next hop is cached declines to the general path.
+//! (`too_big_sent`), at most a token bucket's worth; one that may not be
+//! answered is `mtu_exceeded`. A new connection's too-big first packet
+//! opens nothing, and a connection whose next hop is cached declines to the
+//! general path.
 
 use super::*;
 
@@ -129,21 +130,32 @@ fn a_datagram_too_big_for_the_backends_port_is_answered_with_its_mtu() {
         Verdict::Drop(DropReason::MtuExceeded)
     );
     assert_eq!(no_df, before);
-    // A new flow's first datagram too big: answered, and its connection
-    // kept for what the client sends next.
+    // A new flow's first datagram too big: answered, opening nothing (no
+    // entry, no SNAT port); the client's smaller datagram opens it.
     let other = ("10.0.0.2", 5001);
     let mut first = udp_sized(other, dns, 3000, true, CLIENT_MAC, MAC0);
     assert!(matches!(
         run(&mut w, &snap, 3, &mut first, 0),
         Verdict::Transmit { port: 0, .. }
     ));
-    assert_eq!(w.counters().new_connections.get(), 2);
+    assert_eq!(w.counters().new_connections.get(), 1);
+    assert_eq!(w.conntrack.len(), 1);
     let mut next = udp_sized(other, dns, 100, true, CLIENT_MAC, MAC0);
     assert!(matches!(
         run(&mut w, &snap, 4, &mut next, 0),
         Verdict::Transmit { port: 1, .. }
     ));
     assert_eq!(w.counters().new_connections.get(), 2);
+    // TTL 1: dropped as such, not answered (as a router decides).
+    let mut last_hop = udp_sized(client, dns, 1400, true, CLIENT_MAC, MAC0);
+    last_hop[22] = 1;
+    last_hop[24..26].fill(0);
+    let c = checksum::checksum(&last_hop[14..34]);
+    last_hop[24..26].copy_from_slice(&c.to_be_bytes());
+    assert_eq!(
+        run(&mut w, &snap, 5, &mut last_hop, 0),
+        Verdict::Drop(DropReason::TtlExceeded)
+    );
     assert_eq!(w.counters().too_big_sent.get(), 2);
     assert_eq!(w.counters().drops[DropReason::MtuExceeded as usize].get(), 1);
 }
@@ -267,6 +279,43 @@ fn burst_answers_too_big_segments() {
         }
     }
     assert_eq!(w.counters().too_big_sent.get(), 6);
+}
+
+/// The answers are rate-limited per worker: 50 at once, then one a
+/// millisecond; the others are dropped unchanged (`mtu_exceeded`).
+#[test]
+fn answers_are_rate_limited() {
+    let snap = mtus(1500, 1280);
+    let mut w = worker(1, 0);
+    let big = udp_sized(
+        ("10.0.0.2", 5000),
+        ("10.0.0.101", 53),
+        1400,
+        true,
+        CLIENT_MAC,
+        MAC0,
+    );
+    let answered = |w: &mut Worker, now: u64, n: usize| {
+        (0..n)
+            .filter(|_| {
+                let mut f = big.clone();
+                match run(w, &snap, now, &mut f, 0) {
+                    Verdict::Transmit { port: 0, .. } => true,
+                    v => {
+                        assert_eq!(v, Verdict::Drop(DropReason::MtuExceeded));
+                        assert_eq!(f, big, "dropped unchanged");
+                        false
+                    }
+                }
+            })
+            .count()
+    };
+    assert_eq!(answered(&mut w, 10, 60), 50);
+    assert_eq!(answered(&mut w, 10, 5), 0);
+    assert_eq!(answered(&mut w, 17, 10), 7);
+    assert_eq!(answered(&mut w, 1_000, 60), 50);
+    assert_eq!(w.counters().too_big_sent.get(), 107);
+    assert_eq!(w.counters().drops[DropReason::MtuExceeded as usize].get(), 28);
 }
 
 /// An ICMP error too big for the port is dropped, never answered with

@@ -155,7 +155,8 @@ impl Worker {
             },
             None => match self.open(now, snap, p, proto, key, svc, fe_slot) {
                 Ok(opened) => opened,
-                Err(reason) => return self.drop(reason),
+                Err(NotOpened::Drop(reason)) => return self.drop(reason),
+                Err(NotOpened::TooBig(mtu)) => return self.too_big(now, snap, frame, p, meta, mtu),
             },
         };
         self.translate(now, snap, frame, p, id, &rw, meta)
@@ -176,7 +177,10 @@ impl Worker {
     }
 
     /// A new connection to `svc`: source ranges, Maglev, SNAT, conntrack.
-    /// Returns the entry (None when forwarded statelessly) and the rewrite.
+    /// Returns the entry (None when forwarded statelessly) and the rewrite;
+    /// opens nothing for a packet too big for the backend's port
+    /// (`NotOpened::TooBig`, its MTU): it will not be sent, and the
+    /// sender's smaller next packet opens the same connection.
     #[allow(clippy::too_many_arguments)]
     fn open(
         &mut self,
@@ -187,17 +191,17 @@ impl Worker {
         key: FlowKey,
         svc: &Service,
         fe_slot: u32,
-    ) -> Result<(Option<(EntryId, Direction)>, Rewrite), DropReason> {
+    ) -> Result<(Option<(EntryId, Direction)>, Rewrite), NotOpened> {
         if !svc.allows_source(p.src) {
-            return Err(DropReason::SourceRangeDenied);
+            return Err(DropReason::SourceRangeDenied.into());
         }
         let full_nat = svc.mode() == ForwardMode::FullNat;
         if proto == Proto::Tcp && full_nat && !opens_connection(p.tcp_flags) {
-            return Err(DropReason::TcpNotSyn);
+            return Err(DropReason::TcpNotSyn.into());
         }
         // A DNAT client is the replies' destination: never lbd itself.
         if !full_nat && snap.is_owned(p.src) {
-            return Err(DropReason::OwnSource);
+            return Err(DropReason::OwnSource.into());
         }
         // The destination's family ring: never translate across families.
         let family = Family::of(p.dst);
@@ -212,8 +216,9 @@ impl Worker {
         // so it is dropped before it takes an entry and a SNAT port (held
         // 60 s, they would starve the worker's other services' new
         // connections under a stream of SYNs to this one).
-        if snap.route(be.0).is_none() {
-            return Err(DropReason::NoRoute);
+        let route = snap.route(be.0).ok_or(DropReason::NoRoute)?;
+        if ip_len(p) > usize::from(route.mtu()) && p.ttl > 1 {
+            return Err(NotOpened::TooBig(route.mtu()));
         }
         let nat = if full_nat {
             let snat = self.snat.alloc(be, proto).ok_or(DropReason::SnatExhausted)?;
@@ -388,8 +393,10 @@ impl Worker {
         let Some(route) = snap.route(rw.dst.0) else {
             return self.drop(DropReason::NoRoute);
         };
-        if ip_len(p) > usize::from(route.mtu()) {
-            return self.too_big(snap, frame, p, meta, route.mtu());
+        // A packet whose TTL runs out is dropped as such by the rewrite,
+        // never answered as too big (as a router decides).
+        if ip_len(p) > usize::from(route.mtu()) && p.ttl > 1 {
+            return self.too_big(now, snap, frame, p, meta, route.mtu());
         }
         if let Err(reason) = nat::rewrite(frame, p, rw, &meta.offload) {
             return self.drop(reason);
@@ -407,12 +414,13 @@ impl Worker {
     /// not translated: answered, in place and before any rewrite (the
     /// sender must recognise its packet in the quote), with the ICMP error
     /// that carries `mtu` back to it ([`reject::write_too_big`],
-    /// `too_big_sent`), or dropped (`MtuExceeded`). The connection, if one
-    /// was just opened, stays: the sender's smaller packets use it.
+    /// `too_big_sent`), within the worker's rate limit for them
+    /// ([`IcmpBucket`]), or dropped unchanged (`MtuExceeded`).
     #[cold]
     #[inline(never)]
     fn too_big(
         &mut self,
+        now: Tick,
         snap: &Snapshot,
         frame: &mut [u8],
         p: &Parsed,
@@ -420,9 +428,12 @@ impl Worker {
         mtu: u16,
     ) -> Verdict {
         if let Some(port) = snap.port(meta.port) {
-            if let Some(len) = reject::write_too_big(frame, p, port, mtu) {
-                self.counters.too_big_sent.inc();
-                return Verdict::Transmit { port: meta.port, len };
+            if self.icmp_bucket.ready(now) {
+                if let Some(len) = reject::write_too_big(frame, p, port, mtu) {
+                    self.icmp_bucket.spend();
+                    self.counters.too_big_sent.inc();
+                    return Verdict::Transmit { port: meta.port, len };
+                }
             }
         }
         self.drop(DropReason::MtuExceeded)
@@ -525,8 +536,9 @@ impl Worker {
         let Some(route) = snap.route(outer.dst.0) else {
             return self.drop(DropReason::NoRoute);
         };
-        // Not answered: no ICMP error about an ICMP error.
-        if ip_len(p) > usize::from(route.mtu()) {
+        // Not answered: no ICMP error about an ICMP error. (One whose TTL
+        // runs out is dropped as such by the rewrite.)
+        if ip_len(p) > usize::from(route.mtu()) && p.ttl > 1 {
             return self.drop(DropReason::MtuExceeded);
         }
         if let Err(reason) = nat::rewrite_icmp_error(frame, p, &outer, &inner, &meta.offload) {
@@ -569,6 +581,59 @@ pub(super) fn set_egress_vlan(frame: &mut [u8], port: u16, snap: &Snapshot) {
     let vid = snap.port(port).and_then(|p| p.vlan());
     if let (Some(vid), Ok(mut eth)) = (vid, crate::wire::EthernetFrame::new_checked(frame)) {
         eth.set_vlan_id(vid);
+    }
+}
+
+/// Why [`Worker::open`] opened nothing.
+enum NotOpened {
+    /// Dropped, for this reason.
+    Drop(DropReason),
+    /// Too big for the backend's port, whose MTU this is.
+    TooBig(u16),
+}
+
+impl From<DropReason> for NotOpened {
+    fn from(reason: DropReason) -> NotOpened {
+        NotOpened::Drop(reason)
+    }
+}
+
+/// A per-worker token bucket for the ICMP errors lbd makes itself (the
+/// answers to packets too big for their port): RFC 4443 §2.4 (f) requires
+/// a limit on ICMPv6 errors, RFC 1812 §4.3.2.8 asks one of routers. As
+/// Linux's default: a token a millisecond, at most [`IcmpBucket::BURST`]
+/// at once; without a token the packet is dropped unanswered
+/// (`MtuExceeded`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct IcmpBucket {
+    tokens: u64,
+    at: Tick,
+}
+
+impl IcmpBucket {
+    /// The most answers sent at once after a quiet spell.
+    pub(super) const BURST: u64 = 50;
+
+    pub(super) const fn new() -> IcmpBucket {
+        IcmpBucket {
+            tokens: IcmpBucket::BURST,
+            at: Tick(0),
+        }
+    }
+
+    /// Whether a token is left at `now` (the tokens of the time since the
+    /// last call added first).
+    fn ready(&mut self, now: Tick) -> bool {
+        if now > self.at {
+            self.tokens = (self.tokens + (now.0 - self.at.0)).min(IcmpBucket::BURST);
+            self.at = now;
+        }
+        self.tokens > 0
+    }
+
+    /// Takes the token [`IcmpBucket::ready`] saw.
+    fn spend(&mut self) {
+        self.tokens = self.tokens.saturating_sub(1);
     }
 }
 
