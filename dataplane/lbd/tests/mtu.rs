@@ -9,10 +9,7 @@
 //! request to lbd's address is answered whole.
 mod common;
 
-use std::path::Path;
-use std::time::Duration;
-
-use common::Lbd;
+use common::pcap;
 
 const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0xc1];
 /// net_pcap's MAC for its port 0 ("pcap" and the port's index). lbd sends
@@ -73,33 +70,6 @@ fn ping(ip_len: usize) -> Vec<u8> {
     ipv4(LBD0, 1, true, &l4)
 }
 
-fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
-    let mut out = 0xa1b2_c3d4u32.to_le_bytes().to_vec();
-    out.extend_from_slice(&[2, 0, 4, 0]);
-    for w in [0u32, 0, 65_535, 1] {
-        out.extend_from_slice(&w.to_le_bytes());
-    }
-    for f in frames {
-        for w in [0u32, 0, f.len() as u32, f.len() as u32] {
-            out.extend_from_slice(&w.to_le_bytes());
-        }
-        out.extend_from_slice(f);
-    }
-    std::fs::write(path, out).unwrap();
-}
-
-fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
-    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let le = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap()) as usize;
-    let (mut at, mut frames) = (24, Vec::new());
-    while at + 16 <= b.len() {
-        let n = le(at + 8);
-        frames.push(b[at + 16..at + 16 + n].to_vec());
-        at += 16 + n;
-    }
-    frames
-}
-
 /// (source, destination, ICMP type, code, bytes 4-8 of the ICMP header,
 /// the ICMP message) of an IPv4 ICMP frame.
 #[allow(clippy::type_complexity)]
@@ -122,63 +92,26 @@ fn icmp(f: &[u8]) -> Option<([u8; 4], [u8; 4], u8, u8, [u8; 4], &[u8])> {
 
 #[test]
 fn jumbo_frames_and_packets_too_big_for_the_egress_port() {
-    let dir = std::env::temp_dir().join(format!("lbd-mtu-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = |n: &str| dir.join(n);
     let too_big = udp(4000, 40000, true);
-    write_pcap(
-        &p("in0.pcap"),
+    let ran = pcap::run(
+        "mtu",
+        "[[interface]]\naddress = \"10.74.1.1/24\"\nmtu = 9000\n\n\
+         [[interface]]\naddress = \"10.74.2.1/24\"\nmtu = 1500\n\n\
+         [[service]]\nname = \"default/dns\"\nmode = \"dnat\"\n\n\
+         [[service.frontend]]\naddress = \"10.74.1.100:53\"\nprotocol = \"udp\"\n\n\
+         [[service.backend]]\naddress = \"10.74.2.11:5353\"\n",
         &[
             too_big.clone(),
             udp(8000, 40001, false),
             udp(1500, 40002, true),
             ping(9000),
         ],
+        &[],
     );
-    write_pcap(&p("in1.pcap"), &[]);
-    std::fs::write(
-        p("lbd.toml"),
-        "[[interface]]\naddress = \"10.74.1.1/24\"\nmtu = 9000\n\n\
-         [[interface]]\naddress = \"10.74.2.1/24\"\nmtu = 1500\n\n\
-         [[service]]\nname = \"default/dns\"\nmode = \"dnat\"\n\n\
-         [[service.frontend]]\naddress = \"10.74.1.100:53\"\nprotocol = \"udp\"\n\n\
-         [[service.backend]]\naddress = \"10.74.2.11:5353\"\n",
-    )
-    .unwrap();
-    let s = |n: &str| p(n).display().to_string();
-    let vdev = |i: u8| {
-        format!(
-            "net_pcap{i},rx_pcap={},tx_pcap={}",
-            s(&format!("in{i}.pcap")),
-            s(&format!("out{i}.pcap"))
-        )
-    };
-    let prefix = format!("--file-prefix=lbdtest-mtu-{}", std::process::id());
-    let (v0, v1, cfg, sock) = (vdev(0), vdev(1), s("lbd.toml"), s("lbd.sock"));
-    let args = [
-        "--no-huge",
-        "--lcores",
-        "0",
-        &prefix,
-        "--vdev",
-        &v0,
-        "--vdev",
-        &v1,
-        "--config",
-        &cfg,
-        "--grpc",
-        &sock,
-    ];
-    let mut lbd = Lbd::start(&args, &p("lbd.log"));
-    lbd.wait_for_log("lbd running", Duration::from_secs(30));
-    std::thread::sleep(Duration::from_millis(1500));
-    let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(15));
-    let log = lbd.log_text();
-    assert_eq!(code, Some(0), "{log}");
+    let log = ran.log;
+    let [out0, out1] = ran.out;
     assert!(log.contains("mtu=9000") && log.contains("mtu=1500"), "{log}");
 
-    let out0 = read_pcap(&p("out0.pcap"));
     let answers: Vec<_> = out0.iter().filter_map(|f| icmp(f)).collect();
     // What port 0 sent, briefly: (type, code, length).
     let sent: Vec<_> = answers.iter().map(|a| (a.2, a.3, a.5.len())).collect();
@@ -197,7 +130,6 @@ fn jumbo_frames_and_packets_too_big_for_the_egress_port() {
     assert_eq!(echo.len(), 1, "{sent:?}");
     assert_eq!((echo[0].0, echo[0].1, echo[0].5.len()), (LBD0, CLIENT, 9000 - 20));
     // The datagram that fits waits for its backend, asked for on port 1.
-    let out1 = read_pcap(&p("out1.pcap"));
     let asked = out1
         .iter()
         .any(|f| f.len() >= 42 && f[12..14] == [0x08, 0x06] && f[38..42] == BACKEND);
@@ -210,5 +142,4 @@ fn jumbo_frames_and_packets_too_big_for_the_egress_port() {
         "{log}"
     );
     assert!(!log.contains("multi_segment"), "{log}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -7,10 +7,7 @@
 //! datagram needs; an untagged frame is `vlan_mismatch`.
 mod common;
 
-use std::path::Path;
-use std::time::Duration;
-
-use common::Lbd;
+use common::pcap;
 
 const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0xc1];
 
@@ -63,35 +60,6 @@ fn udp(vid: Option<u16>, dst_mac: [u8; 6], src: ([u8; 4], u16), dst: ([u8; 4], u
     eth(dst_mac, vid, 0x0800, &ip)
 }
 
-fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
-    // Magic, version 2.4, no time zone or accuracy, snap length, Ethernet.
-    let mut out = 0xa1b2_c3d4u32.to_le_bytes().to_vec();
-    out.extend_from_slice(&[2, 0, 4, 0]);
-    for w in [0u32, 0, 65_535, 1] {
-        out.extend_from_slice(&w.to_le_bytes());
-    }
-    for f in frames {
-        for w in [0u32, 0, f.len() as u32, f.len() as u32] {
-            out.extend_from_slice(&w.to_le_bytes());
-        }
-        out.extend_from_slice(f);
-    }
-    std::fs::write(path, out).unwrap();
-}
-
-fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
-    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert!(b.len() >= 24, "{}: no pcap header", path.display());
-    let le = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap()) as usize;
-    let (mut at, mut frames) = (24, Vec::new());
-    while at + 16 <= b.len() {
-        let n = le(at + 8);
-        frames.push(b[at + 16..at + 16 + n].to_vec());
-        at += 16 + n;
-    }
-    frames
-}
-
 /// (VLAN id, ARP operation, sender IP, target IP) of a tagged ARP frame.
 fn tagged_arp(f: &[u8]) -> Option<(u16, u16, [u8; 4], [u8; 4])> {
     if f.len() < 46 || f[12..14] != [0x81, 0x00] || f[16..18] != [0x08, 0x06] {
@@ -109,67 +77,26 @@ fn tagged_arp(f: &[u8]) -> Option<(u16, u16, [u8; 4], [u8; 4])> {
 
 #[test]
 fn tagged_ports_send_and_answer_with_their_vlan() {
-    let dir = std::env::temp_dir().join(format!("lbd-vlan-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = |n: &str| dir.join(n);
     let (lbd0, client, vip, backend) = ([10, 73, 1, 1], [10, 73, 1, 2], [10, 73, 1, 100], [10, 73, 2, 11]);
     // lbd's MAC on port 0 is unknown here: the datagram goes to broadcast,
     // which lbd takes as it takes any frame its port receives.
-    write_pcap(
-        &p("in0.pcap"),
+    let ran = pcap::run(
+        "vlan",
+        "[[interface]]\naddress = \"10.73.1.1/24\"\nvlan = 10\n\n\
+         [[interface]]\naddress = \"10.73.2.1/24\"\nvlan = 20\n\n\
+         [[service]]\nname = \"default/dns\"\nmode = \"dnat\"\n\n\
+         [[service.frontend]]\naddress = \"10.73.1.100:53\"\nprotocol = \"udp\"\n\n\
+         [[service.backend]]\naddress = \"10.73.2.11:5353\"\n",
         &[
             arp_request(Some(10), client, lbd0),
             arp_request(None, client, lbd0),
             arp_request(Some(20), client, lbd0),
             udp(Some(10), [0xff; 6], (client, 40000), (vip, 53)),
         ],
+        &[],
     );
-    write_pcap(&p("in1.pcap"), &[]);
-    std::fs::write(
-        p("lbd.toml"),
-        "[[interface]]\naddress = \"10.73.1.1/24\"\nvlan = 10\n\n\
-         [[interface]]\naddress = \"10.73.2.1/24\"\nvlan = 20\n\n\
-         [[service]]\nname = \"default/dns\"\nmode = \"dnat\"\n\n\
-         [[service.frontend]]\naddress = \"10.73.1.100:53\"\nprotocol = \"udp\"\n\n\
-         [[service.backend]]\naddress = \"10.73.2.11:5353\"\n",
-    )
-    .unwrap();
-    let s = |n: &str| p(n).display().to_string();
-    let vdev = |i: u8| {
-        format!(
-            "net_pcap{i},rx_pcap={},tx_pcap={}",
-            s(&format!("in{i}.pcap")),
-            s(&format!("out{i}.pcap"))
-        )
-    };
-    let prefix = format!("--file-prefix=lbdtest-vlan-{}", std::process::id());
-    let (v0, v1, cfg, sock) = (vdev(0), vdev(1), s("lbd.toml"), s("lbd.sock"));
-    let args = [
-        "--no-huge",
-        "--lcores",
-        "0",
-        &prefix,
-        "--vdev",
-        &v0,
-        "--vdev",
-        &v1,
-        "--config",
-        &cfg,
-        "--grpc",
-        &sock,
-    ];
-    let mut lbd = Lbd::start(&args, &p("lbd.log"));
-    lbd.wait_for_log("lbd running", Duration::from_secs(30));
-    // The control thread announces at once and asks for the backend within
-    // its next steps (every 5 ms); a second is plenty.
-    std::thread::sleep(Duration::from_millis(1500));
-    let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(15));
-    let log = lbd.log_text();
-    assert_eq!(code, Some(0), "{log}");
-
-    let out0 = read_pcap(&p("out0.pcap"));
-    let out1 = read_pcap(&p("out1.pcap"));
+    let log = ran.log;
+    let [out0, out1] = ran.out;
     for (port, out) in [(0, &out0), (1, &out1)] {
         assert!(!out.is_empty(), "port {port} sent nothing:\n{log}");
         assert!(
@@ -202,5 +129,4 @@ fn tagged_ports_send_and_answer_with_their_vlan() {
         log.contains("vlan=Some(10)") && log.contains("vlan=Some(20)"),
         "{log}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

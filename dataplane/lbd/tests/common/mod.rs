@@ -287,3 +287,4 @@ impl Drop for TempFile {
 
 pub mod lab;
 pub mod nested_cargo;
+pub mod pcap;
