@@ -82,6 +82,10 @@ const MBUF_CACHE: u32 = 256;
 /// themselves when the largest frame and 8 bytes do not fit a buffer, and
 /// lbd takes single-buffer frames only.
 const FRAME_OVERHEAD: u16 = 34;
+/// The step NICs size receive buffers in: ixgbe, igb and igc program
+/// theirs in whole KiB, rounded down (i40e in 128 bytes), and compare the
+/// largest frame with that.
+const RX_BUF_STEP: u16 = 1024;
 
 /// `s` with control characters escaped (`\n`, `\u{1b}`): an error quotes
 /// what it found in a file (a TOML key, a value), and must stay one line
@@ -241,11 +245,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .max(8192)
         - 1;
     // Each mbuf holds a whole frame of the largest MTU asked for (lbd
-    // takes single-segment frames only): Ethernet header, a VLAN tag and
-    // the CRC some NICs write, after the headroom; 2 KiB of data at least.
+    // takes single-segment frames only), with FRAME_OVERHEAD, in whole
+    // RX_BUF_STEPs after the headroom; 2 KiB of data at least (what the
+    // default MTU needs). At most 128 + 10,240 bytes: no overflow.
     let max_mtu = config.interfaces.iter().filter_map(|i| i.mtu).max().unwrap_or(0);
-    let data_room = (dpdk_sys::RTE_PKTMBUF_HEADROOM as u16 + max_mtu + FRAME_OVERHEAD)
-        .max(dpdk_sys::RTE_MBUF_DEFAULT_BUF_SIZE as u16);
+    let data = (max_mtu + FRAME_OVERHEAD)
+        .div_ceil(RX_BUF_STEP)
+        .saturating_mul(RX_BUF_STEP)
+        .max((dpdk_sys::RTE_MBUF_DEFAULT_BUF_SIZE - dpdk_sys::RTE_PKTMBUF_HEADROOM) as u16);
+    let data_room = dpdk_sys::RTE_PKTMBUF_HEADROOM as u16 + data;
     let pool = Arc::new(
         Mempool::new(&eal, "lbd_mbufs", nmbufs, MBUF_CACHE, data_room, None).with_context(|| {
             // Short of memory, nearly always: say which knob gives more.

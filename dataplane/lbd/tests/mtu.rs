@@ -108,8 +108,7 @@ fn jumbo_frames_and_packets_too_big_for_the_egress_port() {
         ],
         &[],
     );
-    let log = ran.log;
-    let [out0, out1] = ran.out;
+    let (log, [out0, out1]) = (&ran.log, &ran.out);
     assert!(log.contains("mtu=9000") && log.contains("mtu=1500"), "{log}");
 
     let answers: Vec<_> = out0.iter().filter_map(|f| icmp(f)).collect();

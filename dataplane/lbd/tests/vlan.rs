@@ -95,8 +95,7 @@ fn tagged_ports_send_and_answer_with_their_vlan() {
         ],
         &[],
     );
-    let log = ran.log;
-    let [out0, out1] = ran.out;
+    let (log, [out0, out1]) = (&ran.log, &ran.out);
     for (port, out) in [(0, &out0), (1, &out1)] {
         assert!(!out.is_empty(), "port {port} sent nothing:\n{log}");
         assert!(

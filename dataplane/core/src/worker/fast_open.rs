@@ -9,7 +9,8 @@
 //! those counters, and `None`, having changed nothing, otherwise. Every
 //! check that can refuse the packet without changing state (source ranges,
 //! a TCP segment that is not a SYN, no backend, a backend without a
-//! resolved next hop, no SNAT port left) is made before the first change,
+//! resolved next hop, a packet too big for its port, no SNAT port left) is
+//! made before the first change,
 //! and declines: the general path then refuses it with its own counted
 //! reason. Past the SNAT allocation the outcome is the general path's
 //! whatever happens: a new entry (evicting one if the table is full), a

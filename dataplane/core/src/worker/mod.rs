@@ -61,11 +61,9 @@
 //!   is answered, before any rewrite and out of the port it came in by,
 //!   with an ICMP "fragmentation needed" (IPv4 with DF) or ICMPv6 "packet
 //!   too big" carrying that MTU (`too_big_sent`,
-//!   [`crate::reject::write_too_big`]), at most 50 at once and one a
-//!   millisecond after; one that may not be answered (IPv4 without DF:
-//!   lbd does not fragment) or is over that limit is dropped
-//!   (`mtu_exceeded`). A new connection's too-big first packet opens
-//!   nothing.
+//!   [`crate::reject::write_too_big`]); one that may not be answered (IPv4
+//!   without DF: lbd does not fragment) is dropped (`mtu_exceeded`). A new
+//!   connection's too-big first packet opens nothing.
 
 mod burst;
 pub use burst::BURST_LOOKUP_MIN_LEN;
@@ -252,8 +250,6 @@ pub struct Worker {
     /// [`Worker::end_orphaned_udp`]'s progress: the snapshot revision it
     /// checks against, and the slots of that check still to examine.
     orphan_scan: (u64, u64),
-    /// The rate limit of the ICMP errors the worker makes.
-    icmp_bucket: paths::IcmpBucket,
 }
 
 impl Worker {
@@ -280,7 +276,6 @@ impl Worker {
             burst_lookup_min_len: cfg.burst_lookup_min_len,
             affinity,
             orphan_scan: (0, 0),
-            icmp_bucket: paths::IcmpBucket::new(),
         })
     }
 

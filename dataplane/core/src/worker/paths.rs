@@ -156,7 +156,7 @@ impl Worker {
             None => match self.open(now, snap, p, proto, key, svc, fe_slot) {
                 Ok(opened) => opened,
                 Err(NotOpened::Drop(reason)) => return self.drop(reason),
-                Err(NotOpened::TooBig(mtu)) => return self.too_big(now, snap, frame, p, meta, mtu),
+                Err(NotOpened::TooBig(mtu)) => return self.too_big(snap, frame, p, meta, mtu),
             },
         };
         self.translate(now, snap, frame, p, id, &rw, meta)
@@ -217,7 +217,8 @@ impl Worker {
         // 60 s, they would starve the worker's other services' new
         // connections under a stream of SYNs to this one).
         let route = snap.route(be.0).ok_or(DropReason::NoRoute)?;
-        if ip_len(p) > usize::from(route.mtu()) && p.ttl > 1 {
+        // (`forward` dropped a TTL that runs out here.)
+        if ip_len(p) > usize::from(route.mtu()) {
             return Err(NotOpened::TooBig(route.mtu()));
         }
         let nat = if full_nat {
@@ -396,7 +397,7 @@ impl Worker {
         // A packet whose TTL runs out is dropped as such by the rewrite,
         // never answered as too big (as a router decides).
         if ip_len(p) > usize::from(route.mtu()) && p.ttl > 1 {
-            return self.too_big(now, snap, frame, p, meta, route.mtu());
+            return self.too_big(snap, frame, p, meta, route.mtu());
         }
         if let Err(reason) = nat::rewrite(frame, p, rw, &meta.offload) {
             return self.drop(reason);
@@ -414,13 +415,15 @@ impl Worker {
     /// not translated: answered, in place and before any rewrite (the
     /// sender must recognise its packet in the quote), with the ICMP error
     /// that carries `mtu` back to it ([`reject::write_too_big`],
-    /// `too_big_sent`), within the worker's rate limit for them
-    /// ([`IcmpBucket`]), or dropped unchanged (`MtuExceeded`).
+    /// `too_big_sent`), or dropped unchanged (`MtuExceeded`). Not
+    /// rate-limited, as Linux does not limit these two messages: a limit
+    /// shared by every sender would let one sender's flood of big packets
+    /// black-hole the path-MTU discovery of all the others, and an answer
+    /// is never larger than the packet it replaces.
     #[cold]
     #[inline(never)]
     fn too_big(
         &mut self,
-        now: Tick,
         snap: &Snapshot,
         frame: &mut [u8],
         p: &Parsed,
@@ -428,12 +431,9 @@ impl Worker {
         mtu: u16,
     ) -> Verdict {
         if let Some(port) = snap.port(meta.port) {
-            if self.icmp_bucket.ready(now) {
-                if let Some(len) = reject::write_too_big(frame, p, port, mtu) {
-                    self.icmp_bucket.spend();
-                    self.counters.too_big_sent.inc();
-                    return Verdict::Transmit { port: meta.port, len };
-                }
+            if let Some(len) = reject::write_too_big(frame, p, port, mtu) {
+                self.counters.too_big_sent.inc();
+                return Verdict::Transmit { port: meta.port, len };
             }
         }
         self.drop(DropReason::MtuExceeded)
@@ -595,45 +595,6 @@ enum NotOpened {
 impl From<DropReason> for NotOpened {
     fn from(reason: DropReason) -> NotOpened {
         NotOpened::Drop(reason)
-    }
-}
-
-/// A per-worker token bucket for the ICMP errors lbd makes itself (the
-/// answers to packets too big for their port): RFC 4443 §2.4 (f) requires
-/// a limit on ICMPv6 errors, RFC 1812 §4.3.2.8 asks one of routers. As
-/// Linux's default: a token a millisecond, at most [`IcmpBucket::BURST`]
-/// at once; without a token the packet is dropped unanswered
-/// (`MtuExceeded`).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct IcmpBucket {
-    tokens: u64,
-    at: Tick,
-}
-
-impl IcmpBucket {
-    /// The most answers sent at once after a quiet spell.
-    pub(super) const BURST: u64 = 50;
-
-    pub(super) const fn new() -> IcmpBucket {
-        IcmpBucket {
-            tokens: IcmpBucket::BURST,
-            at: Tick(0),
-        }
-    }
-
-    /// Whether a token is left at `now` (the tokens of the time since the
-    /// last call added first).
-    fn ready(&mut self, now: Tick) -> bool {
-        if now > self.at {
-            self.tokens = (self.tokens + (now.0 - self.at.0)).min(IcmpBucket::BURST);
-            self.at = now;
-        }
-        self.tokens > 0
-    }
-
-    /// Takes the token [`IcmpBucket::ready`] saw.
-    fn spend(&mut self) {
-        self.tokens = self.tokens.saturating_sub(1);
     }
 }
 

@@ -39,17 +39,28 @@ pub fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
 }
 
 /// What one run on pcap ports left: lbd's log (its exit summary
-/// included) and the frames it sent on ports 0 and 1.
+/// included) and the frames it sent on ports 0 and 1. Its directory (the
+/// pcap files, the config, the log) is removed when it drops, unless the
+/// test is failing.
 pub struct Ran {
     pub log: String,
     pub out: [Vec<Vec<u8>>; 2],
+    dir: PathBuf,
+}
+
+impl Drop for Ran {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
 }
 
 /// Runs lbd (one lcore, no hugepages) with `config` on two pcap ports
 /// fed `in0` and `in1`, lets it work for 1.5 s (the control thread
 /// announces at once and asks for next hops every 5 ms), stops it with
 /// SIGTERM and asserts it exited 0. `tag` names its directory and file
-/// prefix; the directory is removed unless the test fails.
+/// prefix (one run per tag at a time).
 pub fn run(tag: &str, config: &str, in0: &[Vec<u8>], in1: &[Vec<u8>]) -> Ran {
     let dir = std::env::temp_dir().join(format!("lbd-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -89,6 +100,5 @@ pub fn run(tag: &str, config: &str, in0: &[Vec<u8>], in1: &[Vec<u8>]) -> Ran {
     let log = lbd.log_text();
     assert_eq!(code, Some(0), "{log}");
     let out = [read_pcap(&p("out0.pcap")), read_pcap(&p("out1.pcap"))];
-    let _ = std::fs::remove_dir_all(&dir);
-    Ran { log, out }
+    Ran { log, out, dir }
 }
