@@ -36,6 +36,7 @@ mod cli;
 mod config;
 mod control;
 mod neighbor;
+mod ports;
 mod preflight;
 mod worker;
 
@@ -48,16 +49,15 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use dpdk::flow::{FlowRule, L4};
 use dpdk::ring::Consumer;
-use dpdk::{Eal, Mempool, Port, PortConfig, RssStatus};
+use dpdk::{Eal, Port};
 use lb_control::grpc::{ControlCounters, PortInfo, PortStatus, ServerInfo};
 use lb_control::listen::{ListenConfig, ListenError, TlsPaths};
 use lb_control::metrics::MetricsListener;
 use lb_control::model::Source;
-use lb_control::plane::{ControlPlane, InitialResync, InterfaceConfig, NodeConfig, PlaneError};
+use lb_control::plane::{ControlPlane, InitialResync, NodeConfig, PlaneError};
 use lb_dataplane::affinity::AffinityTable;
 use lb_dataplane::conntrack;
 use lb_dataplane::flow::WorkerId;
-use lb_dataplane::snapshot::{MAX_MTU, MIN_MTU, MIN_MTU_V6};
 use lb_dataplane::worker::{Worker, WorkerConfig};
 
 use crate::cli::{vdev_name, Cli};
@@ -74,18 +74,6 @@ static ALLOC: dpdk::HugePageAdvice = dpdk::HugePageAdvice;
 const HANDOVER_RING: u32 = 1024;
 /// Capacity of the control thread's ring to worker 0.
 const CONTROL_RING: u32 = 1024;
-/// Mbufs each lcore keeps in its mempool cache.
-const MBUF_CACHE: u32 = 256;
-/// What a frame adds to its IP packet in a receive buffer: the Ethernet
-/// header (14), two VLAN tags (8) and the CRC (4), as Intel's ice and i40e
-/// PMDs count it, and 8 more: i40e and ixgbe turn scattered receive on by
-/// themselves when the largest frame and 8 bytes do not fit a buffer, and
-/// lbd takes single-buffer frames only.
-const FRAME_OVERHEAD: u16 = 34;
-/// The step NICs size receive buffers in: ixgbe, igb and igc program
-/// theirs in whole KiB, rounded down (i40e in 128 bytes), and compare the
-/// largest frame with that.
-const RX_BUF_STEP: u16 = 1024;
 
 /// `s` with control characters escaped (`\n`, `\u{1b}`): an error quotes
 /// what it found in a file (a TOML key, a value), and must stay one line
@@ -229,131 +217,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
     let workers = lcores.workers();
     let queues = u16::try_from(workers).context("too many workers")?;
-    let per_port = (1024 + 1024 + 2 * dpdk::BURST_MAX as u32) * workers as u32;
-    let rings = HANDOVER_RING * (workers * workers.saturating_sub(1)) as u32
-        + HELD_RING * workers as u32
-        + CONTROL_RING;
-    // Plus the frames the neighbor table may hold for unresolved next hops.
-    let held = neighbor::Timers::default().max_held as u32;
-    // Plus what sits outside rings and queues: each EAL lcore's mempool
-    // cache (up to 1.5 times its size before it flushes) and each worker's
-    // hand-over bursts, one per other worker, filling until sent.
-    let caches = (workers as u32 + 1) * (MBUF_CACHE + MBUF_CACHE / 2);
-    let handover_bursts = (workers * workers.saturating_sub(1)) as u32 * dpdk::BURST_MAX as u32;
-    let nmbufs = (per_port * nports as u32 + rings + held + caches + handover_bursts + 4096)
-        .next_power_of_two()
-        .max(8192)
-        - 1;
-    // Each mbuf holds a whole frame of the largest MTU asked for (lbd
-    // takes single-segment frames only), with FRAME_OVERHEAD, in whole
-    // RX_BUF_STEPs after the headroom; 2 KiB of data at least (what the
-    // default MTU needs). At most 128 + 10,240 bytes: no overflow.
-    let max_mtu = config.interfaces.iter().filter_map(|i| i.mtu).max().unwrap_or(0);
-    let data = (max_mtu + FRAME_OVERHEAD)
-        .div_ceil(RX_BUF_STEP)
-        .saturating_mul(RX_BUF_STEP)
-        .max((dpdk_sys::RTE_MBUF_DEFAULT_BUF_SIZE - dpdk_sys::RTE_PKTMBUF_HEADROOM) as u16);
-    let data_room = dpdk_sys::RTE_PKTMBUF_HEADROOM as u16 + data;
-    let pool = Arc::new(
-        Mempool::new(&eal, "lbd_mbufs", nmbufs, MBUF_CACHE, data_room, None).with_context(|| {
-            // Short of memory, nearly always: say which knob gives more.
-            let what = format!(
-                "the {nmbufs} mbufs ({}-byte buffers) of {nports} ports and {workers} workers",
-                data_room
-            );
-            match (cli.mem, cli.no_huge) {
-                (Some(m), _) => format!("--mem {m}: too little DPDK memory for {what}: raise it"),
-                (None, true) => format!(
-                    "--mem (512 by default with --no-huge): too little DPDK memory for {what}: raise it"
-                ),
-                (None, false) => format!("too few free hugepages for {what}: reserve more"),
-            }
-        })?,
-    );
+    let pool = ports::mbuf_pool(&eal, &cli, &config, nports, workers)?;
 
-    let mut ports = Vec::new();
     let mut node = NodeConfig {
         node_name: cli.node_name.clone().or_else(|| config.node.clone()),
         snat_addresses: config.services.snat.clone(),
         ..NodeConfig::default()
     };
-    for id in 0..nports {
-        let iface = config.interfaces.get(id as usize);
-        let conf = PortConfig {
-            rx_queues: queues,
-            tx_queues: queues,
-            mtu: iface.and_then(|i| i.mtu),
-            ipv4_checksum_offload: !cli.no_checksum_offload,
-            promiscuous: cli.promiscuous,
-            allmulticast: true,
-            ..PortConfig::default()
-        };
-        let port = Port::configure(&eal, id, &conf, pool.clone())?;
-        let mtu = port.mtu()?;
-        // Without `mtu` lbd takes the device's, which the snapshot checks as
-        // a given one: say here whose it is.
-        if let Some(i) = iface.filter(|i| i.mtu.is_none()) {
-            let v6 = i.addresses.iter().any(|c| c.addr().is_ipv6());
-            let min = if v6 { MIN_MTU_V6 } else { MIN_MTU };
-            if !(min..=MAX_MTU).contains(&mtu) {
-                bail!(
-                    "port {id}: the device's own MTU, {mtu}, is outside what lbd takes on interface {id} ({min}-{MAX_MTU}): give the interface an mtu"
-                );
-            }
-        }
-        let info = port.info();
-        match port.rss() {
-            RssStatus::SingleQueue => {}
-            RssStatus::Enabled(hf) => {
-                tracing::info!(port = id, "RSS on over IP and L4 ports (rss_hf {hf:#x})")
-            }
-            RssStatus::Unsupported => tracing::warn!(
-                port = id,
-                driver = %info.driver,
-                "the driver has no IP/L4 RSS: every packet lands on queue 0"
-            ),
-        }
-        let mac = port.mac();
-        // Every port, with an [[interface]] or not: the README points to
-        // this line for each port's offloads and promiscuous mode.
-        let addresses: Vec<String> = iface.map_or_else(
-            || vec!["none".to_string()],
-            |i| i.addresses.iter().map(ToString::to_string).collect(),
-        );
-        let gateways = iface.map(|i| i.gateways.clone()).unwrap_or_default();
-        let csum = port.checksum_offload();
-        tracing::info!(
-            port = id, name = %info.name, driver = %info.driver, %mac, address = %addresses.join(","),
-            gateway = ?gateways, vlan = ?iface.and_then(|i| i.vlan), mtu, queues, rx_ipv4_checksum_offload = csum.rx_ipv4,
-            tx_ipv4_checksum_offload = csum.tx_ipv4, promiscuous = port.promiscuous(), "port configured"
-        );
-        match iface {
-            Some(iface) => {
-                // One entry per prefix, each family's gateway with the
-                // first prefix of its family that holds it.
-                let mut gateways = iface.gateways.clone();
-                for a in &iface.addresses {
-                    let cidr = *a;
-                    let gateway = gateways
-                        .iter()
-                        .position(|g| a.contains(*g))
-                        .map(|i| gateways.remove(i));
-                    node.interfaces.push(InterfaceConfig {
-                        port: id,
-                        mac: mac.0,
-                        cidr,
-                        gateway,
-                        vlan: iface.vlan,
-                        mtu: Some(mtu),
-                    });
-                }
-            }
-            None => {
-                tracing::warn!(port = id, name = %info.name, %mac, "port has no address: give one in --config")
-            }
-        }
-        ports.push(port);
-    }
+    let ports = ports::configure(&eal, &cli, &config, &pool, queues, &mut node)?;
 
     let per_port: Vec<_> = ports.iter().map(Port::checksum_offload).collect();
     let offloads = Offloads::of_ports(&per_port);
