@@ -224,7 +224,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         snat_addresses: config.services.snat.clone(),
         ..NodeConfig::default()
     };
-    let ports = ports::configure(&eal, &cli, &config, &pool, queues, &mut node)?;
+    let ports = ports::configure(&eal, &cli, &config, &pool, nports, queues, &mut node)?;
 
     let per_port: Vec<_> = ports.iter().map(Port::checksum_offload).collect();
     let offloads = Offloads::of_ports(&per_port);

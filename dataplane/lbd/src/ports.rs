@@ -78,10 +78,11 @@ pub fn mbuf_pool(
     ))
 }
 
-/// The data room (headroom included) of a buffer that holds a whole frame
-/// of an MTU of `mtu` ([`FRAME_OVERHEAD`]) in whole [`RX_BUF_STEP`]s, and
-/// 2 KiB at least (what the default MTU needs). At most 128 + 10,240 bytes
-/// for lbd's largest MTU, 9,216: no overflow.
+/// The data room (headroom included) of a buffer whose data part holds a
+/// whole frame of an MTU of `mtu` ([`FRAME_OVERHEAD`]) in whole
+/// [`RX_BUF_STEP`]s, and 2 KiB at least (what the default MTU needs): 2,176
+/// bytes at least in all. At most 128 + 10,240 bytes for lbd's largest
+/// MTU, 9,216: no overflow.
 fn data_room(mtu: u16) -> u16 {
     let data = (mtu + FRAME_OVERHEAD)
         .div_ceil(RX_BUF_STEP)
@@ -90,20 +91,21 @@ fn data_room(mtu: u16) -> u16 {
     dpdk_sys::RTE_PKTMBUF_HEADROOM as u16 + data
 }
 
-/// Configures DPDK ports 0 to `eal`'s count with `queues` queue pairs
-/// each, fed from `pool`, as `cli` and `config`'s `[[interface]]` tables
-/// say (the checks of their number and ids are the caller's), logs each,
-/// and adds their prefixes to `node`'s interfaces.
+/// Configures DPDK ports 0 to `nports - 1` (the ids the caller checked,
+/// and sized `pool` for) with `queues` queue pairs each, fed from `pool`,
+/// as `cli` and `config`'s `[[interface]]` tables say, logs each, and adds
+/// their prefixes to `node`'s interfaces.
 pub fn configure(
     eal: &Eal,
     cli: &Cli,
     config: &Config,
     pool: &Arc<Mempool>,
+    nports: u16,
     queues: u16,
     node: &mut NodeConfig,
 ) -> anyhow::Result<Vec<Port>> {
     let mut ports = Vec::new();
-    for id in 0..eal.port_count() {
+    for id in 0..nports {
         let iface = config.interfaces.get(id as usize);
         let conf = PortConfig {
             rx_queues: queues,
