@@ -1,0 +1,207 @@
+//! ICMP errors that quote a tracked connection: translated towards the
+//! client or the backend (outer and quoted headers), never passed on when
+//! forged or advice for lbd, leaving the connection's state and timer as
+//! they are, and held like any frame when the next hop is unresolved.
+
+use super::route_tests::backends_resolved;
+use super::*;
+
+/// An ICMP "fragmentation needed" from a router on the backend side,
+/// quoting a full-NAT'ed segment, reaches the client with the VIP and the
+/// client's own ports in the quote.
+#[test]
+fn icmp_frag_needed_reaches_the_client_translated() {
+    let snap = snapshot();
+    let mut w = worker(1, 0);
+    let mut syn = tcp4(("10.0.0.2", 40000), ("10.0.0.100", 80), "S", 64, b"");
+    run(&mut w, &snap, 0, &mut syn, 0);
+    let sent = wire::parse(&syn).unwrap();
+    // The quote: the translated packet's IP header and first 8 L4 bytes.
+    let ip_and_8 = &syn[14..14 + 20 + 8];
+    let mut err = Vec::new();
+    etherparse::PacketBuilder::ethernet2(BACKEND_MAC, MAC1)
+        .ipv4([10, 1, 0, 254], [10, 1, 0, 100], 64)
+        .icmpv4(etherparse::Icmpv4Type::DestinationUnreachable(
+            etherparse::icmpv4::DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
+        ))
+        .write(&mut err, ip_and_8)
+        .unwrap();
+    assert!(
+        matches!(
+            run(&mut w, &snap, 5, &mut err, 1),
+            Verdict::Transmit { port: 0, .. }
+        ),
+        "{:?}",
+        w.counters().nonzero_drops().collect::<Vec<_>>()
+    );
+    let p = wire::parse(&err).unwrap();
+    assert_eq!(p.dst, v4("10.0.0.2"));
+    assert_checksums(&err);
+    let q = p.quoted(&err).unwrap();
+    assert_eq!(
+        (q.src, q.src_port, q.dst, q.dst_port),
+        (v4("10.0.0.2"), 40000, v4("10.0.0.100"), 80)
+    );
+    assert_ne!(sent.src, q.src);
+    // An error quoting nothing tracked is dropped with its reason.
+    let mut stray = Vec::new();
+    let fake = tcp4(("10.1.0.100", 1234), ("10.1.0.11", 8080), "S", 64, b"");
+    etherparse::PacketBuilder::ethernet2(BACKEND_MAC, MAC1)
+        .ipv4([10, 1, 0, 254], [10, 1, 0, 100], 64)
+        .icmpv4(etherparse::Icmpv4Type::DestinationUnreachable(
+            etherparse::icmpv4::DestUnreachableHeader::Host,
+        ))
+        .write(&mut stray, &fake[14..14 + 28])
+        .unwrap();
+    assert_eq!(
+        run(&mut w, &snap, 5, &mut stray, 1),
+        Verdict::Drop(DropReason::IcmpErrorUntracked)
+    );
+    let _ = ROUTER_MAC;
+}
+
+/// Errors that quote a tracked connection but must not reach its far end:
+/// one addressed to anyone but the quoted packet's source (forged: a real
+/// one goes to the sender), a redirect or source quench (advice for lbd,
+/// the router that forwarded the packet), a quoted non-first fragment.
+#[test]
+fn icmp_errors_not_passed_on() {
+    let snap = snapshot();
+    let mut w = worker(1, 0);
+    let mut syn = tcp4(("10.0.0.2", 40000), ("10.0.0.100", 80), "S", 64, b"");
+    run(&mut w, &snap, 0, &mut syn, 0);
+    let ip_and_8 = syn[14..14 + 20 + 8].to_vec();
+    let error = |to: [u8; 4], t: etherparse::Icmpv4Type, quote: &[u8]| {
+        let mut err = Vec::new();
+        etherparse::PacketBuilder::ethernet2(BACKEND_MAC, MAC1)
+            .ipv4([10, 1, 0, 254], to, 64)
+            .icmpv4(t)
+            .write(&mut err, quote)
+            .unwrap();
+        err
+    };
+    let frag_needed = || {
+        etherparse::Icmpv4Type::DestinationUnreachable(
+            etherparse::icmpv4::DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
+        )
+    };
+    // To the VIP instead of the SNAT address the segment came from.
+    let mut forged = error([10, 0, 0, 100], frag_needed(), &ip_and_8);
+    assert_eq!(
+        run(&mut w, &snap, 5, &mut forged, 1),
+        Verdict::Drop(DropReason::IcmpErrorUntracked)
+    );
+    let redirect = etherparse::Icmpv4Type::Redirect(etherparse::icmpv4::RedirectHeader {
+        code: etherparse::icmpv4::RedirectCode::RedirectForHost,
+        gateway_internet_address: [10, 1, 0, 253],
+    });
+    let mut r = error([10, 1, 0, 100], redirect, &ip_and_8);
+    assert_eq!(
+        run(&mut w, &snap, 5, &mut r, 1),
+        Verdict::Drop(DropReason::IcmpNotTranslated)
+    );
+    let mut quench = error([10, 1, 0, 100], frag_needed(), &ip_and_8);
+    let icmp = 14 + 20;
+    quench[icmp] = wire::icmpv4::msg_type::SOURCE_QUENCH;
+    quench[icmp + 1] = 0;
+    quench[icmp + 2..icmp + 4].fill(0);
+    let c = checksum::checksum(&quench[icmp..]);
+    quench[icmp + 2..icmp + 4].copy_from_slice(&c.to_be_bytes());
+    assert_eq!(
+        run(&mut w, &snap, 5, &mut quench, 1),
+        Verdict::Drop(DropReason::IcmpNotTranslated)
+    );
+    // The quote made a later fragment (offset 8 bytes), checksum fixed.
+    let mut frag = ip_and_8.clone();
+    frag[6..8].copy_from_slice(&1u16.to_be_bytes());
+    frag[10..12].fill(0);
+    let c = checksum::checksum(&frag[..20]);
+    frag[10..12].copy_from_slice(&c.to_be_bytes());
+    let mut f = error([10, 1, 0, 100], frag_needed(), &frag);
+    assert_eq!(
+        run(&mut w, &snap, 5, &mut f, 1),
+        Verdict::Drop(DropReason::IcmpErrorUntracked)
+    );
+    // The same error, addressed right, is translated.
+    let mut ok = error([10, 1, 0, 100], frag_needed(), &ip_and_8);
+    assert!(matches!(
+        run(&mut w, &snap, 5, &mut ok, 1),
+        Verdict::Transmit { port: 0, .. }
+    ));
+}
+
+/// An ICMP error is translated but is not the peer's answer: a port
+/// unreachable for a UDP flow leaves it unreplied (30 s, evictable), and
+/// no error restarts a connection's idle timer.
+#[test]
+fn icmp_error_leaves_the_connection_state_and_timer() {
+    let snap = snapshot();
+    let mut w = worker(1, 0);
+    let mut q = udp4(("10.0.0.2", 5353), ("10.0.0.101", 53), b"query");
+    let p = wire::parse(&q).unwrap();
+    let orig = crate::flow::FlowKey::new((p.src, p.src_port), (p.dst, p.dst_port), Proto::Udp).unwrap();
+    assert!(matches!(
+        run(&mut w, &snap, 0, &mut q, 0),
+        Verdict::Transmit { port: 1, .. }
+    ));
+    let sent = wire::parse(&q).unwrap();
+    let IpAddr::V4(backend) = sent.dst else {
+        panic!("{sent:?}")
+    };
+    let (id, _) = w.conntrack().lookup(&orig).unwrap();
+    // The backend's port is closed: its unreachable, every 10 s, quoting
+    // the datagram it got, goes back to the client translated.
+    for t in [10_000, 20_000, 29_000] {
+        let mut err = Vec::new();
+        etherparse::PacketBuilder::ethernet2(BACKEND_MAC, MAC1)
+            .ipv4(backend.octets(), [10, 0, 0, 2], 64)
+            .icmpv4(etherparse::Icmpv4Type::DestinationUnreachable(
+                etherparse::icmpv4::DestUnreachableHeader::Port,
+            ))
+            .write(&mut err, &q[14..sent.end as usize])
+            .unwrap();
+        assert!(matches!(
+            run(&mut w, &snap, t, &mut err, 1),
+            Verdict::Transmit { port: 0, .. }
+        ));
+        assert_checksums(&err);
+        // The backend reported itself: the client hears it from the VIP.
+        let out = wire::parse(&err).unwrap();
+        assert_eq!((out.src, out.dst), (v4("10.0.0.101"), v4("10.0.0.2")));
+        assert_eq!(w.conntrack().state(id), Some(ConnState::UdpUnreplied));
+    }
+    // Still 30 s from the datagram, not from the last error.
+    assert_eq!(w.handle_tick(Tick(30_500), 10_000).expired, 1);
+    assert_eq!(w.conntrack().len(), 0);
+}
+
+#[test]
+fn icmp_error_to_an_unresolved_client_is_resolve() {
+    let snap = backends_resolved();
+    let mut w = worker(1, 0);
+    let mut syn = tcp4(("10.0.0.2", 40000), ("10.0.0.100", 80), "S", 64, b"");
+    assert!(matches!(
+        run(&mut w, &snap, 0, &mut syn, 0),
+        Verdict::Transmit { port: 1, .. }
+    ));
+    let mut err = Vec::new();
+    etherparse::PacketBuilder::ethernet2(ROUTER_MAC, MAC1)
+        .ipv4([10, 1, 0, 254], [10, 1, 0, 100], 64)
+        .icmpv4(etherparse::Icmpv4Type::DestinationUnreachable(
+            etherparse::icmpv4::DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
+        ))
+        .write(&mut err, &syn[14..14 + 28])
+        .unwrap();
+    assert_eq!(
+        run(&mut w, &snap, 5, &mut err, 1),
+        Verdict::Resolve {
+            port: 0,
+            len: err.len(),
+            via: v4("10.0.0.2")
+        }
+    );
+    let p = wire::parse(&err).unwrap();
+    assert_eq!(p.dst, v4("10.0.0.2"));
+    assert_checksums(&err);
+    assert_eq!((&err[..6], &err[6..12]), (&[0u8; 6][..], &MAC0[..]));
+}
