@@ -62,8 +62,8 @@ use lb_dataplane::worker::{Worker, WorkerConfig};
 
 use crate::cli::{vdev_name, Cli};
 use crate::config::Config;
-use crate::control::{Control, HELD_RING};
-use crate::worker::{Clock, Links, Offloads, Shared, WorkerIo};
+use crate::control::Control;
+use crate::worker::{Clock, Links, Offloads, Shared, Wiring, WorkerIo};
 
 /// The system allocator, with transparent huge pages asked for under the
 /// large blocks: the conntrack tables (see `dpdk::HugePageAdvice`).
@@ -343,40 +343,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .context("starting the control thread's runtime")?;
     let listener = rt.block_on(lb_control::listen::bind(&listen))?;
 
-    // Rings: hand-over per (sender, owner); held frames to the control
-    // thread; control frames to worker 0.
-    let (news_tx, news_rx) = std::sync::mpsc::sync_channel(control::NEWS_CHANNEL);
-    let mut handover_in: Vec<Vec<dpdk::ring::Consumer>> = (0..workers).map(|_| Vec::new()).collect();
-    let mut handover_out: Vec<Vec<Option<dpdk::ring::Producer>>> = Vec::with_capacity(workers);
-    for from in 0..workers {
-        let mut outs = Vec::with_capacity(workers);
-        for (to, ins) in handover_in.iter_mut().enumerate() {
-            if from == to {
-                outs.push(None);
-                continue;
-            }
-            let (p, c) = dpdk::ring::channel(&eal, &format!("lbd_ho_{from}_{to}"), HANDOVER_RING)?;
-            outs.push(Some(p));
-            ins.push(c);
-        }
-        handover_out.push(outs);
-    }
-    let mut held_in = Vec::new();
-    let mut links = Vec::new();
-    let (ctl_p, ctl_c) = dpdk::ring::channel(&eal, "lbd_ctl", CONTROL_RING)?;
-    let mut ctl_c = Some(ctl_c);
-    for (w, (out, inn)) in handover_out.into_iter().zip(handover_in).enumerate() {
-        let (hp, hc) = dpdk::ring::channel(&eal, &format!("lbd_held_{w}"), HELD_RING)?;
-        held_in.push(hc);
-        links.push(Links {
-            handover_out: out,
-            handover_in: inn,
-            held_out: hp,
-            control_in: ctl_c.take(),
-            news: news_tx.clone(),
-        });
-    }
-    drop(news_tx);
+    let Wiring {
+        mut links,
+        held_in,
+        to_worker: ctl_p,
+        news: news_rx,
+    } = worker::wire(&eal, workers)?;
 
     for p in &ports {
         p.start()?;

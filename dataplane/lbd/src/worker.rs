@@ -45,12 +45,12 @@
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::SyncSender;
+use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use dpdk::ring::{Consumer, Producer};
-use dpdk::{Burst, Mbuf, RxQueue, TxQueue, BURST_MAX};
+use dpdk::ring::{self, Consumer, Producer, RingError};
+use dpdk::{Burst, Eal, Mbuf, RxQueue, TxQueue, BURST_MAX};
 use lb_dataplane::checksum::ChecksumOffload;
 use lb_dataplane::counters::WorkerCounters;
 use lb_dataplane::local;
@@ -58,7 +58,9 @@ use lb_dataplane::snapshot::Snapshot;
 use lb_dataplane::worker::{PacketMeta, Verdict, Worker};
 use lb_dataplane::{DropReason, Prefetch, Tick};
 
+use crate::control::{HELD_RING, NEWS_CHANNEL};
 use crate::neighbor::{Heard, News};
+use crate::{CONTROL_RING, HANDOVER_RING};
 
 /// How the pipeline's burst path warms the lines its lookups will read:
 /// `prefetcht0` ([`dpdk::prefetch`]), which lb-dataplane cannot issue
@@ -201,6 +203,63 @@ pub struct Links {
     pub control_in: Option<Consumer>,
     /// What the frames told of neighbors, to the control thread.
     pub news: SyncSender<News>,
+}
+
+/// The rings between the lcores, made by [`wire`].
+#[derive(Debug)]
+pub struct Wiring {
+    /// Each worker's, by index.
+    pub links: Vec<Links>,
+    /// The control thread's ends of the workers' held-frame rings.
+    pub held_in: Vec<Consumer>,
+    /// The control thread's end of worker 0's control ring.
+    pub to_worker: Producer,
+    /// The control thread's end of the workers' neighbor news.
+    pub news: Receiver<News>,
+}
+
+/// Makes the rings of `workers` workers: a hand-over ring per (sender,
+/// owner) pair, a held-frame ring per worker to the control thread, the
+/// control thread's ring of frames to send to worker 0, and the channel
+/// of neighbor news to the control thread.
+pub fn wire(eal: &Eal, workers: usize) -> Result<Wiring, RingError> {
+    let (news_tx, news) = std::sync::mpsc::sync_channel(NEWS_CHANNEL);
+    let mut handover_in: Vec<Vec<Consumer>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut handover_out: Vec<Vec<Option<Producer>>> = Vec::with_capacity(workers);
+    for from in 0..workers {
+        let mut outs = Vec::with_capacity(workers);
+        for (to, ins) in handover_in.iter_mut().enumerate() {
+            if from == to {
+                outs.push(None);
+                continue;
+            }
+            let (p, c) = ring::channel(eal, &format!("lbd_ho_{from}_{to}"), HANDOVER_RING)?;
+            outs.push(Some(p));
+            ins.push(c);
+        }
+        handover_out.push(outs);
+    }
+    let mut held_in = Vec::new();
+    let mut links = Vec::new();
+    let (to_worker, control_in) = ring::channel(eal, "lbd_ctl", CONTROL_RING)?;
+    let mut control_in = Some(control_in);
+    for (w, (out, inn)) in handover_out.into_iter().zip(handover_in).enumerate() {
+        let (hp, hc) = ring::channel(eal, &format!("lbd_held_{w}"), HELD_RING)?;
+        held_in.push(hc);
+        links.push(Links {
+            handover_out: out,
+            handover_in: inn,
+            held_out: hp,
+            control_in: control_in.take(),
+            news: news_tx.clone(),
+        });
+    }
+    Ok(Wiring {
+        links,
+        held_in,
+        to_worker,
+        news,
+    })
 }
 
 /// What every worker shares.
