@@ -43,7 +43,7 @@ use std::path::{Path, PathBuf};
 use lb_control::model::Source;
 use lb_control::services_file::{ServicesFile, ServicesFileError};
 use lb_dataplane::conntrack::Timeouts;
-use lb_dataplane::snapshot::{Cidr, MAX_MTU, MIN_MTU, MIN_MTU_V6};
+use lb_dataplane::snapshot::{min_mtu, Cidr, MAX_MTU, MIN_MTU};
 use serde::Deserialize;
 
 use self::timeouts::RawConntrack;
@@ -263,11 +263,7 @@ impl Config {
                 Some(v @ 1..=4094) => Some(v as u16),
                 Some(v) => return Err(invalid(i, "vlan", format!("{v} is not a VLAN id (1-4094)"))),
             };
-            let min = if addresses.iter().any(|c| c.addr().is_ipv6()) {
-                MIN_MTU_V6
-            } else {
-                MIN_MTU
-            };
+            let min = min_mtu(addresses.iter().any(|c| c.addr().is_ipv6()));
             let mtu = match r.mtu {
                 None => None,
                 Some(m) if (i64::from(min)..=i64::from(MAX_MTU)).contains(&m) => Some(m as u16),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use dpdk::{Eal, Mempool, Port, PortConfig, RssStatus};
 use lb_control::plane::{InterfaceConfig, NodeConfig};
-use lb_dataplane::snapshot::{MAX_MTU, MIN_MTU, MIN_MTU_V6};
+use lb_dataplane::snapshot::{min_mtu, MAX_MTU};
 
 use crate::cli::Cli;
 use crate::config::Config;
@@ -121,8 +121,7 @@ pub fn configure(
         // Without `mtu` lbd takes the device's, which the snapshot checks as
         // a given one: say here whose it is.
         if let Some(i) = iface.filter(|i| i.mtu.is_none()) {
-            let v6 = i.addresses.iter().any(|c| c.addr().is_ipv6());
-            let min = if v6 { MIN_MTU_V6 } else { MIN_MTU };
+            let min = min_mtu(i.addresses.iter().any(|c| c.addr().is_ipv6()));
             if !(min..=MAX_MTU).contains(&mtu) {
                 bail!(
                     "port {id}: the device's own MTU, {mtu}, is outside what lbd takes on interface {id} ({min}-{MAX_MTU}): give the interface an mtu"

@@ -20,17 +20,6 @@ const LBD0: [u8; 4] = [10, 74, 1, 1];
 const VIP: [u8; 4] = [10, 74, 1, 100];
 const BACKEND: [u8; 4] = [10, 74, 2, 11];
 
-fn sum16(b: &[u8]) -> u16 {
-    let mut s: u32 = b
-        .chunks(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])))
-        .sum();
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
-}
-
 /// An IPv4 packet from the client to `dst` of protocol `proto` carrying
 /// `l4`, DF as `df`, in a frame to port 0.
 fn ipv4(dst: [u8; 4], proto: u8, df: bool, l4: &[u8]) -> Vec<u8> {
@@ -39,7 +28,7 @@ fn ipv4(dst: [u8; 4], proto: u8, df: bool, l4: &[u8]) -> Vec<u8> {
     ip[2..4].copy_from_slice(&total.to_be_bytes());
     ip.extend_from_slice(&CLIENT);
     ip.extend_from_slice(&dst);
-    let c = sum16(&ip);
+    let c = pcap::internet_checksum(&ip);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
     ip.extend_from_slice(l4);
     let mut f = LBD0_MAC.to_vec();
@@ -65,7 +54,7 @@ fn udp(ip_len: usize, sport: u16, df: bool) -> Vec<u8> {
 fn ping(ip_len: usize) -> Vec<u8> {
     let mut l4 = vec![8, 0, 0, 0, 0, 7, 0, 1];
     l4.resize(ip_len - 20, 0xa5);
-    let c = sum16(&l4);
+    let c = pcap::internet_checksum(&l4);
     l4[2..4].copy_from_slice(&c.to_be_bytes());
     ipv4(LBD0, 1, true, &l4)
 }
@@ -123,7 +112,7 @@ fn jumbo_frames_and_packets_too_big_for_the_egress_port() {
     assert_eq!(u16::from_be_bytes([rest[2], rest[3]]), 1500);
     assert_eq!(m.len(), 576 - 20);
     assert_eq!(&m[8..], &too_big[14..14 + 576 - 28]);
-    assert_eq!(sum16(m), 0, "ICMP checksum");
+    assert_eq!(pcap::internet_checksum(m), 0, "ICMP checksum");
     // The jumbo echo request answered whole, out of port 0.
     let echo: Vec<_> = answers.iter().filter(|a| a.2 == 0).collect();
     assert_eq!(echo.len(), 1, "{sent:?}");

@@ -45,12 +45,7 @@ fn udp(vid: Option<u16>, dst_mac: [u8; 6], src: ([u8; 4], u16), dst: ([u8; 4], u
     ip[2..4].copy_from_slice(&total.to_be_bytes());
     ip.extend_from_slice(&src.0);
     ip.extend_from_slice(&dst.0);
-    let sum: u32 = ip
-        .chunks(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-        .sum();
-    let sum = (sum & 0xffff) + (sum >> 16);
-    let sum = !(((sum & 0xffff) + (sum >> 16)) as u16);
+    let sum = pcap::internet_checksum(&ip);
     ip[10..12].copy_from_slice(&sum.to_be_bytes());
     ip.extend_from_slice(&src.1.to_be_bytes());
     ip.extend_from_slice(&dst.1.to_be_bytes());

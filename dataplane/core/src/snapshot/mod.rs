@@ -90,6 +90,16 @@ pub const MIN_MTU_V6: u16 = 1280;
 /// The largest MTU a port may have: what jumbo-frame switches carry.
 pub const MAX_MTU: u16 = 9216;
 
+/// The smallest MTU a port may have: [`MIN_MTU_V6`] if it has an IPv6
+/// address, else [`MIN_MTU`].
+pub const fn min_mtu(has_ipv6: bool) -> u16 {
+    if has_ipv6 {
+        MIN_MTU_V6
+    } else {
+        MIN_MTU
+    }
+}
+
 /// An address family: which of a service's two rings a flow uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Family {

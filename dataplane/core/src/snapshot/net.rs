@@ -13,8 +13,8 @@ use hashbrown::HashMap;
 use super::builder::{is_unicast, is_unicast_mac, InterfaceSpec, MAX_PORTS};
 use super::cidr::{mask_v4, mask_v6};
 use super::{
-    connected_port, BuildError, Cidr, ConnectedV4, ConnectedV6, NextHop, DEFAULT_MTU, MAX_MTU, MIN_MTU,
-    MIN_MTU_V6,
+    connected_port, min_mtu, BuildError, Cidr, ConnectedV4, ConnectedV6, NextHop, DEFAULT_MTU, MAX_MTU,
+    MIN_MTU,
 };
 use crate::flow::SnatPorts;
 use crate::wire::ethernet::MacAddr;
@@ -131,7 +131,7 @@ pub(super) fn check_ports(
         if p.mtu.is_some_and(|m| m != mtu) {
             return Err(mtu_err("the port has another MTU already"));
         }
-        if mtu < MIN_MTU_V6 && p.cidrs.iter().any(|c| c.addr().is_ipv6()) {
+        if mtu < min_mtu(p.cidrs.iter().any(|c| c.addr().is_ipv6())) {
             return Err(mtu_err(
                 "below IPv6's minimum of 1280, and the port has an IPv6 address",
             ));

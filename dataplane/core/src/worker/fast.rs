@@ -123,7 +123,7 @@ impl FastV4 {
     /// a port of that MTU.
     #[inline(always)]
     pub(super) fn fits<const TAG: usize>(&self, mtu: u16) -> bool {
-        self.end <= ETH + TAG + usize::from(mtu)
+        self.fits_tagged(TAG == VLAN_TAG, mtu)
     }
 
     /// [`FastV4::fits`] for a tag known at run time.

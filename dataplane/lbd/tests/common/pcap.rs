@@ -7,6 +7,19 @@ use std::time::Duration;
 
 use super::Lbd;
 
+/// The Internet checksum (RFC 1071) of `b`: what goes in an IPv4 or ICMP
+/// header's checksum field (zeroed first), and 0 over a correct one.
+pub fn internet_checksum(b: &[u8]) -> u16 {
+    let mut s: u32 = b
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)])))
+        .sum();
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
+}
+
 /// Writes `frames` as a pcap file (Ethernet, no timestamps).
 pub fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
     // Magic, version 2.4, no time zone or accuracy, snap length, Ethernet.
