@@ -18,7 +18,9 @@ pub enum DropReason {
     /// ARP request for an address the balancer does not own.
     ArpNotForUs,
     /// IPv4 header invalid: version, IHL, total length, header checksum, or
-    /// an option list that runs past the header.
+    /// an option list that runs past the header; or an echo request to the
+    /// balancer whose record route, timestamp or source route option breaks
+    /// its own rules (`local::echo_options_v4`).
     MalformedIpv4,
     /// IPv6 header invalid: version or payload length.
     MalformedIpv6,

@@ -14,7 +14,11 @@
 //!   [`LocalVerdict::Neighbor`] (sender IP/MAC; the frame is not sent back);
 //!   an announcement of one of our addresses (a conflict) → `LocalUnhandled`.
 //! - ICMP/ICMPv6 echo request to an owned address → echo reply (addresses
-//!   swapped, TTL/hop limit 64, checksums updated incrementally).
+//!   swapped, TTL/hop limit 64, checksums updated incrementally). An IPv4
+//!   request's options come back as RFC 1122 §3.2.2.6 asks
+//!   (`echo_options_v4`): a spent source route reversed (the reply goes
+//!   to its last hop, and on to the requester), lbd's address added to a
+//!   record route and a timestamp option where there is room.
 //! - ICMPv6 neighbor solicitation for an owned target → neighbor
 //!   advertisement (hop limit 255, Solicited+Override, or only Override to
 //!   all-nodes for a DAD probe from `::`; `ReplyToNeighbor` when the
@@ -47,10 +51,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use crate::wire::arp::{self, ArpPacket, ArpRepr};
 use crate::wire::ethernet::{self, EthernetFrame, MacAddr, ETHERTYPE_IPV6};
 use crate::wire::icmpv6::{self, msg_type as v6type, na_flags, nd_option, Icmpv6Packet};
-use crate::wire::ipv4::Ipv4Packet;
+use crate::wire::ipv4::{self, Ipv4Packet};
 use crate::wire::ipv6::{self, Ipv6Packet};
 use crate::wire::{icmpv4, ip_proto, parse, Fragment, Icmpv4Packet, Parsed, L3};
-use crate::DropReason;
+use crate::{DropReason, Tick};
 
 /// TTL / hop limit of echo replies.
 pub const REPLY_TTL: u8 = 64;
@@ -187,9 +191,9 @@ pub enum LocalVerdict {
 
 /// Parse `frame` and handle it: the convenience entry for callers that have
 /// not parsed yet. Malformed frames are `Drop(reason)`.
-pub fn handle_local(frame: &mut [u8], local: &LocalAddrs) -> LocalVerdict {
+pub fn handle_local(now: Tick, frame: &mut [u8], local: &LocalAddrs) -> LocalVerdict {
     match parse(frame) {
-        Ok(p) => handle_parsed(frame, &p, local),
+        Ok(p) => handle_parsed(now, frame, &p, local),
         Err(reason) => LocalVerdict::Drop(reason),
     }
 }
@@ -197,8 +201,10 @@ pub fn handle_local(frame: &mut [u8], local: &LocalAddrs) -> LocalVerdict {
 /// Handle a frame that `parse` accepted into `parsed`. Cheap for the common
 /// case: TCP/UDP return `NotLocal` without an address lookup. If `parsed`
 /// does not describe `frame`, the result is a `Drop`, never a panic.
+/// `now` goes into the timestamp option of an IPv4 echo reply
+/// (`echo_options_v4`).
 #[inline]
-pub fn handle_parsed(frame: &mut [u8], parsed: &Parsed, local: &LocalAddrs) -> LocalVerdict {
+pub fn handle_parsed(now: Tick, frame: &mut [u8], parsed: &Parsed, local: &LocalAddrs) -> LocalVerdict {
     let r = match parsed.l3 {
         L3::Arp => arp_in(frame, parsed, local),
         L3::Ipv4 => {
@@ -214,7 +220,7 @@ pub fn handle_parsed(frame: &mut [u8], parsed: &Parsed, local: &LocalAddrs) -> L
             if parsed.icmp_type != icmpv4::msg_type::ECHO_REQUEST {
                 return LocalVerdict::Drop(DropReason::LocalUnhandled);
             }
-            echo_v4(frame, parsed, local)
+            echo_v4(now, frame, parsed, local)
         }
         L3::Ipv6 => {
             if parsed.protocol != ip_proto::ICMPV6 || parsed.icmp_error {
@@ -355,7 +361,12 @@ fn arp_in(frame: &mut [u8], parsed: &Parsed, local: &LocalAddrs) -> Result<Local
     }
 }
 
-fn echo_v4(frame: &mut [u8], parsed: &Parsed, local: &LocalAddrs) -> Result<LocalVerdict, DropReason> {
+fn echo_v4(
+    now: Tick,
+    frame: &mut [u8],
+    parsed: &Parsed,
+    local: &LocalAddrs,
+) -> Result<LocalVerdict, DropReason> {
     if parsed.fragment != Fragment::None {
         return Err(DropReason::Fragment);
     }
@@ -370,17 +381,168 @@ fn echo_v4(frame: &mut [u8], parsed: &Parsed, local: &LocalAddrs) -> Result<Loca
     if src.is_unspecified() || src.is_multicast() || src.is_broadcast() || !eth_src.is_unicast() {
         return Err(DropReason::LocalUnhandled);
     }
-    // Swapping the addresses leaves the header checksum as it is (the sum
-    // is commutative); only the TTL word changes.
-    ip.set_src_addr(dst);
-    ip.set_dst_addr(src);
-    ip.set_ttl_update_checksum(REPLY_TTL);
+    if ip.header_len() == ipv4::MIN_HEADER_LEN {
+        // Swapping the addresses leaves the header checksum as it is (the
+        // sum is commutative); only the TTL word changes.
+        ip.set_src_addr(dst);
+        ip.set_dst_addr(src);
+        ip.set_ttl_update_checksum(REPLY_TTL);
+    } else {
+        let to = echo_options_v4(ip.options_mut(), dst, src, now)?;
+        ip.set_src_addr(dst);
+        ip.set_dst_addr(to);
+        ip.set_ttl(REPLY_TTL);
+        ip.fill_checksum();
+    }
     let mut icmp = Icmpv4Packet::new_checked(frame.get_mut(l4..end).ok_or(DropReason::Truncated)?)?;
     icmp.set_type_code_update_checksum(icmpv4::msg_type::ECHO_REPLY, 0);
     eth_reply(frame, eth_src, local);
     Ok(LocalVerdict::Reply {
         len: reply_len(frame, end),
     })
+}
+
+/// Turns an echo request's IPv4 options `opts` into its reply's, in place
+/// (the header keeps its length), as RFC 1122 §3.2.2.6 asks of a host;
+/// `own` is the address the request came to (the reply's source) and
+/// `requester` its source. Returns the reply's destination: `requester`,
+/// or with a source route the first hop back.
+///
+/// - A source route (loose or strict), spent as every one `parse` lets
+///   through is, comes back reversed (RFC 1122 §3.2.1.8: "MUST"), as
+///   Linux's `ip_options_echo` builds it: the reply goes to the route's
+///   last address (the hop that delivered the request), and the option
+///   lists the others in reverse order, then `requester`, pointer at the
+///   first. The option keeps its type and length.
+/// - Record route: `own` is recorded if there is room (RFC 791: a full one
+///   goes on unchanged).
+/// - Timestamp: with room, a timestamp (flag 0), `own` and a timestamp
+///   (flag 1), or a timestamp after `own` where the sender named it (flag
+///   3); without, the overflow count goes up. The pipeline has no clock of
+///   milliseconds since midnight UT, so the value is `now`'s milliseconds
+///   with the high bit set, which RFC 791 provides for "a non-standard
+///   value".
+/// - Anything else is echoed as it came.
+///
+/// Errors, the request dropped with nothing sent (Linux answers these with
+/// a parameter problem): `MalformedIpv4` for a pointer outside its
+/// option's rules, a route of a length that is not whole addresses, two
+/// source routes, an unknown timestamp flag, or an overflow count at its
+/// limit of 15; `Ipv4SourceRoute` for a route with addresses left.
+fn echo_options_v4(
+    opts: &mut [u8],
+    own: Ipv4Addr,
+    requester: Ipv4Addr,
+    now: Tick,
+) -> Result<Ipv4Addr, DropReason> {
+    use ipv4::option;
+    let mut to = None;
+    let mut i = 0;
+    while let Some(&kind) = opts.get(i) {
+        match kind {
+            option::END => break,
+            option::NOP => {
+                i += 1;
+                continue;
+            }
+            _ => {}
+        }
+        let len = opts.get(i + 1).map_or(0, |&l| usize::from(l));
+        if len < 2 || len > opts.len() - i {
+            return Err(DropReason::MalformedIpv4);
+        }
+        if !matches!(kind, option::LSRR | option::SSRR | option::RR | option::TIMESTAMP) {
+            i += len;
+            continue;
+        }
+        // Type, length and pointer at least.
+        if len < 3 {
+            return Err(DropReason::MalformedIpv4);
+        }
+        let o = &mut opts[i..i + len];
+        let ptr = usize::from(o[2]);
+        match kind {
+            option::LSRR | option::SSRR => {
+                if ptr <= len {
+                    return Err(DropReason::Ipv4SourceRoute);
+                }
+                if to.is_some() || !(len - 3).is_multiple_of(4) {
+                    return Err(DropReason::MalformedIpv4);
+                }
+                let route = &mut o[3..];
+                let n = route.len() / 4;
+                if n > 0 {
+                    let hop = |r: &[u8], k: usize| [r[4 * k], r[4 * k + 1], r[4 * k + 2], r[4 * k + 3]];
+                    to = Some(Ipv4Addr::from(hop(route, n - 1)));
+                    // r1 .. r(n-1), then the requester; reversed in place.
+                    route[4 * (n - 1)..4 * (n - 1) + 4].copy_from_slice(&requester.octets());
+                    for k in 0..(n - 1) / 2 {
+                        let (a, b) = (hop(route, k), hop(route, n - 2 - k));
+                        route[4 * k..4 * k + 4].copy_from_slice(&b);
+                        route[4 * (n - 2 - k)..4 * (n - 2 - k) + 4].copy_from_slice(&a);
+                    }
+                    o[2] = 4;
+                }
+            }
+            option::RR => {
+                if ptr < 4 {
+                    return Err(DropReason::MalformedIpv4);
+                }
+                if ptr <= len {
+                    if ptr + 3 > len {
+                        return Err(DropReason::MalformedIpv4);
+                    }
+                    o[ptr - 1..ptr + 3].copy_from_slice(&own.octets());
+                    o[2] += 4;
+                }
+            }
+            option::TIMESTAMP => {
+                let Some(&oflw_flg) = o.get(3) else {
+                    return Err(DropReason::MalformedIpv4);
+                };
+                if ptr < 5 {
+                    return Err(DropReason::MalformedIpv4);
+                }
+                let stamp = (0x8000_0000 | (now.0 & 0x7fff_ffff) as u32).to_be_bytes();
+                let entry = match oflw_flg & 0x0f {
+                    0 => 4,
+                    1 | 3 => 8,
+                    _ => return Err(DropReason::MalformedIpv4),
+                };
+                if ptr + entry - 1 <= len {
+                    let at = ptr - 1;
+                    match oflw_flg & 0x0f {
+                        0 => o[at..at + 4].copy_from_slice(&stamp),
+                        1 => {
+                            o[at..at + 4].copy_from_slice(&own.octets());
+                            o[at + 4..at + 8].copy_from_slice(&stamp);
+                        }
+                        // Prespecified: only where the next address is ours.
+                        _ if [o[at], o[at + 1], o[at + 2], o[at + 3]] == own.octets() => {
+                            o[at + 4..at + 8].copy_from_slice(&stamp)
+                        }
+                        _ => {
+                            i += len;
+                            continue;
+                        }
+                    }
+                    o[2] += entry as u8;
+                } else if ptr <= len {
+                    // Room left, but not for a whole entry.
+                    return Err(DropReason::MalformedIpv4);
+                } else {
+                    let overflow = oflw_flg >> 4;
+                    if overflow == 15 {
+                        return Err(DropReason::MalformedIpv4);
+                    }
+                    o[3] = (overflow + 1) << 4 | oflw_flg & 0x0f;
+                }
+            }
+            _ => {}
+        }
+        i += len;
+    }
+    Ok(to.unwrap_or(requester))
 }
 
 /// Checks shared by the ICMPv6 messages we answer: unfragmented, no
@@ -701,3 +863,7 @@ fn write_nd(
 #[cfg(test)]
 #[path = "local_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "local_options_tests.rs"]
+mod options_tests;

@@ -8,8 +8,8 @@ use proptest::prelude::*;
 
 const OUR_MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xaa]);
 const PEER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0x01];
-const OUR_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
-const PEER_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+pub(super) const OUR_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
+pub(super) const PEER_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 
 fn our_v6() -> Ipv6Addr {
     "2001:db8::10".parse().unwrap()
@@ -17,7 +17,7 @@ fn our_v6() -> Ipv6Addr {
 fn peer_v6() -> Ipv6Addr {
     "2001:db8::1".parse().unwrap()
 }
-fn local() -> LocalAddrs {
+pub(super) fn local() -> LocalAddrs {
     LocalAddrs::new(
         OUR_MAC,
         [
@@ -43,7 +43,7 @@ fn arp_frame(op: u16, sender: Ipv4Addr, target: Ipv4Addr, vlan: Option<u16>) -> 
     buf
 }
 
-fn echo_v4_frame(vlan: Option<u16>) -> Vec<u8> {
+pub(super) fn echo_v4_frame(vlan: Option<u16>) -> Vec<u8> {
     let mut v = Vec::new();
     let b = PacketBuilder::ethernet2(PEER_MAC, OUR_MAC.0);
     match vlan {
@@ -88,14 +88,14 @@ fn ns_frame(src: Ipv6Addr, dst: Ipv6Addr, target: Ipv6Addr, slla: bool, hop: u8)
 }
 
 fn reply(frame: &mut [u8]) -> usize {
-    match handle_local(frame, &local()) {
+    match handle_local(Tick::ZERO, frame, &local()) {
         LocalVerdict::Reply { len } | LocalVerdict::ReplyToNeighbor { len, .. } => len,
         other => panic!("expected a reply, got {other:?}"),
     }
 }
 
 /// Checks every checksum of an IP frame by recomputation with etherparse.
-fn assert_checksums_valid(frame: &[u8]) {
+pub(super) fn assert_checksums_valid(frame: &[u8]) {
     let s = SlicedPacket::from_ethernet(frame).unwrap();
     match s.net.as_ref().unwrap() {
         etherparse::NetSlice::Ipv4(ip) => {
@@ -135,7 +135,8 @@ fn arp_request_for_us_becomes_reply() {
     for vlan in [None, Some(300)] {
         let mut f = arp_frame(arp::OP_REQUEST, PEER_V4, OUR_V4, vlan);
         // The asker named its address and MAC: a hint for the neighbor table.
-        let LocalVerdict::ReplyToNeighbor { len, ip, mac } = handle_local(&mut f, &local()) else {
+        let LocalVerdict::ReplyToNeighbor { len, ip, mac } = handle_local(Tick::ZERO, &mut f, &local())
+        else {
             panic!("not answered with the asker's hint")
         };
         assert_eq!((ip, mac), (IpAddr::V4(PEER_V4), MacAddr(PEER_MAC)));
@@ -158,7 +159,10 @@ fn arp_request_for_us_becomes_reply() {
 fn an_arp_probe_is_answered_without_a_hint() {
     // RFC 5227 probe: sender address 0.0.0.0 names nobody to learn.
     let mut f = arp_frame(arp::OP_REQUEST, Ipv4Addr::UNSPECIFIED, OUR_V4, None);
-    assert_eq!(handle_local(&mut f, &local()), LocalVerdict::Reply { len: 60 });
+    assert_eq!(
+        handle_local(Tick::ZERO, &mut f, &local()),
+        LocalVerdict::Reply { len: 60 }
+    );
 }
 
 #[test]
@@ -166,12 +170,12 @@ fn arp_other_outcomes() {
     let l = local();
     let mut f = arp_frame(arp::OP_REQUEST, PEER_V4, Ipv4Addr::new(192, 0, 2, 99), None);
     assert_eq!(
-        handle_local(&mut f, &l),
+        handle_local(Tick::ZERO, &mut f, &l),
         LocalVerdict::Drop(DropReason::ArpNotForUs)
     );
     let mut f = arp_frame(arp::OP_REPLY, PEER_V4, OUR_V4, None);
     assert_eq!(
-        handle_local(&mut f, &l),
+        handle_local(Tick::ZERO, &mut f, &l),
         LocalVerdict::Neighbor {
             ip: IpAddr::V4(PEER_V4),
             mac: MacAddr(PEER_MAC),
@@ -186,16 +190,16 @@ fn arp_other_outcomes() {
             mac: MacAddr(PEER_MAC),
             announced: true,
         };
-        assert_eq!(handle_local(&mut f, &l), want, "op {op}");
+        assert_eq!(handle_local(Tick::ZERO, &mut f, &l), want, "op {op}");
     }
     let mut f = arp_frame(arp::OP_REQUEST, OUR_V4, OUR_V4, None);
     assert_eq!(
-        handle_local(&mut f, &l),
+        handle_local(Tick::ZERO, &mut f, &l),
         LocalVerdict::Drop(DropReason::LocalUnhandled)
     );
     let mut f = arp_frame(3, PEER_V4, OUR_V4, None);
     assert_eq!(
-        handle_local(&mut f, &l),
+        handle_local(Tick::ZERO, &mut f, &l),
         LocalVerdict::Drop(DropReason::MalformedArp)
     );
     // A sender MAC no station has (all zeros) is neither learned nor
@@ -208,7 +212,7 @@ fn arp_other_outcomes() {
         let mut f = arp_frame(op, PEER_V4, target, None);
         f[14 + 8..14 + 14].fill(0);
         assert_eq!(
-            handle_local(&mut f, &l),
+            handle_local(Tick::ZERO, &mut f, &l),
             LocalVerdict::Drop(DropReason::MalformedArp),
             "op {op} target {target}"
         );
@@ -252,7 +256,7 @@ fn icmpv4_other_outcomes() {
     let last = f.len() - 1;
     f[last] ^= 0xff;
     assert_eq!(
-        handle_local(&mut f, &l),
+        handle_local(Tick::ZERO, &mut f, &l),
         LocalVerdict::Drop(DropReason::BadChecksum)
     );
     // To an address we do not own: the pipeline's business.
@@ -262,7 +266,7 @@ fn icmpv4_other_outcomes() {
         .icmpv4_echo_request(1, 1)
         .write(&mut v, &[])
         .unwrap();
-    assert_eq!(handle_local(&mut v, &l), LocalVerdict::NotLocal);
+    assert_eq!(handle_local(Tick::ZERO, &mut v, &l), LocalVerdict::NotLocal);
     // TCP to an owned address (a VIP): also the pipeline's.
     let mut v = Vec::new();
     PacketBuilder::ethernet2(PEER_MAC, OUR_MAC.0)
@@ -271,7 +275,7 @@ fn icmpv4_other_outcomes() {
         .syn()
         .write(&mut v, &[])
         .unwrap();
-    assert_eq!(handle_local(&mut v, &l), LocalVerdict::NotLocal);
+    assert_eq!(handle_local(Tick::ZERO, &mut v, &l), LocalVerdict::NotLocal);
     // Echo reply to us: nothing to do.
     let mut v = Vec::new();
     PacketBuilder::ethernet2(PEER_MAC, OUR_MAC.0)
@@ -280,7 +284,7 @@ fn icmpv4_other_outcomes() {
         .write(&mut v, &[])
         .unwrap();
     assert_eq!(
-        handle_local(&mut v, &l),
+        handle_local(Tick::ZERO, &mut v, &l),
         LocalVerdict::Drop(DropReason::LocalUnhandled)
     );
     // An ICMP error to us goes on, to be translated.
@@ -291,7 +295,7 @@ fn icmpv4_other_outcomes() {
         .icmpv4_raw(11, 0, [0; 4])
         .write(&mut v, &quote[14..42])
         .unwrap();
-    assert_eq!(handle_local(&mut v, &l), LocalVerdict::NotLocal);
+    assert_eq!(handle_local(Tick::ZERO, &mut v, &l), LocalVerdict::NotLocal);
 }
 
 #[test]
@@ -313,7 +317,7 @@ fn icmpv6_echo_becomes_reply() {
 fn neighbor_solicit_with_slla_becomes_advert() {
     let orig = ns_frame(peer_v6(), solicited_node(&our_v6()), our_v6(), true, 255);
     let mut f = orig.clone();
-    let LocalVerdict::ReplyToNeighbor { len, ip, mac } = handle_local(&mut f, &local()) else {
+    let LocalVerdict::ReplyToNeighbor { len, ip, mac } = handle_local(Tick::ZERO, &mut f, &local()) else {
         panic!("not answered with the asker's hint")
     };
     assert_eq!((ip, mac), (IpAddr::V6(peer_v6()), MacAddr(PEER_MAC)));
@@ -334,7 +338,7 @@ fn neighbor_solicit_with_slla_becomes_advert() {
     );
     // Our own NA, fed back, teaches the neighbor table our MAC.
     assert_eq!(
-        handle_local(&mut f[..len], &local()),
+        handle_local(Tick::ZERO, &mut f[..len], &local()),
         LocalVerdict::Neighbor {
             ip: IpAddr::V6(our_v6()),
             mac: OUR_MAC,
@@ -348,7 +352,7 @@ fn neighbor_solicit_without_slla_uses_tailroom_if_any() {
     let orig = ns_frame(peer_v6(), our_v6(), our_v6(), false, 255);
     let mut f = orig.clone();
     // No source link-layer option: a plain reply, nothing to learn.
-    let LocalVerdict::Reply { len } = handle_local(&mut f, &local()) else {
+    let LocalVerdict::Reply { len } = handle_local(Tick::ZERO, &mut f, &local()) else {
         panic!("not a plain reply")
     };
     assert_eq!(len, orig.len(), "no room: NA without the option");
@@ -434,12 +438,12 @@ fn neighbor_solicit_rejections() {
     let other: Ipv6Addr = "2001:db8::99".parse().unwrap();
     let mut f = ns_frame(peer_v6(), solicited_node(&other), other, true, 255);
     assert_eq!(
-        handle_local(&mut f, &l),
+        handle_local(Tick::ZERO, &mut f, &l),
         LocalVerdict::Drop(DropReason::NdNotForUs)
     );
     let mut f = ns_frame(peer_v6(), solicited_node(&our_v6()), our_v6(), true, 64);
     assert_eq!(
-        handle_local(&mut f, &l),
+        handle_local(Tick::ZERO, &mut f, &l),
         LocalVerdict::Drop(DropReason::MalformedIcmp)
     );
     // DAD with a source link-layer option is invalid (RFC 4861 §7.1.1).
@@ -451,7 +455,7 @@ fn neighbor_solicit_rejections() {
         255,
     );
     assert_eq!(
-        handle_local(&mut f, &l),
+        handle_local(Tick::ZERO, &mut f, &l),
         LocalVerdict::Drop(DropReason::MalformedIcmp)
     );
     // A source that is no one host: a multicast address, or (without a
@@ -459,19 +463,19 @@ fn neighbor_solicit_rejections() {
     let group: Ipv6Addr = "ff05::2".parse().unwrap();
     let mut f = ns_frame(group, solicited_node(&our_v6()), our_v6(), true, 255);
     assert_eq!(
-        handle_local(&mut f, &l),
+        handle_local(Tick::ZERO, &mut f, &l),
         LocalVerdict::Drop(DropReason::MalformedIcmp)
     );
     let mut f = ns_frame(peer_v6(), solicited_node(&our_v6()), our_v6(), false, 255);
     f[6] |= 1;
     assert_eq!(
-        handle_local(&mut f, &l),
+        handle_local(Tick::ZERO, &mut f, &l),
         LocalVerdict::Drop(DropReason::MalformedIcmp)
     );
     let mut f = ns_frame(peer_v6(), solicited_node(&our_v6()), our_v6(), true, 255);
     f[70] ^= 1; // inside the target: checksum no longer matches
     assert_eq!(
-        handle_local(&mut f, &l),
+        handle_local(Tick::ZERO, &mut f, &l),
         LocalVerdict::Drop(DropReason::BadChecksum)
     );
 }
@@ -525,7 +529,7 @@ fn builders() {
     );
     let neighbor = LocalAddrs::new(MacAddr([2, 0, 0, 0, 0, 0xcc]), [IpAddr::V4(target)]).unwrap();
     assert!(matches!(
-        handle_local(&mut buf[..n], &neighbor),
+        handle_local(Tick::ZERO, &mut buf[..n], &neighbor),
         LocalVerdict::ReplyToNeighbor {
             ip: IpAddr::V4(OUR_V4),
             mac: OUR_MAC,
@@ -539,7 +543,7 @@ fn builders() {
     assert_checksums_valid(&buf[..n]);
     let other = LocalAddrs::new(MacAddr([2, 0, 0, 0, 0, 0xbb]), []).unwrap();
     assert_eq!(
-        handle_local(&mut buf[..n], &other),
+        handle_local(Tick::ZERO, &mut buf[..n], &other),
         LocalVerdict::Neighbor {
             ip: IpAddr::V6(our_v6()),
             mac: OUR_MAC,
@@ -576,7 +580,8 @@ fn neighbor_solicitation_is_answered_and_the_answer_learned() {
     // The target's own handling answers it, to us, with its MAC...
     let their_mac = MacAddr([2, 0, 0, 0, 0, 0xcc]);
     let neighbor = LocalAddrs::new(their_mac, [IpAddr::V6(target)]).unwrap();
-    let LocalVerdict::ReplyToNeighbor { len, ip, mac } = handle_local(&mut buf[..n], &neighbor) else {
+    let LocalVerdict::ReplyToNeighbor { len, ip, mac } = handle_local(Tick::ZERO, &mut buf[..n], &neighbor)
+    else {
         panic!("the solicitation was not answered")
     };
     // The solicitation named our MAC: the target may refresh its entry.
@@ -584,7 +589,7 @@ fn neighbor_solicitation_is_answered_and_the_answer_learned() {
     // ... which we learn.
     let ours = LocalAddrs::new(OUR_MAC, [IpAddr::V6(our_v6())]).unwrap();
     assert_eq!(
-        handle_local(&mut buf[..len], &ours),
+        handle_local(Tick::ZERO, &mut buf[..len], &ours),
         LocalVerdict::Neighbor {
             ip: IpAddr::V6(target),
             mac: their_mac,
@@ -598,7 +603,7 @@ fn neighbor_solicitation_is_answered_and_the_answer_learned() {
     Icmpv6Packet::new_unchecked(&mut zero[54..]).fill_checksum(&target, &our_v6());
     assert_checksums_valid(&zero);
     assert_eq!(
-        handle_local(&mut zero, &ours),
+        handle_local(Tick::ZERO, &mut zero, &ours),
         LocalVerdict::Drop(DropReason::LocalUnhandled)
     );
     // The same advertisement to all-nodes with its Solicited flag is
@@ -609,7 +614,7 @@ fn neighbor_solicitation_is_answered_and_the_answer_learned() {
     Icmpv6Packet::new_unchecked(&mut multi[54..]).fill_checksum(&target, &all_nodes);
     assert_checksums_valid(&multi);
     assert_eq!(
-        handle_local(&mut multi, &ours),
+        handle_local(Tick::ZERO, &mut multi, &ours),
         LocalVerdict::Drop(DropReason::MalformedIcmp)
     );
     let n = write_neighbor_solicitation(&mut buf, OUR_MAC, &our_v6(), &target, Some(7)).unwrap();
@@ -653,7 +658,7 @@ fn every_truncation_is_a_drop() {
         let end = parse(&orig).unwrap().end as usize;
         for n in 0..end {
             let mut f = orig[..n].to_vec();
-            match handle_local(&mut f, &l) {
+            match handle_local(Tick::ZERO, &mut f, &l) {
                 LocalVerdict::Drop(_) => {}
                 other => panic!("prefix {n} of a {}-byte frame gave {other:?}", orig.len()),
             }
@@ -672,7 +677,7 @@ proptest! {
             f[i] = b;
         }
         f.extend(std::iter::repeat_n(0xee, extra));
-        if let LocalVerdict::Reply { len } | LocalVerdict::ReplyToNeighbor { len, .. } = handle_local(&mut f, &local()) {
+        if let LocalVerdict::Reply { len } | LocalVerdict::ReplyToNeighbor { len, .. } = handle_local(Tick::ZERO, &mut f, &local()) {
             prop_assert!(len <= f.len());
             prop_assert!(parse(&f[..len]).is_ok());
         }
@@ -680,6 +685,6 @@ proptest! {
 
     #[test]
     fn arbitrary_bytes_never_panic(mut data in proptest::collection::vec(any::<u8>(), 0..160)) {
-        let _ = handle_local(&mut data, &local());
+        let _ = handle_local(Tick::ZERO, &mut data, &local());
     }
 }

@@ -56,6 +56,10 @@ pub mod option {
     pub const END: u8 = 0;
     /// No operation: one byte, no length.
     pub const NOP: u8 = 1;
+    /// Record route.
+    pub const RR: u8 = 7;
+    /// Internet timestamp.
+    pub const TIMESTAMP: u8 = 68;
     /// Loose source and record route.
     pub const LSRR: u8 = 131;
     /// Strict source and record route.
@@ -371,6 +375,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
         self.set_src_addr(a);
         self.set_checksum(d.apply(self.checksum()));
         d
+    }
+
+    /// The options bytes, mutable (empty when IHL is 5).
+    #[inline]
+    pub fn options_mut(&mut self) -> &mut [u8] {
+        let end = self.header_len();
+        &mut self.buffer.as_mut()[MIN_HEADER_LEN..end]
     }
 
     /// Recompute the header checksum from scratch.

@@ -440,7 +440,7 @@ impl Worker {
             let Some(port) = snap.port(meta.port) else {
                 return self.drop(DropReason::LocalUnhandled);
             };
-            match local::handle_parsed(frame, p, port.local_addrs()) {
+            match local::handle_parsed(now, frame, p, port.local_addrs()) {
                 LocalVerdict::Reply { len } => {
                     self.counters.local_replies.inc();
                     return Verdict::Transmit { port: meta.port, len };
