@@ -180,6 +180,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let eal_args = cli.eal_args(&lcores, &pci);
     tracing::debug!(?eal_args, "initialising EAL");
     let eal = Eal::init(&eal_args)?;
+    // Queues, workers and rings are sized for `--lcores`. EAL arguments
+    // after `--` can take lcores from the workers (service cores, `-s` or
+    // `-S`): their rx queues would go unpolled, or with none left the main
+    // lcore would forward with no control frames drained.
+    let mut eal_workers: Vec<u32> = eal.worker_lcores().iter().map(|l| l.0).collect();
+    let mut want = lcores.ids[1..].to_vec();
+    eal_workers.sort_unstable();
+    want.sort_unstable();
+    if eal_workers != want {
+        bail!(
+            "EAL runs workers on lcores {eal_workers:?}, not the {want:?} of --lcores {}: leave out the EAL arguments after `--` that take lcores (service cores, -s/-S)",
+            lcores.spec
+        );
+    }
 
     // Every requested device must have become a port.
     for bdf in &pci {

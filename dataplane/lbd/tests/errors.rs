@@ -399,6 +399,34 @@ fn port_ids_with_a_hole() {
     );
 }
 
+/// EAL arguments after `--` that make a worker lcore a service core: its
+/// queues would go unpolled, so lbd refuses in one line.
+#[test]
+fn eal_arguments_that_take_a_worker_lcore() {
+    let p = prefix("service");
+    let (code, out) = run_lbd(
+        &[
+            "--lcores",
+            "0-1",
+            "--no-huge",
+            "--vdev",
+            "net_null0",
+            &p,
+            "--",
+            "-S",
+            "1",
+        ],
+        T,
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert_clean(&out);
+    let l = lbd_line(&out);
+    assert!(
+        l.contains("EAL runs workers on lcores [], not the [1] of --lcores 0-1"),
+        "{l}"
+    );
+}
+
 #[test]
 fn no_ports() {
     // A usage error: a flag is missing.
