@@ -231,6 +231,15 @@ impl LoadBalancer for LoadBalancerService {
         request: Request<pb::ResyncRequest>,
     ) -> Result<Response<pb::ResyncResponse>, Status> {
         let req = request.into_inner();
+        // A resync deletes what its source owns and does not list: a
+        // forgotten field must not mean "api" here, as it does in Apply.
+        if req.source == i32::from(pb::Source::Unspecified) {
+            return Err(invalid(ValidationError::invalid(
+                "request",
+                "source",
+                "required in Resync, which deletes what the source owns and does not list (SOURCE_API for lbctl's objects)",
+            )));
+        }
         let source = request_source(req.source)?;
         let o = convert::resync_from_proto(&req, source).map_err(invalid)?;
         let out = self

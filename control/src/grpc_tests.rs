@@ -177,9 +177,23 @@ async fn requests_ignore_the_output_only_operator_state() {
         assert_eq!(r.into_inner().revision, u64::from(weight) + 1);
         assert_eq!(stored(), (u64::from(weight) + 1, weight, held));
     }
+    // A resync that names no source is refused whole: it would have
+    // deleted everything `api` owns and it does not list.
+    let e = svc
+        .resync(Request::new(pb::ResyncRequest::default()))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(
+        e.message().starts_with("request: source: required in Resync"),
+        "{}",
+        e.message()
+    );
+    assert_eq!(stored(), (4, 3, held));
     for (weight, operator_state) in [(4, 99), (5, active)] {
         let r = svc
             .resync(Request::new(pb::ResyncRequest {
+                source: pb::Source::Api.into(),
                 services: vec![service.clone()],
                 backends: vec![backend(weight, operator_state)],
                 ..Default::default()
