@@ -52,6 +52,9 @@ pub struct Announcements {
     /// What the last [`due`](Self::due) handed out and was not reported
     /// [`sent`](Self::sent): due again at once.
     unsent: Vec<(u16, IpAddr)>,
+    /// The last [`due`](Self::due) had more due than it had room for:
+    /// the rest are due at once.
+    cut: bool,
 }
 
 impl Announcements {
@@ -64,12 +67,15 @@ impl Announcements {
     /// ports whose link is up: those not yet announced, or announced fewer
     /// times than their family's count and long enough ago. Pairs no
     /// longer owned are forgotten, so they start over if they come back.
-    /// Call [`sent`](Self::sent) for each one that went out.
+    /// At most `room` are handed out (in port order); the others stay due
+    /// and are handed out at the next call. Call [`sent`](Self::sent) for
+    /// each one that went out.
     pub fn due(
         &mut self,
         owned: &HashSet<(u16, IpAddr)>,
         link_up: impl Fn(u16) -> bool,
         now: Instant,
+        room: usize,
     ) -> Vec<(u16, IpAddr)> {
         self.sent.retain(|k, _| owned.contains(k));
         let mut due = Vec::new();
@@ -85,10 +91,12 @@ impl Announcements {
             }
         }
         due.sort_unstable();
+        self.cut = due.len() > room;
+        due.truncate(room);
         // Until told what went out, the due ones stay due: a failed send
         // is retried at the next step.
         self.unsent.clone_from(&due);
-        self.next = if due.is_empty() {
+        self.next = if due.is_empty() && !self.cut {
             self.next_due()
         } else {
             Some(now)
@@ -101,8 +109,9 @@ impl Announcements {
         let e = self.sent.entry((port, ip)).or_insert((0, now));
         *e = (e.0.saturating_add(1), now);
         self.unsent.retain(|&k| k != (port, ip));
-        // One whose send failed is due at once, whatever the others.
-        self.next = if self.unsent.is_empty() {
+        // One whose send failed, or that found no room, is due at once,
+        // whatever the others.
+        self.next = if self.unsent.is_empty() && !self.cut {
             self.next_due()
         } else {
             Some(now)
@@ -143,7 +152,7 @@ mod tests {
     /// Sends everything due, as the control thread does when every send
     /// succeeds.
     fn step(a: &mut Announcements, o: &HashSet<(u16, IpAddr)>, now: Instant) -> Vec<(u16, IpAddr)> {
-        let due = a.due(o, |_| true, now);
+        let due = a.due(o, |_| true, now, usize::MAX);
         for &(p, ip) in &due {
             a.sent(p, ip, now);
         }
@@ -180,14 +189,14 @@ mod tests {
         let mut a = Announcements::default();
         let o = owned(&[(0, "10.0.0.1"), (1, "10.1.0.1")]);
         // Port 1 is down: only port 0 is due; its send fails.
-        assert_eq!(a.due(&o, |p| p == 0, t0), vec![(0, ip("10.0.0.1"))]);
+        assert_eq!(a.due(&o, |p| p == 0, t0, usize::MAX), vec![(0, ip("10.0.0.1"))]);
         assert!(a.is_due(t0), "not sent: still due");
-        assert_eq!(a.due(&o, |p| p == 0, t0), vec![(0, ip("10.0.0.1"))]);
+        assert_eq!(a.due(&o, |p| p == 0, t0, usize::MAX), vec![(0, ip("10.0.0.1"))]);
         a.sent(0, ip("10.0.0.1"), t0);
         assert!(!a.is_due(t0));
         // Port 1 comes up later: announced from then on.
         let t1 = t0 + Duration::from_millis(500);
-        assert_eq!(a.due(&o, |_| true, t1), vec![(1, ip("10.1.0.1"))]);
+        assert_eq!(a.due(&o, |_| true, t1, usize::MAX), vec![(1, ip("10.1.0.1"))]);
         a.sent(1, ip("10.1.0.1"), t1);
         assert_eq!(
             step(&mut a, &o, t0 + ANNOUNCE_INTERVAL_V4),
@@ -213,7 +222,7 @@ mod tests {
         // is due: that one goes out, the VIP's send fails.
         let o = owned(&[(0, "10.0.0.1"), (0, "10.0.0.100")]);
         assert_eq!(
-            a.due(&o, |_| true, t1),
+            a.due(&o, |_| true, t1, usize::MAX),
             vec![(0, ip("10.0.0.1")), (0, ip("10.0.0.100"))]
         );
         a.sent(0, ip("10.0.0.1"), t1);
@@ -222,6 +231,31 @@ mod tests {
         assert_eq!(step(&mut a, &o, next_step), vec![(0, ip("10.0.0.100"))]);
         assert!(!a.is_due(next_step + Duration::from_millis(5)));
         assert!(a.is_due(next_step + ANNOUNCE_INTERVAL_V4));
+    }
+
+    /// More due than room: the rest are handed out at the next calls, as
+    /// room allows, and none is forgotten once the first ones are sent.
+    #[test]
+    fn what_finds_no_room_is_due_at_the_next_step() {
+        let t0 = Instant::now();
+        let mut a = Announcements::default();
+        let o = owned(&[(0, "10.0.0.1"), (0, "10.0.0.2"), (1, "10.1.0.1")]);
+        let sent = |a: &mut Announcements, due: &[(u16, IpAddr)]| {
+            for &(p, ip) in due {
+                a.sent(p, ip, t0);
+            }
+        };
+        let first = a.due(&o, |_| true, t0, 2);
+        assert_eq!(first, vec![(0, ip("10.0.0.1")), (0, ip("10.0.0.2"))]);
+        sent(&mut a, &first);
+        assert!(a.is_due(t0), "the third is still due");
+        assert!(a.due(&o, |_| true, t0, 0).is_empty(), "no room at all");
+        assert!(a.is_due(t0));
+        let second = a.due(&o, |_| true, t0, 2);
+        assert_eq!(second, vec![(1, ip("10.1.0.1"))]);
+        sent(&mut a, &second);
+        assert!(!a.is_due(t0), "each announced once, the repeats later");
+        assert!(a.is_due(t0 + ANNOUNCE_INTERVAL_V4));
     }
 
     #[test]

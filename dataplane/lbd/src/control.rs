@@ -70,6 +70,11 @@ pub const PORT_PERIOD: Duration = Duration::from_secs(1);
 /// the most frames a step takes from one (a ring's worth).
 pub const HELD_RING: u32 = 256;
 
+/// Slots of worker 0's ring that a step's announcements leave free for
+/// the frames released to next hops that answered (a held ring's worth)
+/// and for requests; announcements that find no room go at the next step.
+pub const ANNOUNCE_RING_RESERVE: usize = HELD_RING as usize;
+
 /// Capacity of the channel that brings the workers' neighbor news (ARP
 /// replies, neighbor advertisements, requests to lbd) to the control thread; also the most
 /// news one step takes.
@@ -443,7 +448,8 @@ impl Neighbors {
         link_up(&self.ports, port)
     }
 
-    /// Announces what [`Announcements`] says is due: a gratuitous ARP for
+    /// Announces what [`Announcements`] says is due, as far as worker 0's
+    /// ring has room beyond [`ANNOUNCE_RING_RESERVE`]: a gratuitous ARP for
     /// an owned IPv4 address, an unsolicited neighbor advertisement for an
     /// owned IPv6 one, on ports whose link is up (see `announce.rs` for how
     /// often). One that could not be sent stays due for the next step.
@@ -456,7 +462,11 @@ impl Neighbors {
             })
             .collect();
         let ports = &self.ports;
-        let due = self.announcements.due(&owned, |p| link_up(ports, p), now);
+        // Worker 0's ring also carries the frames released to resolved
+        // next hops and the requests: a round of many announcements leaves
+        // them room, and what does not fit goes at the next step.
+        let room = (self.to_worker.free_count() as usize).saturating_sub(ANNOUNCE_RING_RESERVE);
+        let due = self.announcements.due(&owned, |p| link_up(ports, p), now, room);
         let mut sent = 0;
         for (i, &(port, ip)) in due.iter().enumerate() {
             let Some((mac, vlan)) = snap.port(port).map(|pc| (MacAddr(pc.mac()), pc.vlan())) else {
