@@ -36,8 +36,11 @@
 //!   hash pick, bar a ring change at that very moment), and the next
 //!   connection pins it otherwise.
 //! - A restart of the timeout is a compare-and-exchange on the value alone,
-//!   made at most once a second per pin, so a busy client does not make
-//!   every worker write the line on every connection.
+//!   made only when it changes the expiry second, so a busy client does not
+//!   make every worker write the line on every connection. It sets the
+//!   expiry to now plus the service's current timeout, earlier than the
+//!   pin's own after the timeout was lowered: a pin made under the old
+//!   timeout takes the new one at its next use.
 //! - Only services with affinity touch the table, and only on a connection's
 //!   first packet; established traffic never reads it.
 //!
@@ -269,12 +272,13 @@ impl AffinityTable {
         None
     }
 
-    /// Moves `pin`'s expiry to `expires` if that is at least a second later
-    /// than it was. Lost if another worker has rewritten the slot since
-    /// `pin` was read (its write wins).
+    /// Sets `pin`'s expiry to `expires` if that is another second than it
+    /// was: later (a restart), or earlier (the service's timeout was
+    /// lowered since the pin was made or last used). Lost if another worker
+    /// has rewritten the slot since `pin` was read (its write wins).
     #[inline]
     pub fn touch(&self, pin: &Pin, expires: u32) {
-        if expires <= pin.expires {
+        if expires == pin.expires {
             return;
         }
         let new = pin.raw & !u64::from(u32::MAX) | u64::from(expires);
@@ -386,9 +390,11 @@ mod tests {
         assert_eq!((p.tag, p.expires), (42, 10));
         // Expired at its expiry second.
         assert_eq!(t.lookup(k, 10), None);
-        // A touch moves the expiry forward, never back.
+        // A touch sets the expiry: back (a lowered timeout), then forward.
         t.touch(&p, 5);
-        assert_eq!(t.lookup(k, 9).unwrap().expires, 10);
+        assert_eq!(t.lookup(k, 4).unwrap().expires, 5);
+        assert_eq!(t.lookup(k, 5), None);
+        let p = t.lookup(k, 4).unwrap();
         t.touch(&p, 20);
         assert_eq!(t.lookup(k, 19).unwrap().expires, 20);
         // A touch from a stale read is lost: the slot has moved on.

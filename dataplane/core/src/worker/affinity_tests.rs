@@ -19,6 +19,11 @@ const TIMEOUT_S: u64 = 60;
 /// 60 s, backends `10.1.0.i` for `i` in `active` (active) and `draining`
 /// (terminating), all resolved; and `default/plain`, without affinity.
 fn sticky(rev: u64, active: &[u8], draining: &[u8]) -> Snapshot {
+    sticky_for(rev, active, draining, TIMEOUT_S)
+}
+
+/// [`sticky`] with an affinity timeout of `timeout_s` seconds.
+fn sticky_for(rev: u64, active: &[u8], draining: &[u8], timeout_s: u64) -> Snapshot {
     let mut b = ports_and_neighbors(rev);
     for i in 14..=16 {
         b.neighbor(v4(&format!("10.1.0.{i}")), BACKEND_MAC);
@@ -26,7 +31,7 @@ fn sticky(rev: u64, active: &[u8], draining: &[u8]) -> Snapshot {
     let mut spec = ServiceSpec::new("default/sticky");
     spec.mode = ForwardMode::Dnat;
     spec.affinity = SessionAffinity::ClientIp {
-        timeout: Duration::from_secs(TIMEOUT_S),
+        timeout: Duration::from_secs(timeout_s),
     };
     let id = b.service(spec).unwrap();
     b.frontend(
@@ -139,6 +144,33 @@ fn a_pinned_client_keeps_its_backend_across_ring_changes_until_idle() {
     assert_eq!(c.affinity_pins.get(), 123);
     assert_eq!(c.affinity_evictions.get(), 0);
     assert_eq!(c.new_connections.get(), 120 + 120 + 4);
+}
+
+/// A lowered timeout applies to a pin made under the old one at its next
+/// use; a pin no connection uses keeps its expiry until then.
+#[test]
+fn a_lowered_timeout_applies_to_a_pin_at_its_next_use() {
+    let s1 = sticky(1, &[11, 12, 13], &[]);
+    let s2 = sticky_for(2, &[11, 12, 13, 14, 15, 16], &[], 10);
+    let mut w = worker(1, 0);
+    let moved: Vec<IpAddr> = (1..=120)
+        .map(client)
+        .filter(|&c| hash_pick(&s1, c) != hash_pick(&s2, c))
+        .take(2)
+        .collect();
+    let (used, unused) = (moved[0], moved[1]);
+    for c in [used, unused] {
+        assert_eq!(connect(&mut w, &s1, 0, c, 1000, false), hash_pick(&s1, c));
+    }
+    // Second 5, timeout 10 now: the pin holds, and restarts with 10 s.
+    assert_eq!(connect(&mut w, &s2, 5, used, 1001, true), hash_pick(&s1, used));
+    // Second 20: idle 15 s, longer than the new timeout: the hash pick.
+    assert_eq!(connect(&mut w, &s2, 20, used, 1002, false), hash_pick(&s2, used));
+    // The pin nobody used still has the 60 s it was made with.
+    assert_eq!(
+        connect(&mut w, &s2, 20, unused, 1001, false),
+        hash_pick(&s1, unused)
+    );
 }
 
 #[test]
