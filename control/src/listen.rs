@@ -2,8 +2,9 @@
 //!
 //! The default is the unix socket [`DEFAULT_SOCKET`], mode 0600, so that
 //! only root can change the balancer. The socket is bound under a temporary
-//! name, chmodded and renamed into place, so it is never reachable with a
-//! wider mode; a stale socket left by a dead lbd is removed, a live one
+//! name, chmodded and hard-linked into place (a link fails where a rename
+//! would replace what another lbd put there meanwhile), so it is never
+//! reachable with a wider mode; a stale socket left by a dead lbd is removed, a live one
 //! (something accepts on it) is an error, and anything that is not a socket
 //! is never deleted. On shutdown the socket is removed if it is still ours.
 //!
