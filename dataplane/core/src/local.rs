@@ -378,7 +378,7 @@ fn echo_v4(
     }
     let mut ip = Ipv4Packet::new_checked(l3_mut(frame, parsed)?)?;
     let (src, dst) = (ip.src_addr(), ip.dst_addr());
-    if src.is_unspecified() || src.is_multicast() || src.is_broadcast() || !eth_src.is_unicast() {
+    if !is_unicast_host(src) || !eth_src.is_unicast() {
         return Err(DropReason::LocalUnhandled);
     }
     if ip.header_len() == ipv4::MIN_HEADER_LEN {
@@ -413,22 +413,29 @@ fn echo_v4(
 ///   Linux's `ip_options_echo` builds it: the reply goes to the route's
 ///   last address (the hop that delivered the request), and the option
 ///   lists the others in reverse order, then `requester`, pointer at the
-///   first. The option keeps its type and length.
+///   first. The option keeps its type; a first hop that was the requester
+///   itself is not listed twice (RFC 1812 §4.2.2.1's repair of an illegal
+///   route, as Linux makes it): the option is 4 bytes shorter and 4
+///   no-operation bytes follow it.
 /// - Record route: `own` is recorded if there is room (RFC 791: a full one
 ///   goes on unchanged).
 /// - Timestamp: with room, a timestamp (flag 0), `own` and a timestamp
 ///   (flag 1), or a timestamp after `own` where the sender named it (flag
-///   3); without, the overflow count goes up. The pipeline has no clock of
+///   3); a full one counts the overflow (not flag 3, as in Linux); one of
+///   another flag goes on unchanged. The pipeline has no clock of
 ///   milliseconds since midnight UT, so the value is `now`'s milliseconds
 ///   with the high bit set, which RFC 791 provides for "a non-standard
 ///   value".
 /// - Anything else is echoed as it came.
 ///
-/// Errors, the request dropped with nothing sent (Linux answers these with
-/// a parameter problem): `MalformedIpv4` for a pointer outside its
-/// option's rules, a route of a length that is not whole addresses, two
-/// source routes, an unknown timestamp flag, or an overflow count at its
-/// limit of 15; `Ipv4SourceRoute` for a route with addresses left.
+/// Errors, the request dropped with nothing sent: `MalformedIpv4` for a
+/// pointer outside its option's rules (Linux answers those with a
+/// parameter problem), a second source route, record route or timestamp
+/// (RFC 791: once at most; Linux refuses them too), a route of a length
+/// that is not whole addresses, or an overflow count at its limit of 15;
+/// `LocalUnhandled` for a first hop back that is no unicast host (the
+/// check the requester itself passes); `Ipv4SourceRoute` for a route with
+/// addresses left.
 fn echo_options_v4(
     opts: &mut [u8],
     own: Ipv4Addr,
@@ -436,7 +443,7 @@ fn echo_options_v4(
     now: Tick,
 ) -> Result<Ipv4Addr, DropReason> {
     use ipv4::option;
-    let mut to = None;
+    let (mut to, mut seen_route, mut seen_rr, mut seen_ts) = (None, false, false, false);
     let mut i = 0;
     while let Some(&kind) = opts.get(i) {
         match kind {
@@ -451,12 +458,17 @@ fn echo_options_v4(
         if len < 2 || len > opts.len() - i {
             return Err(DropReason::MalformedIpv4);
         }
-        if !matches!(kind, option::LSRR | option::SSRR | option::RR | option::TIMESTAMP) {
-            i += len;
-            continue;
-        }
-        // Type, length and pointer at least.
-        if len < 3 {
+        let seen = match kind {
+            option::LSRR | option::SSRR => &mut seen_route,
+            option::RR => &mut seen_rr,
+            option::TIMESTAMP => &mut seen_ts,
+            _ => {
+                i += len;
+                continue;
+            }
+        };
+        // Once each, and type, length and pointer at least.
+        if std::mem::replace(seen, true) || len < 3 {
             return Err(DropReason::MalformedIpv4);
         }
         let o = &mut opts[i..i + len];
@@ -466,22 +478,32 @@ fn echo_options_v4(
                 if ptr <= len {
                     return Err(DropReason::Ipv4SourceRoute);
                 }
-                if to.is_some() || !(len - 3).is_multiple_of(4) {
+                if !(len - 3).is_multiple_of(4) {
                     return Err(DropReason::MalformedIpv4);
                 }
                 let route = &mut o[3..];
                 let n = route.len() / 4;
                 if n > 0 {
                     let hop = |r: &[u8], k: usize| [r[4 * k], r[4 * k + 1], r[4 * k + 2], r[4 * k + 3]];
-                    to = Some(Ipv4Addr::from(hop(route, n - 1)));
+                    let first = Ipv4Addr::from(hop(route, n - 1));
+                    if !is_unicast_host(first) {
+                        return Err(DropReason::LocalUnhandled);
+                    }
+                    to = Some(first);
+                    let repair = hop(route, 0) == requester.octets();
                     // r1 .. r(n-1), then the requester; reversed in place.
-                    route[4 * (n - 1)..4 * (n - 1) + 4].copy_from_slice(&requester.octets());
+                    route[4 * (n - 1)..].copy_from_slice(&requester.octets());
                     for k in 0..(n - 1) / 2 {
                         let (a, b) = (hop(route, k), hop(route, n - 2 - k));
                         route[4 * k..4 * k + 4].copy_from_slice(&b);
                         route[4 * (n - 2 - k)..4 * (n - 2 - k) + 4].copy_from_slice(&a);
                     }
                     o[2] = 4;
+                    if repair {
+                        // The requester, last, is there already just before.
+                        o[len - 4..].fill(option::NOP);
+                        o[1] -= 4;
+                    }
                 }
             }
             option::RR => {
@@ -496,22 +518,26 @@ fn echo_options_v4(
                     o[2] += 4;
                 }
             }
-            option::TIMESTAMP => {
+            _ => {
                 let Some(&oflw_flg) = o.get(3) else {
                     return Err(DropReason::MalformedIpv4);
                 };
                 if ptr < 5 {
                     return Err(DropReason::MalformedIpv4);
                 }
-                let stamp = (0x8000_0000 | (now.0 & 0x7fff_ffff) as u32).to_be_bytes();
-                let entry = match oflw_flg & 0x0f {
+                let flag = oflw_flg & 0x0f;
+                let entry = match flag {
                     0 => 4,
                     1 | 3 => 8,
-                    _ => return Err(DropReason::MalformedIpv4),
+                    _ => {
+                        i += len;
+                        continue;
+                    }
                 };
+                let stamp = (0x8000_0000 | (now.0 & 0x7fff_ffff) as u32).to_be_bytes();
                 if ptr + entry - 1 <= len {
                     let at = ptr - 1;
-                    match oflw_flg & 0x0f {
+                    match flag {
                         0 => o[at..at + 4].copy_from_slice(&stamp),
                         1 => {
                             o[at..at + 4].copy_from_slice(&own.octets());
@@ -530,19 +556,24 @@ fn echo_options_v4(
                 } else if ptr <= len {
                     // Room left, but not for a whole entry.
                     return Err(DropReason::MalformedIpv4);
-                } else {
+                } else if flag != 3 {
                     let overflow = oflw_flg >> 4;
                     if overflow == 15 {
                         return Err(DropReason::MalformedIpv4);
                     }
-                    o[3] = (overflow + 1) << 4 | oflw_flg & 0x0f;
+                    o[3] = (overflow + 1) << 4 | flag;
                 }
             }
-            _ => {}
         }
         i += len;
     }
     Ok(to.unwrap_or(requester))
+}
+
+/// An address a reply may be sent to: not unspecified, loopback,
+/// multicast or broadcast.
+fn is_unicast_host(a: Ipv4Addr) -> bool {
+    !(a.is_unspecified() || a.is_loopback() || a.is_multicast() || a.is_broadcast())
 }
 
 /// Checks shared by the ICMPv6 messages we answer: unfragmented, no

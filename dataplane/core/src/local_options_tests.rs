@@ -103,6 +103,39 @@ fn a_spent_source_route_comes_back_reversed() {
     // An empty route: nothing to reverse.
     let (to, opts) = answer(with_options(&[option::LSRR, 3, 4, 0]));
     assert_eq!((to, opts), (PEER_V4, vec![option::LSRR, 3, 4, 0]));
+    // The requester as the first hop (an illegal route): listed once, the
+    // option 4 bytes shorter and padded with no-operations.
+    let req = cat(&[&[option::LSRR, 11, 12], &PEER_V4.octets(), &R2, &[0]]);
+    let (to, opts) = answer(with_options(&req));
+    assert_eq!(to, Ipv4Addr::from(R2));
+    assert_eq!(
+        opts,
+        cat(&[&[option::LSRR, 7, 4], &PEER_V4.octets(), &[option::NOP; 4], &[0]])
+    );
+    let (to, opts) = answer(with_options(&cat(&[
+        &[option::SSRR, 7, 8],
+        &PEER_V4.octets(),
+        &[0],
+    ])));
+    assert_eq!(to, PEER_V4);
+    assert_eq!(opts, cat(&[&[option::SSRR, 3, 4], &[option::NOP; 4], &[0]]));
+    // A tagged request: the same, after the tag.
+    let mut f = echo_v4_frame(Some(9));
+    let opts = cat(&[&[option::LSRR, 11, 12], &R1, &R2, &[0]]);
+    f.splice(38..38, opts.iter().copied());
+    f[18] = 0x48;
+    let total = u16::from_be_bytes([f[20], f[21]]) + 12;
+    f[20..22].copy_from_slice(&total.to_be_bytes());
+    Ipv4Packet::new_checked(&mut f[18..]).unwrap().fill_checksum();
+    let LocalVerdict::Reply { len } = handle_local(NOW, &mut f, &local()) else {
+        panic!("no reply")
+    };
+    assert_checksums_valid(&f[..len]);
+    assert_eq!(&f[34..38], &R2, "to the last hop");
+    assert_eq!(
+        &f[38..50],
+        &cat(&[&[option::LSRR, 11, 4], &R1, &PEER_V4.octets(), &[0]])[..]
+    );
 }
 
 #[test]
@@ -153,10 +186,26 @@ fn timestamps_are_added_or_counted_as_overflow() {
     );
     let req = cat(&[&[option::TIMESTAMP, 12, 5, 3], &R1, &[0; 4]]);
     assert_eq!(answer(with_options(&req)).1, req);
-    // Full: the overflow count goes up (from 2 to 3).
+    // Full: the overflow count goes up (from 2 to 3), but not for
+    // prespecified addresses (as in Linux).
     let req = cat(&[&[option::TIMESTAMP, 8, 9, 0x20], &[1, 2, 3, 4]]);
     let opts = answer(with_options(&req)).1;
     assert_eq!(opts, cat(&[&[option::TIMESTAMP, 8, 9, 0x30], &[1, 2, 3, 4]]));
+    let req = cat(&[&[option::TIMESTAMP, 12, 13, 0x01], &R1, &[1, 2, 3, 4]]);
+    let opts = answer(with_options(&req)).1;
+    assert_eq!(
+        opts,
+        cat(&[&[option::TIMESTAMP, 12, 13, 0x11], &R1, &[1, 2, 3, 4]])
+    );
+    let req = cat(&[
+        &[option::TIMESTAMP, 12, 13, 0x53],
+        &OUR_V4.octets(),
+        &[1, 2, 3, 4],
+    ]);
+    assert_eq!(answer(with_options(&req)).1, req);
+    // A flag RFC 791 does not define: echoed as it came, as Linux does.
+    let req = cat(&[&[option::TIMESTAMP, 12, 5, 2], &[0; 8]]);
+    assert_eq!(answer(with_options(&req)).1, req);
 }
 
 #[test]
@@ -194,6 +243,18 @@ fn options_outside_their_rules_are_dropped() {
             cat(&[&[option::LSRR, 7, 8], &R1, &[option::SSRR, 7, 8], &R2, &[0, 0]]),
         ),
         (
+            "an empty source route, then another",
+            cat(&[&[option::LSRR, 3, 4, option::SSRR, 7, 8], &R2, &[0, 0]]),
+        ),
+        (
+            "two record routes",
+            cat(&[&[option::RR, 7, 4], &[0; 4], &[option::RR, 3, 4, 0, 0]]),
+        ),
+        (
+            "two timestamps",
+            cat(&[&[option::TIMESTAMP, 4, 5, 0], &[option::TIMESTAMP, 4, 5, 0]]),
+        ),
+        (
             "a route of part of an address",
             cat(&[&[option::LSRR, 9, 10], &R1, &[1, 2, 0, 0, 0]]),
         ),
@@ -211,10 +272,6 @@ fn options_outside_their_rules_are_dropped() {
             cat(&[&[option::TIMESTAMP, 8, 4, 0], &[0; 4]]),
         ),
         (
-            "timestamp flag 2",
-            cat(&[&[option::TIMESTAMP, 12, 5, 2], &[0; 8]]),
-        ),
-        (
             "timestamp room for half an entry",
             cat(&[&[option::TIMESTAMP, 12, 9, 1], &[0; 8]]),
         ),
@@ -226,6 +283,15 @@ fn options_outside_their_rules_are_dropped() {
     ] {
         assert_eq!(drop_of(with_options(&opts)), malformed, "{what}");
     }
+    // A first hop back that is no host: refused as the requester would be.
+    for bad in [[255, 255, 255, 255], [0, 0, 0, 0], [224, 0, 0, 1], [127, 0, 0, 1]] {
+        let opts = cat(&[&[option::LSRR, 7, 8], &bad, &[0]]);
+        assert_eq!(
+            drop_of(with_options(&opts)),
+            LocalVerdict::Drop(DropReason::LocalUnhandled),
+            "{bad:?}"
+        );
+    }
     // A route with addresses left never gets here: the parse refuses it.
     let opts = cat(&[&[option::LSRR, 11, 8], &R1, &R2, &[0]]);
     assert_eq!(
@@ -234,11 +300,49 @@ fn options_outside_their_rules_are_dropped() {
     );
 }
 
+/// Options of the kinds `echo_options_v4` rewrites, with lengths, pointers
+/// and flags near their limits, in random order and padding: `words` of 4
+/// bytes in all.
+fn options() -> impl Strategy<Value = Vec<u8>> {
+    let one = (
+        prop::sample::select(vec![
+            option::LSRR,
+            option::SSRR,
+            option::RR,
+            option::TIMESTAMP,
+            148,
+            option::NOP,
+        ]),
+        0u8..=20,
+        0u8..=24,
+        any::<u8>(),
+        vec(any::<u8>(), 16),
+    )
+        .prop_map(|(kind, len, ptr, flags, body)| {
+            if kind == option::NOP {
+                return vec![kind];
+            }
+            let mut o = vec![kind, len, ptr, flags];
+            o.extend(body);
+            o.truncate(usize::from(len).max(2));
+            o
+        });
+    vec(one, 0..4).prop_map(|os| {
+        let mut v = os.concat();
+        v.truncate(40);
+        v.resize(v.len().div_ceil(4) * 4, 0);
+        v
+    })
+}
+
 proptest! {
     /// Whatever the options, an answer is a well-formed reply (checksums
     /// right, the header as long as the request's) and nothing panics.
     #[test]
-    fn any_options_get_a_verdict(opts in (0..=10usize).prop_flat_map(|words| vec(any::<u8>(), words * 4))) {
+    fn any_options_get_a_verdict(opts in prop_oneof![
+        (0..=10usize).prop_flat_map(|words| vec(any::<u8>(), words * 4)),
+        options(),
+    ]) {
         let f = with_options(&opts);
         let mut g = f.clone();
         if let LocalVerdict::Reply { len } = handle_local(NOW, &mut g, &local()) {
