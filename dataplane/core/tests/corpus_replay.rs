@@ -346,6 +346,29 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
             .v4_options(&[0x94, 0x04, 0, 0])
             .frame(),
     );
+    // Echo requests to lbd with the options its reply rewrites: a record
+    // route with room, a timestamp with room, a spent loose source route.
+    for (name, opts) in [
+        (
+            "icmp4-echo-record-route",
+            &[7u8, 11, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0][..],
+        ),
+        (
+            "icmp4-echo-timestamp",
+            &[68, 12, 5, 1, 0, 0, 0, 0, 0, 0, 0, 0][..],
+        ),
+        (
+            "icmp4-echo-source-route",
+            &[131, 11, 12, 203, 0, 113, 1, 203, 0, 113, 2, 0][..],
+        ),
+    ] {
+        add(
+            name,
+            c(Pkt::echo(C4, "10.0.0.100", false, 7, 5, b"ping"))
+                .v4_options(opts)
+                .frame(),
+        );
+    }
     add(
         "tcp6-dest-opts",
         c(Pkt::tcp(ep(C6, 40000), ep("fd00::100", 80), "S"))
