@@ -22,7 +22,8 @@ pub enum DropReason {
     /// balancer whose record route, timestamp or source route option breaks
     /// its own rules (`local::echo_options_v4`).
     MalformedIpv4,
-    /// IPv6 header invalid: version or payload length.
+    /// IPv6 header invalid: its version. (A payload length past the frame's
+    /// end is `Truncated`.)
     MalformedIpv6,
     /// An IPv6 extension header chain that is too long, truncated, or of a
     /// kind the balancer does not walk (e.g. ESP).
@@ -126,11 +127,21 @@ pub enum DropReason {
     /// error, a sender that is no single host, or a receiving port without
     /// an address of the family.
     MtuExceeded,
+    /// A new connection's first packet from a source no router forwards
+    /// (RFC 1812 §5.3.7, RFC 3927 §2.7, RFC 4291 §2.5.6): IPv4 0/8, 127/8,
+    /// 169.254/16 (link-local), 224/4 (multicast) and 240/4 (reserved,
+    /// limited broadcast included); IPv6 `::`, `::1`, fe80::/10
+    /// (link-local) and ff00::/8 (multicast). Nothing is opened for it.
+    MartianSource,
+    /// A new connection's first packet that came in a link-layer broadcast
+    /// or multicast frame (RFC 1812 §5.3.4: not forwarded): every node on
+    /// the segment would open it. Nothing is opened for it.
+    LinkBroadcast,
 }
 
 impl DropReason {
     /// Number of reasons: the length of a per-worker drop counter array.
-    pub const COUNT: usize = DropReason::MtuExceeded as usize + 1;
+    pub const COUNT: usize = DropReason::LinkBroadcast as usize + 1;
 
     /// Every reason, in discriminant order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -172,6 +183,8 @@ impl DropReason {
         DropReason::Ipv4SourceRoute,
         DropReason::VlanMismatch,
         DropReason::MtuExceeded,
+        DropReason::MartianSource,
+        DropReason::LinkBroadcast,
     ];
 
     /// The stable snake_case name used in counters, logs and the API.
@@ -215,6 +228,8 @@ impl DropReason {
             DropReason::Ipv4SourceRoute => "ipv4_source_route",
             DropReason::VlanMismatch => "vlan_mismatch",
             DropReason::MtuExceeded => "mtu_exceeded",
+            DropReason::MartianSource => "martian_source",
+            DropReason::LinkBroadcast => "link_broadcast",
         }
     }
 }

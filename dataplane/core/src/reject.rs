@@ -218,7 +218,7 @@ pub fn write_too_big(frame: &mut [u8], p: &Parsed, port: &PortConfig, mtu: u16) 
 /// unspecified ("this network", 0/8), loopback, multicast, limited
 /// broadcast or IPv4's reserved 240/4. (A directed broadcast of a prefix
 /// lbd does not know cannot be told from a host.)
-fn names_one_host(ip: IpAddr) -> bool {
+pub(crate) fn names_one_host(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(a) => {
             let first = a.octets()[0];

@@ -153,6 +153,8 @@ impl Worker {
                 Some(rw) => (Some((id, dir)), rw),
                 None => return self.drop(DropReason::NoConntrackReply),
             },
+            None if !opens_from(p.src) => return self.drop(DropReason::MartianSource),
+            None if to_link_group(frame) => return self.drop(DropReason::LinkBroadcast),
             None => match self.open(now, snap, p, proto, key, svc, fe_slot) {
                 Ok(opened) => opened,
                 Err(NotOpened::Drop(reason)) => return self.drop(reason),
@@ -616,6 +618,32 @@ fn verdict(route: &Route, len: usize) -> Verdict {
             via: u.via,
         },
     }
+}
+
+/// Whether a connection may be opened from `src`: a source that names one
+/// host ([`reject::names_one_host`]) and is not link-local, which no
+/// router forwards ([`DropReason::MartianSource`]).
+#[inline]
+fn opens_from(src: IpAddr) -> bool {
+    match src {
+        IpAddr::V4(a) => opens_from_v4(a.octets()),
+        IpAddr::V6(a) => reject::names_one_host(src) && !a.is_unicast_link_local(),
+    }
+}
+
+/// [`opens_from`] of an IPv4 source's octets (the fast path's form): not
+/// 0/8, 127/8, 169.254/16, nor 224/4 and above.
+#[inline(always)]
+pub(super) fn opens_from_v4(a: [u8; 4]) -> bool {
+    a[0] != 0 && a[0] != 127 && a[0] < 224 && !(a[0] == 169 && a[1] == 254)
+}
+
+/// Whether `frame` went to a link-layer group (broadcast or multicast)
+/// address: the group bit of its destination MAC
+/// ([`DropReason::LinkBroadcast`]).
+#[inline(always)]
+pub(super) fn to_link_group(frame: &[u8]) -> bool {
+    frame.first().is_some_and(|b| b & 1 != 0)
 }
 
 /// A TCP segment that may open a connection: SYN without ACK.

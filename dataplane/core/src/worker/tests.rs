@@ -1074,3 +1074,6 @@ mod icmp_error_tests;
 
 #[path = "route_tests.rs"]
 mod route_tests;
+
+#[path = "martian_tests.rs"]
+mod martian_tests;
