@@ -51,8 +51,9 @@
 //! When a family's slab is full, [`Conntrack::insert`] looks at a window of
 //! [`Config::evict_window`] slots from a CLOCK hand (which then moves to
 //! just past the victim, or past the window if it evicted nothing), and
-//! evicts the first already-expired or embryonic entry (SYN only,
-//! unreplied UDP/ICMP) it meets, as Linux's conntrack drops the first
+//! evicts the first already-expired or embryonic entry (a handshake not
+//! finished, TCP established by the client alone, unreplied ICMP, UDP
+//! that is not a stream: [`EvictClass::Embryonic`]) it meets, as Linux's conntrack drops the first
 //! unassured entry of a chain; if the window holds neither, the closing
 //! one (FIN-wait … time-wait, RST-closed) closest to expiry. In a table
 //! that stays full, a new entry takes its victim's slot, behind the hand,
@@ -821,9 +822,15 @@ fn advance<A: Addr>(
 /// or more after it makes the flow a stream. `advance` asks after `step`,
 /// where the check costs an established packet least (callgrind, 1k
 /// connections: +5 instructions forward and +1 reply there, +7 and +3
-/// before `step`; bench/RESULTS.md).
+/// before `step`; bench/RESULTS.md). An entry already expired (quiet for
+/// its timeout, not swept yet) is not promoted: it starts over as if
+/// answered now, as a swept one would have started over unanswered.
 #[cold]
 fn udp_answered<A: Addr>(s: &mut Slot<A>, now: Tick, timeout_ms: &[u64; ConnState::COUNT]) -> ConnState {
+    if s.expires <= now.0 {
+        s.expires = now.0.saturating_add(timeout_ms[ConnState::UdpAnswered as usize]);
+        return ConnState::UdpAnswered;
+    }
     let answered = s
         .expires
         .saturating_sub(timeout_ms[ConnState::UdpAnswered as usize]);

@@ -226,6 +226,8 @@ proptest! {
                         match m.2 {
                             UNREPLIED if reply => (m.2, m.1) = (ANSWERED, now + 30 * S),
                             UNREPLIED => m.1 = now + 30 * S,
+                            // Expired, not swept: answered again from now.
+                            ANSWERED if now >= m.1 => m.1 = now + 30 * S,
                             ANSWERED if now >= m.1 - 30 * S + 2 * S => (m.2, m.1) = (STREAM, now + 300 * S),
                             ANSWERED => {}
                             _ => m.1 = now + 300 * S,

@@ -385,6 +385,29 @@ fn udp_unreplied_and_replied_timeouts() {
     assert_eq!(ct.expire(Tick(320 * S), 16, |_| {}).expired, 1);
 }
 
+/// A request and answer, then the next request after the timeout but
+/// before the sweep: the entry lives on as answered (30 s, evictable), not
+/// as a stream, as it would have had the sweep come first.
+#[test]
+fn an_expired_answered_udp_flow_is_not_made_a_stream() {
+    let mut ct = table(16, 0);
+    let k = key(client(1), VIP, Proto::Udp);
+    let id = ins(&mut ct, k, dnat(), 0).unwrap();
+    assert_eq!(
+        pkt(&mut ct, id, Direction::Reply, 0, S / 100),
+        (ConnState::UdpAnswered, Tick(30 * S + S / 100))
+    );
+    assert_eq!(
+        pkt(&mut ct, id, Direction::Original, 0, 31 * S),
+        (ConnState::UdpAnswered, Tick(61 * S))
+    );
+    // Still sending 2 s after that: a stream.
+    assert_eq!(
+        pkt(&mut ct, id, Direction::Original, 0, 33 * S),
+        (ConnState::UdpReplied, Tick(333 * S))
+    );
+}
+
 #[test]
 fn expired_entry_is_revived_by_a_packet_before_the_sweep() {
     let mut ct = table(16, 0);
