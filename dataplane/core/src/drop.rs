@@ -59,7 +59,9 @@ pub enum DropReason {
     TcpNotSyn,
     /// Conntrack full and nothing evictable, for a full-NAT flow.
     ConntrackFull,
-    /// This worker's share of SNAT ports is exhausted.
+    /// This worker's share of SNAT ports is exhausted, and none could be
+    /// taken back from a connection nobody answered or a closing one (the
+    /// ones looked at are all established).
     SnatExhausted,
     /// An ICMP error quoting a flow that is not tracked.
     IcmpErrorUntracked,

@@ -639,12 +639,31 @@ fn family_cases(f: Fam) -> Vec<Case> {
         }),
     );
 
-    // SNAT exhausted: a one-port range.
-    let (syn2, _) = fullnat_syn(f, 40001);
+    // SNAT exhausted: a one-port range, held by an established
+    // connection (the backend answered, the client's data went through).
+    let (syn2, syn2_out) = fullnat_syn(f, 40001);
     cases.push(
         Case::new(
-            format!("{n} second full-NAT flow with a one-port SNAT range is snat_exhausted"),
-            vec![fwd(&syn, &syn_out), drop(0, &syn2, DropReason::SnatExhausted)],
+            format!("{n} second full-NAT flow with a one-port SNAT range held by an established one is snat_exhausted"),
+            vec![
+                fwd(&syn, &syn_out),
+                back(&sa, &sa_out),
+                fwd(&data, &data_out),
+                drop(0, &syn2, DropReason::SnatExhausted),
+            ],
+        )
+        .setup(Setup {
+            snat_ports: SNAT_PORT..=SNAT_PORT,
+            ..Setup::default()
+        }),
+    );
+    // ... held by one nobody answered: the new flow takes the pair back.
+    cases.push(
+        Case::new(
+            format!(
+                "{n} second full-NAT flow with a one-port SNAT range takes the pair of an unanswered SYN"
+            ),
+            vec![fwd(&syn, &syn_out), fwd(&syn2, &syn2_out)],
         )
         .setup(Setup {
             snat_ports: SNAT_PORT..=SNAT_PORT,

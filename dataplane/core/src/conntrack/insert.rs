@@ -7,6 +7,8 @@ use super::{
     decode, raw_v4, raw_v6, ConnState, Conntrack, ConntrackStats, Endpoint, Entry, EntryId, EvictClass,
     FlowKey, FlowKeyV4, InsertError, KeyHash, Nat, NatV4, Tags, V6_BIT,
 };
+use core::ops::RangeInclusive;
+
 use crate::flow::Proto;
 use crate::nat::NatDelta;
 use crate::time::Tick;
@@ -184,6 +186,66 @@ impl Conntrack {
                 .is_some_and(|n| take_expired_in_way(&mut self.v6, raw_v6(&k), n, now.0, stats, on_evicted)),
         }
     }
+}
+
+impl Conntrack {
+    /// When the worker's SNAT pairs of `proto` toward an IPv4 (or with
+    /// `v6` an IPv6) backend are all in use: evicts one full-NAT entry of
+    /// that family and protocol, so that its pair can be handed out again,
+    /// and returns it (the caller releases the pair and counts the
+    /// eviction). The same choice as a full table's eviction (module
+    /// docs), among the [`Config::evict_window`](super::Config::evict_window)
+    /// pairs after the last one examined: the first expired or embryonic
+    /// entry, else the closing one closest to expiry; never an established
+    /// one. `None` if the window holds only those, or the table has no
+    /// reply cells (a table made without SNAT addresses).
+    ///
+    /// Without it a flood of SYNs that nothing answers holds every pair of
+    /// a worker for the `tcp_syn_sent` timeout while the table is far from
+    /// full, and every other full-NAT connection of the family is refused
+    /// (`snat_exhausted`).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn reclaim_snat(
+        &mut self,
+        v6: bool,
+        proto: Proto,
+        ports: &RangeInclusive<u16>,
+        now: Tick,
+    ) -> Option<Entry> {
+        let (window, stats) = (self.evict_window, &mut self.stats);
+        if v6 {
+            reclaim_snat(&mut self.v6, proto, ports, window, now.0, stats)
+        } else {
+            reclaim_snat(&mut self.v4, proto, ports, window, now.0, stats)
+        }
+    }
+}
+
+/// [`Conntrack::reclaim_snat`] in one family's table.
+fn reclaim_snat<A: Addr>(
+    t: &mut Table<A>,
+    proto: Proto,
+    ports: &RangeInclusive<u16>,
+    window: u32,
+    now: u64,
+    stats: &mut ConntrackStats,
+) -> Option<Entry> {
+    let v = t.pick_snat_victim(proto as u8, ports, window, TAKE_AT_ONCE, |s| {
+        evict_key(s.state, s.expires, now)
+    })?;
+    let old = t.get(v)?;
+    let counter = if old.expires <= now {
+        &mut stats.evicted_expired
+    } else if ConnState::from_u8(old.state).class() == EvictClass::Embryonic {
+        &mut stats.evicted_embryonic
+    } else {
+        &mut stats.evicted_closing
+    };
+    *counter += 1;
+    let e = decode(old);
+    t.discard(v);
+    Some(e)
 }
 
 /// [`Conntrack::take_expired_in_way`] in one family's table.

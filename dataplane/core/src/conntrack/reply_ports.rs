@@ -37,6 +37,8 @@
 //!
 //! [`SnatPorts`]: crate::flow::SnatPorts
 
+use core::ops::RangeInclusive;
+
 use super::table::{Addr, RawKey};
 use crate::flow::v4_home;
 use crate::prefetch::Prefetch;
@@ -221,6 +223,52 @@ impl<A: Addr> ReplyPorts<A> {
         }
     }
 
+    /// The cells of this worker's ports in `ports` within one space and
+    /// address: `(first, count)`. The worker's ports are `mask + 1` apart,
+    /// so their cells (`port >> shift`) are consecutive.
+    fn run_of(&self, ports: &RangeInclusive<u16>) -> (u32, u32) {
+        let (lo, hi, mask) = (
+            u32::from(*ports.start()),
+            u32::from(*ports.end()),
+            u32::from(self.mask),
+        );
+        let worker = u32::from(self.worker);
+        let first = (lo & !mask | worker) + if lo & mask > worker { mask + 1 } else { 0 };
+        let Some(last) = (hi & !mask | worker).checked_sub(if hi & mask < worker { mask + 1 } else { 0 })
+        else {
+            return (0, 0);
+        };
+        if first > last || lo > hi {
+            return (0, 0);
+        }
+        (
+            first >> self.shift,
+            (last >> self.shift) - (first >> self.shift) + 1,
+        )
+    }
+
+    /// How many cells the protocol numbered `proto` has for this worker's
+    /// ports in `ports`, on all addresses together (0 for a protocol
+    /// without a port space): the range of [`ReplyPorts::space_cell`]'s
+    /// `i`.
+    pub fn space_cells(&self, proto: u8, ports: &RangeInclusive<u16>) -> u32 {
+        if SPACE_OF[usize::from(proto)] == NO_SPACE || self.cells.is_empty() {
+            return 0;
+        }
+        // `cells` holds SPACES spaces of `1 << space_shift` per address.
+        let addrs = (self.cells.len() as u32) / (SPACES << self.space_shift);
+        addrs * self.run_of(ports).1
+    }
+
+    /// The `i`th (`i < space_cells(proto, ports)`) of those cells: the
+    /// addresses in turn, each's ports in order.
+    pub fn space_cell(&self, proto: u8, ports: &RangeInclusive<u16>, i: u32) -> u32 {
+        let space = u32::from(SPACE_OF[usize::from(proto)]);
+        let (first, count) = self.run_of(ports);
+        let (addr, k) = (i / count, i % count);
+        ((addr * SPACES + space) << self.space_shift) + first + k
+    }
+
     /// The slab index in `cell` (not [`NO_CELL`]), if any.
     #[inline(always)]
     pub fn get(&self, cell: u32) -> Option<u32> {
@@ -283,6 +331,43 @@ mod tests {
             sport: 80,
             dport,
             proto,
+        }
+    }
+
+    /// The cells `space_cell` walks are exactly those of the worker's
+    /// ports in the range, on each address, in the protocol's space.
+    #[test]
+    fn space_cells_are_the_worker_ports_of_a_range() {
+        let addrs = [[10, 1, 0, 100], [10, 1, 0, 101]];
+        for (mask, worker) in [(0u16, 0u16), (7, 3), (7, 0), (7, 7), (1, 1)] {
+            let t = ReplyPorts::new(&addrs, mask, worker).unwrap();
+            for (lo, hi) in [
+                (1024, 65535),
+                (1029, 2000),
+                (1024, 1026),
+                (2000, 2003),
+                (65535, 65535),
+                (5, 4),
+            ] {
+                let ports = lo..=hi;
+                let mut want = Vec::new();
+                for a in addrs {
+                    for p in (lo..=hi).filter(|p| p & mask == worker) {
+                        let k = RawKey {
+                            src: [10, 1, 0, 11],
+                            dst: a,
+                            sport: 8080,
+                            dport: p,
+                            proto: 17,
+                        };
+                        want.push(t.cell(&k));
+                    }
+                }
+                let n = t.space_cells(17, &ports);
+                let got: Vec<u32> = (0..n).map(|i| t.space_cell(17, &ports, i)).collect();
+                assert_eq!(got, want, "mask {mask} worker {worker} ports {lo}-{hi}");
+            }
+            assert_eq!(t.space_cells(47, &(1024..=65535)), 0, "GRE has no ports");
         }
     }
 

@@ -268,6 +268,10 @@ pub(crate) struct Table<A> {
     seeds: [u64; 4],
     /// Where the next eviction search starts (CLOCK hand).
     evict_hand: u32,
+    /// Where the next search for a full-NAT entry to give its SNAT pair
+    /// back starts ([`Table::pick_snat_victim`]), among the cells of the
+    /// protocol's space.
+    reclaim_hand: u32,
     /// The hashes indexed since the last [`Table::mark`].
     indexed: Indexed,
     /// Whether a slot was freed since the last [`Table::mark`] (a lookup
@@ -345,6 +349,7 @@ impl<A: Addr> Table<A> {
             len: 0,
             seeds,
             evict_hand: 0,
+            reclaim_hand: 0,
             indexed: Indexed::default(),
             discarded: Discarded(false),
             ports,
@@ -798,6 +803,48 @@ impl<A: Addr> Table<A> {
         // under a flood.
         self.evict_hand = if best.1 + 1 == cap { 0 } else { best.1 + 1 };
         Some(best.1)
+    }
+
+    /// [`Table::pick_victim`] among the full-NAT entries whose SNAT pairs
+    /// are of protocol number `proto` and ports in `ports` (all of them in
+    /// use: the worker's pool is exhausted), read through their reply
+    /// cells: `window` of
+    /// them from the reclaim hand, which then moves past the last one
+    /// read. The first whose `key` is below `take_at_once`, else the
+    /// smallest below [`NEVER_EVICT`].
+    pub fn pick_snat_victim(
+        &mut self,
+        proto: u8,
+        ports: &core::ops::RangeInclusive<u16>,
+        window: u32,
+        take_at_once: u64,
+        key: impl Fn(&Slot<A>) -> u64,
+    ) -> Option<u32> {
+        let n = self.ports.space_cells(proto, ports);
+        if n == 0 {
+            return None;
+        }
+        let mut best = (NEVER_EVICT, NONE);
+        let mut c = self.reclaim_hand % n;
+        for _ in 0..window.min(n) {
+            let cell = self.ports.space_cell(proto, ports, c);
+            c = if c + 1 == n { 0 } else { c + 1 };
+            let Some(s) = self.ports.get(cell).and_then(|idx| Some((idx, self.get(idx)?))) else {
+                continue;
+            };
+            if s.1.flags & FULL_NAT == 0 {
+                continue;
+            }
+            let k = key(s.1);
+            if k < best.0 {
+                best = (k, s.0);
+                if k < take_at_once {
+                    break;
+                }
+            }
+        }
+        self.reclaim_hand = c;
+        (best.0 != NEVER_EVICT).then_some(best.1)
     }
 
     /// Burst warming: when the table is full, warms the probe runs

@@ -209,6 +209,8 @@ pub struct SnatPorts {
     /// `addrs` for IPv6.
     next_v4: usize,
     next_v6: usize,
+    /// The range the pools' ports come from (this worker's share of it).
+    port_range: RangeInclusive<u16>,
 }
 
 impl SnatPorts {
@@ -282,7 +284,14 @@ impl SnatPorts {
             pools,
             next_v4: 0,
             next_v6: 0,
+            port_range,
         })
+    }
+
+    /// The port range the pool was built from; its ports are this
+    /// worker's share of it.
+    pub fn port_range(&self) -> RangeInclusive<u16> {
+        self.port_range.clone()
     }
 
     /// The worker this pool belongs to.

@@ -164,6 +164,23 @@ impl Worker {
         self.translate(now, snap, frame, p, id, &rw, meta)
     }
 
+    /// The worker's SNAT pairs of `proto` toward `backend`'s family are all
+    /// in use: a pair held by a full-NAT connection nobody answered (or an
+    /// expired or closing one) is taken back, its connection evicted
+    /// ([`Conntrack::reclaim_snat`], counted in `conntrack_evictions`), and
+    /// handed out. `None` where only established connections hold them.
+    #[cold]
+    #[inline(never)]
+    fn reclaim_snat(&mut self, now: Tick, backend: (IpAddr, u16), proto: Proto) -> Option<(IpAddr, u16)> {
+        let ports = self.snat.port_range();
+        let e = self
+            .conntrack
+            .reclaim_snat(backend.0.is_ipv6(), proto, &ports, now)?;
+        self.counters.conntrack_evictions.inc();
+        release_snat(&mut self.snat, e.nat.snat(), e.original.proto());
+        self.snat.alloc(backend, proto)
+    }
+
     /// Ends entry `id`, which a client SYN reopens
     /// ([`Conntrack::reopened_by_syn`]): its SNAT pair goes back, and it
     /// counts as expired. The SYN then opens a new connection, with a new
@@ -224,7 +241,12 @@ impl Worker {
             return Err(NotOpened::TooBig(route.mtu()));
         }
         let nat = if full_nat {
-            let snat = self.snat.alloc(be, proto).ok_or(DropReason::SnatExhausted)?;
+            let snat = match self.snat.alloc(be, proto) {
+                Some(pair) => pair,
+                None => self
+                    .reclaim_snat(now, be, proto)
+                    .ok_or(DropReason::SnatExhausted)?,
+            };
             Nat::FullNat { backend: be, snat }
         } else {
             Nat::Dnat { backend: be }

@@ -1030,27 +1030,95 @@ fn local_answers_still_work() {
     assert_eq!(run(&mut w, &snap, 0, &mut bgp, 0), Verdict::ToHost);
 }
 
-#[test]
-fn snat_exhaustion_is_a_counted_drop() {
-    let snap = snapshot();
+/// A worker with four SNAT ports (TCP 2000-2003 on 10.1.0.100).
+fn four_snat_ports() -> Worker {
     let mut cfg = WorkerConfig::new(WorkerId(0), 1);
     cfg.conntrack = conntrack::Config::new(1024, 16);
     cfg.snat_addresses = vec![v4("10.1.0.100")];
     cfg.snat_ports = 2000..=2003;
     cfg.frontend_slots = 8;
     cfg.backend_slots = 8;
-    let mut w = Worker::new(cfg).unwrap();
-    let mut ok = 0;
-    for port in 0..10u16 {
-        let mut syn = tcp4(("10.0.0.2", 40000 + port), ("10.0.0.100", 80), "S", 64, b"");
-        match run(&mut w, &snap, 0, &mut syn, 0) {
-            Verdict::Transmit { .. } => ok += 1,
-            Verdict::Drop(DropReason::SnatExhausted) => {}
-            v => panic!("{v:?}"),
-        }
+    Worker::new(cfg).unwrap()
+}
+
+/// A full-NAT connection from `10.0.0.2:port` to web, established (SYN,
+/// the backend's SYN-ACK, the client's ACK) at second `at`.
+fn establish(w: &mut Worker, snap: &Snapshot, at: u64, port: u16) {
+    let mut syn = tcp4(("10.0.0.2", port), ("10.0.0.100", 80), "S", 64, b"");
+    assert!(matches!(
+        run(w, snap, at * 1000, &mut syn, 0),
+        Verdict::Transmit { .. }
+    ));
+    let p = wire::parse(&syn).unwrap();
+    let mut synack = tcp4(
+        (&p.dst.to_string(), 8080),
+        ("10.1.0.100", p.src_port),
+        "SA",
+        64,
+        b"",
+    );
+    assert!(matches!(
+        run(w, snap, at * 1000, &mut synack, 1),
+        Verdict::Transmit { .. }
+    ));
+    let mut ack = tcp4(("10.0.0.2", port), ("10.0.0.100", 80), "A", 64, b"");
+    assert!(matches!(
+        run(w, snap, at * 1000, &mut ack, 0),
+        Verdict::Transmit { .. }
+    ));
+}
+
+#[test]
+fn snat_exhaustion_is_a_counted_drop() {
+    let snap = snapshot();
+    let mut w = four_snat_ports();
+    for port in 0..4u16 {
+        establish(&mut w, &snap, 0, 40000 + port);
     }
-    assert_eq!(ok, 4);
+    // Every pair held by an established connection: none is taken back.
+    for port in 4..10u16 {
+        let mut syn = tcp4(("10.0.0.2", 40000 + port), ("10.0.0.100", 80), "S", 64, b"");
+        assert_eq!(
+            run(&mut w, &snap, 1000, &mut syn, 0),
+            Verdict::Drop(DropReason::SnatExhausted)
+        );
+    }
     assert_eq!(w.counters().drops_of(DropReason::SnatExhausted), 6);
+    assert_eq!(w.counters().conntrack_evictions.get(), 0);
+    assert_eq!(w.conntrack().len(), 4);
+}
+
+/// Unanswered SYNs do not hold the pairs: with all in use, a new
+/// connection takes the pair of one nobody answered (the first from the
+/// reclaim hand), evicting it, but never an established one's.
+#[test]
+fn snat_pairs_of_unanswered_connections_are_taken_back() {
+    let snap = snapshot();
+    let mut w = four_snat_ports();
+    establish(&mut w, &snap, 0, 39999);
+    let mut used = std::collections::BTreeSet::new();
+    for (i, port) in (40000..40010u16).enumerate() {
+        let mut syn = tcp4(("10.0.0.9", port), ("10.0.0.100", 80), "S", 64, b"");
+        let v = run(&mut w, &snap, 1000 + i as u64, &mut syn, 0);
+        assert!(matches!(v, Verdict::Transmit { port: 1, .. }), "{v:?}");
+        let p = wire::parse(&syn).unwrap();
+        used.insert(p.src_port);
+        assert_eq!(w.conntrack().len(), (i + 2).min(4));
+    }
+    // Three pairs went round; the established connection kept its own.
+    assert_eq!(used.len(), 3);
+    assert_eq!(w.counters().conntrack_evictions.get(), 7);
+    assert_eq!(w.conntrack().stats().evicted_embryonic, 7);
+    assert_eq!(w.counters().drops_of(DropReason::SnatExhausted), 0);
+    let mut ack = tcp4(("10.0.0.2", 39999), ("10.0.0.100", 80), "A", 64, b"more");
+    assert!(matches!(
+        run(&mut w, &snap, 2000, &mut ack, 0),
+        Verdict::Transmit { .. }
+    ));
+    // The first unanswered SYN's connection is gone, its index with it.
+    let first = tcp4(("10.0.0.9", 40000), ("10.0.0.100", 80), "S", 64, b"");
+    assert_eq!(w.conntrack().lookup(&key_of(&first)), None);
+    w.conntrack().check();
 }
 
 #[path = "reject_tests.rs"]
