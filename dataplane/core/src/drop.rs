@@ -60,8 +60,8 @@ pub enum DropReason {
     /// Conntrack full and nothing evictable, for a full-NAT flow.
     ConntrackFull,
     /// This worker's share of SNAT ports is exhausted, and none could be
-    /// taken back from a connection nobody answered or a closing one (the
-    /// ones looked at are all established).
+    /// taken back from a connection not yet established or a closing one
+    /// (those looked at are all established, or go to the same backend).
     SnatExhausted,
     /// An ICMP error quoting a flow that is not tracked.
     IcmpErrorUntracked,

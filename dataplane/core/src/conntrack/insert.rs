@@ -189,16 +189,18 @@ impl Conntrack {
 }
 
 impl Conntrack {
-    /// When the worker's SNAT pairs of `proto` toward an IPv4 (or with
-    /// `v6` an IPv6) backend are all in use: evicts one full-NAT entry of
-    /// that family and protocol, so that its pair can be handed out again,
-    /// and returns it (the caller releases the pair and counts the
-    /// eviction). The same choice as a full table's eviction (module
-    /// docs), among the [`Config::evict_window`](super::Config::evict_window)
-    /// pairs after the last one examined: the first expired or embryonic
-    /// entry, else the closing one closest to expiry; never an established
-    /// one. `None` if the window holds only those, or the table has no
-    /// reply cells (a table made without SNAT addresses).
+    /// When the worker's SNAT pairs of `proto` toward `backend`'s family
+    /// are all in use: evicts one full-NAT entry of that family and
+    /// protocol, so that its pair can be handed out again to a connection
+    /// to `backend`, and returns it (the caller releases the pair and
+    /// counts the eviction). The same choice as a full table's eviction
+    /// (module docs), among the
+    /// [`Config::evict_window`](super::Config::evict_window) pairs after
+    /// the last one examined: the first expired or embryonic entry, else
+    /// the closing one closest to expiry; never an established one, nor
+    /// one to `backend` itself (its replies would match the new
+    /// connection). `None` if the window holds only those, or the table
+    /// has no reply cells (a table made without SNAT addresses).
     ///
     /// Without it a flood of SYNs that nothing answers holds every pair of
     /// a worker for the `tcp_syn_sent` timeout while the table is far from
@@ -208,16 +210,16 @@ impl Conntrack {
     #[inline(never)]
     pub(crate) fn reclaim_snat(
         &mut self,
-        v6: bool,
+        backend: Endpoint,
         proto: Proto,
         ports: &RangeInclusive<u16>,
         now: Tick,
     ) -> Option<Entry> {
         let (window, stats) = (self.evict_window, &mut self.stats);
-        if v6 {
-            reclaim_snat(&mut self.v6, proto, ports, window, now.0, stats)
+        if backend.0.is_ipv6() {
+            reclaim_snat(&mut self.v6, backend, proto, ports, window, now.0, stats)
         } else {
-            reclaim_snat(&mut self.v4, proto, ports, window, now.0, stats)
+            reclaim_snat(&mut self.v4, backend, proto, ports, window, now.0, stats)
         }
     }
 }
@@ -225,14 +227,24 @@ impl Conntrack {
 /// [`Conntrack::reclaim_snat`] in one family's table.
 fn reclaim_snat<A: Addr>(
     t: &mut Table<A>,
+    backend: Endpoint,
     proto: Proto,
     ports: &RangeInclusive<u16>,
     window: u32,
     now: u64,
     stats: &mut ConntrackStats,
 ) -> Option<Entry> {
+    let be = (A::from_ip(backend.0)?, backend.1);
     let v = t.pick_snat_victim(proto as u8, ports, window, TAKE_AT_ONCE, |s| {
-        evict_key(s.state, s.expires, now)
+        // Never toward the new connection's backend: the same pair would
+        // give it the old connection's reply tuple, and that backend may
+        // still answer the old one (a SYN-ACK retransmitted for a minute,
+        // a late UDP answer) or hold it in TIME_WAIT.
+        if (s.backend, s.backend_port) == be {
+            NEVER_EVICT
+        } else {
+            evict_key(s.state, s.expires, now)
+        }
     })?;
     let old = t.get(v)?;
     let counter = if old.expires <= now {

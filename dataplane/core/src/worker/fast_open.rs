@@ -12,7 +12,8 @@
 //! resolved next hop, a packet too big for its port, no SNAT port left) is
 //! made before the first change,
 //! and declines: the general path then refuses it with its own counted
-//! reason. Past the SNAT allocation the outcome is the general path's
+//! reason (or, for no SNAT port left, may take one back from a connection
+//! not yet established and open it: `paths::reclaim_snat`). Past the SNAT allocation the outcome is the general path's
 //! whatever happens: a new entry (evicting one if the table is full), a
 //! stateless DNAT forward, or a `ConntrackFull` drop; but a connection
 //! whose reply tuple is taken declines (its SNAT port given back), and
@@ -136,7 +137,8 @@ impl Worker {
         if !k.fits_tagged(tagged, hop.mtu) {
             return None;
         }
-        // An exhausted pool changes nothing: the general path counts it.
+        // An exhausted pool changes nothing: the general path takes a pair
+        // back or counts the drop.
         let (snat, src) = if full_nat {
             let (a, port) = self.snat.alloc_v4(k.proto)?;
             (Some((a, port)), (a, port))

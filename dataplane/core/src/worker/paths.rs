@@ -165,17 +165,17 @@ impl Worker {
     }
 
     /// The worker's SNAT pairs of `proto` toward `backend`'s family are all
-    /// in use: a pair held by a full-NAT connection nobody answered (or an
-    /// expired or closing one) is taken back, its connection evicted
+    /// in use: a pair held by a full-NAT connection to another backend that
+    /// is not assured (embryonic: a handshake not finished, UDP not a
+    /// stream), expired or closing is taken back, its connection evicted
     /// ([`Conntrack::reclaim_snat`], counted in `conntrack_evictions`), and
-    /// handed out. `None` where only established connections hold them.
+    /// handed out. `None` where only established connections, or
+    /// connections to `backend`, hold those looked at.
     #[cold]
     #[inline(never)]
     fn reclaim_snat(&mut self, now: Tick, backend: (IpAddr, u16), proto: Proto) -> Option<(IpAddr, u16)> {
         let ports = self.snat.port_range();
-        let e = self
-            .conntrack
-            .reclaim_snat(backend.0.is_ipv6(), proto, &ports, now)?;
+        let e = self.conntrack.reclaim_snat(backend, proto, &ports, now)?;
         self.counters.conntrack_evictions.inc();
         release_snat(&mut self.snat, e.nat.snat(), e.original.proto());
         self.snat.alloc(backend, proto)

@@ -1097,12 +1097,18 @@ fn snat_pairs_of_unanswered_connections_are_taken_back() {
     let mut w = four_snat_ports();
     establish(&mut w, &snap, 0, 39999);
     let mut used = std::collections::BTreeSet::new();
+    // SNAT port -> the backend its last connection went to: a pair taken
+    // back goes to another backend than its evicted connection's.
+    let mut holder = std::collections::BTreeMap::new();
     for (i, port) in (40000..40010u16).enumerate() {
         let mut syn = tcp4(("10.0.0.9", port), ("10.0.0.100", 80), "S", 64, b"");
         let v = run(&mut w, &snap, 1000 + i as u64, &mut syn, 0);
         assert!(matches!(v, Verdict::Transmit { port: 1, .. }), "{v:?}");
         let p = wire::parse(&syn).unwrap();
         used.insert(p.src_port);
+        if let Some(old) = holder.insert(p.src_port, p.dst) {
+            assert_ne!(old, p.dst, "pair {} reused toward its old backend", p.src_port);
+        }
         assert_eq!(w.conntrack().len(), (i + 2).min(4));
     }
     // Three pairs went round; the established connection kept its own.
