@@ -247,6 +247,15 @@ fn reclaim_snat<A: Addr>(
         }
     })?;
     let old = t.get(v)?;
+    count_eviction(stats, old, now);
+    let e = decode(old);
+    t.discard(v);
+    Some(e)
+}
+
+/// Counts the eviction of `old` at `now`: expired, embryonic or closing.
+#[inline(always)]
+fn count_eviction<A: Addr>(stats: &mut ConntrackStats, old: &Slot<A>, now: u64) {
     let counter = if old.expires <= now {
         &mut stats.evicted_expired
     } else if ConnState::from_u8(old.state).class() == EvictClass::Embryonic {
@@ -255,9 +264,6 @@ fn reclaim_snat<A: Addr>(
         &mut stats.evicted_closing
     };
     *counter += 1;
-    let e = decode(old);
-    t.discard(v);
-    Some(e)
 }
 
 /// [`Conntrack::take_expired_in_way`] in one family's table.
@@ -414,14 +420,7 @@ fn insert_in<A: Addr>(
             .and_then(|v| Some((v, t.get(v)?)))
             .ok_or(InsertError::Full)?;
         on_evicted.evicted(old);
-        let counter = if old.expires <= now {
-            &mut stats.evicted_expired
-        } else if ConnState::from_u8(old.state).class() == EvictClass::Embryonic {
-            &mut stats.evicted_embryonic
-        } else {
-            &mut stats.evicted_closing
-        };
-        *counter += 1;
+        count_eviction(stats, old, now);
         t.discard(v);
     }
     t.insert(slot, h_orig, h_reply).ok_or(InsertError::Full)
