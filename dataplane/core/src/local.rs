@@ -570,10 +570,10 @@ fn echo_options_v4(
     Ok(to.unwrap_or(requester))
 }
 
-/// An address a reply may be sent to: not unspecified, loopback,
-/// multicast or broadcast.
+/// An address a reply may be sent to: the rule of every answer lbd makes
+/// ([`reject::names_one_host`](crate::reject::names_one_host)).
 fn is_unicast_host(a: Ipv4Addr) -> bool {
-    !(a.is_unspecified() || a.is_loopback() || a.is_multicast() || a.is_broadcast())
+    crate::reject::names_one_host(IpAddr::V4(a))
 }
 
 /// Checks shared by the ICMPv6 messages we answer: unfragmented, no
