@@ -34,7 +34,8 @@ pub enum DropReason {
     MalformedUdp,
     /// ICMP or ICMPv6 message truncated or invalid.
     MalformedIcmp,
-    /// An IP protocol other than TCP, UDP, ICMP, ICMPv6.
+    /// An IP protocol other than TCP, UDP, ICMP, ICMPv6, to a unicast
+    /// address (to a group or martian one: `NotUnicast`).
     UnsupportedProtocol,
     /// L4 checksum wrong on a packet the balancer must answer itself.
     BadChecksum,
@@ -139,11 +140,21 @@ pub enum DropReason {
     /// or multicast frame (RFC 1812 §5.3.4: not forwarded): every node on
     /// the segment would open it. Nothing is opened for it.
     LinkBroadcast,
+    /// A TCP or UDP packet, an ICMP message that is not an error, or any
+    /// other IP protocol, to an address of no one unicast host and none of
+    /// lbd's: IPv4 0/8, 127/8, 224/4 (multicast) and 240/4 (the limited
+    /// broadcast included); IPv6 `::`, `::1`, ff00::/8 (multicast) and
+    /// `::ffff:0:0/96` (IPv4-mapped). lbd routes no multicast and
+    /// broadcast: service discovery on a port's segment (mDNS, SSDP, DHCP,
+    /// IGMP, NetBIOS) counts here, not as a reply of no connection. What
+    /// lbd answers itself comes first (ARP, neighbor discovery). A directed
+    /// broadcast of a prefix cannot be told from a host's address here.
+    NotUnicast,
 }
 
 impl DropReason {
     /// Number of reasons: the length of a per-worker drop counter array.
-    pub const COUNT: usize = DropReason::LinkBroadcast as usize + 1;
+    pub const COUNT: usize = DropReason::NotUnicast as usize + 1;
 
     /// Every reason, in discriminant order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -187,6 +198,7 @@ impl DropReason {
         DropReason::MtuExceeded,
         DropReason::MartianSource,
         DropReason::LinkBroadcast,
+        DropReason::NotUnicast,
     ];
 
     /// The stable snake_case name used in counters, logs and the API.
@@ -232,6 +244,7 @@ impl DropReason {
             DropReason::MtuExceeded => "mtu_exceeded",
             DropReason::MartianSource => "martian_source",
             DropReason::LinkBroadcast => "link_broadcast",
+            DropReason::NotUnicast => "not_unicast",
         }
     }
 }

@@ -601,7 +601,8 @@ fn icmpv6_in(frame: &[u8], parsed: &Parsed) -> Result<(Ipv6Addr, Ipv6Addr), Drop
 fn echo_v6(frame: &mut [u8], parsed: &Parsed, local: &LocalAddrs) -> Result<LocalVerdict, DropReason> {
     let (src, dst) = icmpv6_in(frame, parsed)?;
     let eth_src = EthernetFrame::new_checked(&*frame)?.src_addr();
-    if src.is_unspecified() || src.is_multicast() || !eth_src.is_unicast() {
+    // The rule of every answer lbd makes, as for IPv4's echo.
+    if !crate::reject::names_one_host(IpAddr::V6(src)) || !eth_src.is_unicast() {
         return Err(DropReason::LocalUnhandled);
     }
     let mut ip = Ipv6Packet::new_checked(l3_mut(frame, parsed)?)?;

@@ -313,6 +313,26 @@ fn icmpv6_echo_becomes_reply() {
     assert_eq!((p.icmp_type, p.src_port), (icmpv6::msg_type::ECHO_REPLY, 0x99));
 }
 
+/// An echo request from a source no answer may go to (loopback,
+/// IPv4-mapped, multicast, unspecified) is not answered, as for IPv4.
+#[test]
+fn icmpv6_echo_from_no_host_is_not_answered() {
+    for src in ["::1", "::ffff:10.0.0.9", "ff02::1", "::"] {
+        let src: Ipv6Addr = src.parse().unwrap();
+        let mut v = Vec::new();
+        PacketBuilder::ethernet2(PEER_MAC, OUR_MAC.0)
+            .ipv6(src.octets(), our_v6().octets(), 9)
+            .icmpv6_echo_request(0x99, 1)
+            .write(&mut v, b"ping6")
+            .unwrap();
+        assert_eq!(
+            handle_local(Tick::ZERO, &mut v, &local()),
+            LocalVerdict::Drop(DropReason::LocalUnhandled),
+            "{src}"
+        );
+    }
+}
+
 #[test]
 fn neighbor_solicit_with_slla_becomes_advert() {
     let orig = ns_frame(peer_v6(), solicited_node(&our_v6()), our_v6(), true, 255);

@@ -254,9 +254,22 @@ fn fill_l4(p: &mut Parsed, l4: &[u8], v6: bool) -> Result<(), DropReason> {
             p.icmp_error = t < 128;
             fill_echo_id(p, l4, echo);
         }
-        _ => return Err(DropReason::UnsupportedProtocol),
+        _ => return Err(unsupported(p.dst)),
     }
     Ok(())
+}
+
+/// The drop of a protocol the pipeline does not read: `NotUnicast` to a
+/// group or martian address (IGMP queries and reports, routing protocols'
+/// hellos: a segment's chatter), `UnsupportedProtocol` otherwise.
+#[cold]
+#[inline(never)]
+fn unsupported(dst: IpAddr) -> DropReason {
+    if crate::reject::names_one_host(dst) {
+        DropReason::UnsupportedProtocol
+    } else {
+        DropReason::NotUnicast
+    }
 }
 
 #[inline(always)]

@@ -1,7 +1,9 @@
 //! New connections that no router would forward: from a source that names
 //! no host or a link-local one (`martian_source`), or in a link-layer
 //! broadcast or multicast frame (`link_broadcast`). Nothing is opened for
-//! them, over either path, and the same packets from a host open.
+//! them, over either path, and the same packets from a host open. Packets
+//! to a group or martian address lbd does not own are `not_unicast`, on
+//! the worker that received them.
 
 use super::*;
 
@@ -44,7 +46,14 @@ fn martian_sources_open_nothing() {
         frames.push(tcp4((src, 40000), ("10.0.0.100", 80), "S", 64, b""));
         frames.push(udp4((src, 40000), ("10.0.0.101", 53), b"query"));
     }
-    for src in ["::", "::1", "fe80::1", "ff02::1"] {
+    for src in [
+        "::",
+        "::1",
+        "fe80::1",
+        "ff02::1",
+        "::ffff:10.0.0.2",
+        "::ffff:127.0.0.1",
+    ] {
         frames.push(tcp6((src, 40000), ("fd00::100", 80), "S", b""));
     }
     let (one, burst) = verdicts(&snap, &frames);
@@ -88,4 +97,104 @@ fn the_same_packets_from_a_host_open() {
         assert!(matches!(v, Verdict::Transmit { port: 1, .. }), "{v:?}");
     }
     assert_eq!(w.conntrack().len(), frames.len());
+}
+
+/// `proto` (no L4 header lbd reads) from `src` to `dst`, 8 bytes of payload.
+fn ip4_raw(src: &str, dst: &str, proto: u8) -> Vec<u8> {
+    let (s, d): (Ipv4Addr, Ipv4Addr) = (src.parse().unwrap(), dst.parse().unwrap());
+    let mut out = Vec::new();
+    etherparse::PacketBuilder::ethernet2(CLIENT_MAC, MAC0)
+        .ipv4(s.octets(), d.octets(), 1)
+        .write(
+            &mut out,
+            etherparse::IpNumber(proto),
+            &[0x11, 0, 0xee, 0x9b, 0, 0, 0, 0],
+        )
+        .unwrap();
+    out
+}
+
+fn udp6(src: (&str, u16), dst: (&str, u16)) -> Vec<u8> {
+    let (s, d): (Ipv6Addr, Ipv6Addr) = (src.0.parse().unwrap(), dst.0.parse().unwrap());
+    let mut out = Vec::new();
+    etherparse::PacketBuilder::ethernet2(CLIENT_MAC, MAC0)
+        .ipv6(s.octets(), d.octets(), 64)
+        .udp(src.1, dst.1)
+        .write(&mut out, b"mdns")
+        .unwrap();
+    out
+}
+
+fn echo4(dst: &str) -> Vec<u8> {
+    let d: Ipv4Addr = dst.parse().unwrap();
+    let mut out = Vec::new();
+    etherparse::PacketBuilder::ethernet2(CLIENT_MAC, MAC0)
+        .ipv4([10, 0, 0, 2], d.octets(), 64)
+        .icmpv4_echo_request(1, 1)
+        .write(&mut out, b"ping")
+        .unwrap();
+    out
+}
+
+/// Service discovery, IGMP, pings to groups and traffic to martian
+/// addresses are `not_unicast` on whichever worker gets them: none is
+/// handed over, none counts as a reply of no connection.
+#[test]
+fn group_and_martian_destinations_are_not_unicast() {
+    let snap = snapshot();
+    let frames = vec![
+        udp4(("10.0.0.2", 68), ("255.255.255.255", 67), b"dhcp"),
+        udp4(("10.0.0.2", 5353), ("224.0.0.251", 5353), b"mdns"),
+        udp4(("10.0.0.2", 40000), ("239.255.255.250", 1900), b"ssdp"),
+        udp4(("10.0.0.2", 40000), ("127.0.0.1", 53), b"loop"),
+        udp4(("10.0.0.2", 40000), ("0.1.2.3", 53), b"this net"),
+        udp4(("10.0.0.2", 40000), ("240.0.0.9", 53), b"reserved"),
+        tcp4(("10.0.0.2", 40000), ("224.0.0.9", 80), "S", 64, b""),
+        tcp4(("10.0.0.2", 40000), ("224.0.0.9", 80), "A", 64, b""),
+        ip4_raw("10.0.0.2", "224.0.0.1", 2), // IGMP
+        echo4("224.0.0.1"),
+        udp6(("fd00::2", 5353), ("ff02::fb", 5353)),
+        udp6(("fd00::2", 40000), ("::ffff:10.0.0.100", 80)),
+        tcp6(("fd00::2", 40000), ("::1", 80), "S", b""),
+    ];
+    for n in [1, 2] {
+        for id in 0..n {
+            let mut w = worker(n, id);
+            for f in &frames {
+                let v = run(&mut w, &snap, 0, &mut f.clone(), 0);
+                assert_eq!(
+                    v,
+                    Verdict::Drop(DropReason::NotUnicast),
+                    "worker {id} of {n}: {f:02x?}"
+                );
+            }
+            let mut copies = frames.clone();
+            let metas = vec![meta(0); frames.len()];
+            let mut burst = vec![Verdict::ToHost; frames.len()];
+            w.handle_burst(Tick(0), &snap, &mut copies, &metas, &mut burst);
+            assert!(
+                burst.iter().all(|v| *v == Verdict::Drop(DropReason::NotUnicast)),
+                "{burst:?}"
+            );
+            let c = w.counters();
+            assert_eq!(c.drops_of(DropReason::NotUnicast), 2 * frames.len() as u64);
+            assert_eq!(c.drops_of(DropReason::NoConntrackReply), 0);
+        }
+    }
+    // Unicast twins keep their reasons: a reply of no connection, a ping
+    // through lbd, a protocol lbd does not balance to its own address.
+    let mut w = worker(1, 0);
+    for (mut f, reason) in [
+        (
+            udp4(("10.0.0.2", 40000), ("10.9.9.9", 53), b"x"),
+            DropReason::NoConntrackReply,
+        ),
+        (echo4("10.9.9.9"), DropReason::NoFrontend),
+        (
+            ip4_raw("10.0.0.2", "10.0.0.100", 2),
+            DropReason::UnsupportedProtocol,
+        ),
+    ] {
+        assert_eq!(run(&mut w, &snap, 0, &mut f, 0), Verdict::Drop(reason));
+    }
 }

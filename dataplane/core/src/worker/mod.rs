@@ -466,6 +466,9 @@ impl Worker {
             if !p.icmp_error {
                 // ICMP echo through the balancer (not to an owned address):
                 // frontends are TCP and UDP only.
+                if !crate::reject::names_one_host(p.dst) {
+                    return self.drop(DropReason::NotUnicast);
+                }
                 return self.drop(DropReason::NoFrontend);
             }
         }

@@ -67,11 +67,16 @@ impl Worker {
         meta: &PacketMeta,
         found: Found,
     ) -> Verdict {
+        let owned = snap.owner_kind(p.dst).unwrap_or_default();
+        // Before the hand-over: no worker tracks a connection to a group
+        // or martian address (`opens_from` keeps them out as clients).
+        if owned == OwnerKind::default() && !reject::names_one_host(p.dst) {
+            return self.drop(DropReason::NotUnicast);
+        }
         let proto = match Proto::from_u8(p.protocol) {
             Some(pr @ (Proto::Tcp | Proto::Udp)) => pr,
             _ => return self.drop(DropReason::UnsupportedProtocol),
         };
-        let owned = snap.owner_kind(p.dst).unwrap_or_default();
         if owned.contains(OwnerKind::SNAT) {
             // Full-NAT reply: the SNAT port names the owner.
             let owner = self.owner_by_snat_port(p.dst_port);
