@@ -269,7 +269,7 @@ impl Conntrack {
     /// direction is uncached first, so no direction validates with a hop
     /// from an older snapshot. Does nothing for epoch 0 (an empty snapshot,
     /// never cached) and returns false for a stale or IPv6 id.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn set_cached_hop_v4(
         &mut self,
         id: EntryId,
