@@ -198,3 +198,66 @@ fn group_and_martian_destinations_are_not_unicast() {
         assert_eq!(run(&mut w, &snap, 0, &mut f, 0), Verdict::Drop(reason));
     }
 }
+
+/// A SYN that would reopen a connection in TIME_WAIT, sent in a broadcast
+/// frame, is dropped before it ends that connection: the entry, its
+/// backend and its SNAT pair stay; the same SYN in a unicast frame reopens
+/// it.
+#[test]
+fn a_broadcast_syn_ends_no_closing_connection() {
+    let snap = snapshot();
+    let mut w = worker(1, 0);
+    let (client, vip) = (("10.0.0.2", 40000), ("10.0.0.100", 80));
+    let mut syn = tcp4(client, vip, "S", 64, b"");
+    assert!(matches!(
+        run(&mut w, &snap, 0, &mut syn, 0),
+        Verdict::Transmit { port: 1, .. }
+    ));
+    let sent = wire::parse(&syn).unwrap();
+    let (b, s) = (sent.dst.to_string(), sent.src.to_string());
+    for (flags, port) in [("SA", 1), ("A", 0), ("FA", 0), ("FA", 1), ("A", 0)] {
+        let mut f = if port == 0 {
+            tcp4(client, vip, flags, 64, b"")
+        } else {
+            tcp4((&b, 8080), (&s, sent.src_port), flags, 64, b"")
+        };
+        assert!(
+            matches!(run(&mut w, &snap, 10, &mut f, port), Verdict::Transmit { .. }),
+            "{flags}"
+        );
+    }
+    let key = crate::flow::FlowKey::new((v4("10.0.0.2"), 40000), (v4("10.0.0.100"), 80), Proto::Tcp).unwrap();
+    let (id, _) = w.conntrack().lookup(&key).unwrap();
+    assert_eq!(w.conntrack().state(id), Some(ConnState::TcpTimeWait));
+    for burst in [false, true] {
+        let mut f = broadcast(tcp4(client, vip, "S", 64, b""));
+        let v = if burst {
+            let mut out = [Verdict::ToHost];
+            w.handle_burst(
+                Tick(20),
+                &snap,
+                std::slice::from_mut(&mut f),
+                &[meta(0)],
+                &mut out,
+            );
+            out[0]
+        } else {
+            run(&mut w, &snap, 20, &mut f, 0)
+        };
+        assert_eq!(v, Verdict::Drop(DropReason::LinkBroadcast), "burst {burst}");
+        assert_eq!(
+            w.conntrack().lookup(&key),
+            Some((id, crate::conntrack::Direction::Original))
+        );
+        assert_eq!(w.conntrack().state(id), Some(ConnState::TcpTimeWait));
+    }
+    assert_eq!(w.counters().conntrack_expirations.get(), 0);
+    assert_eq!(w.counters().new_connections.get(), 1);
+    let mut f = tcp4(client, vip, "S", 64, b"");
+    assert!(matches!(
+        run(&mut w, &snap, 20, &mut f, 0),
+        Verdict::Transmit { port: 1, .. }
+    ));
+    assert_eq!(w.counters().conntrack_expirations.get(), 1);
+    assert_eq!(w.counters().new_connections.get(), 2);
+}

@@ -149,6 +149,14 @@ impl Worker {
         if let Some((id, Direction::Original)) = found {
             if proto == Proto::Tcp && opens_connection(p.tcp_flags) && self.conntrack.reopened_by_syn(id, now)
             {
+                // The checks of a new connection's first packet, before the
+                // old one ends: a SYN that could open nothing ends nothing.
+                if !opens_from(p.src) {
+                    return self.drop(DropReason::MartianSource);
+                }
+                if to_link_group(frame) {
+                    return self.drop(DropReason::LinkBroadcast);
+                }
                 self.end_reopened(id);
                 found = None;
             }
