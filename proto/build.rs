@@ -13,6 +13,7 @@ fn main() {
     }
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     if let Err(e) = tonic_prost_build::configure()
+        .codec_path("crate::bounded::BoundedCodec")
         .file_descriptor_set_path(out.join("lb_descriptor.bin"))
         .compile_protos(&["lb.proto"], &["."])
     {

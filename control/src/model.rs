@@ -23,8 +23,9 @@ pub const MAX_WEIGHT: u32 = 65_535;
 pub const MAX_SOURCE_RANGES: usize = 256;
 /// Backends per service (the Maglev ring holds at most 65,535).
 pub const MAX_BACKENDS_PER_SERVICE: usize = 65_535;
-/// Changes in one Apply.
-pub const MAX_CHANGES: usize = 1_000_000;
+/// Changes in one Apply: the gRPC codec's bound, checked again here for
+/// callers that do not come through it (the CLI's file, tests).
+pub use lb_proto::bounded::MAX_CHANGES;
 /// The longest client-IP affinity timeout, as Kubernetes allows (1 day).
 pub const MAX_AFFINITY_SECONDS: u32 = 86_400;
 /// Longest node or zone name.

@@ -751,3 +751,38 @@ async fn state_persists_and_shutdown_ends_watches_and_removes_the_socket() {
     assert_eq!(reopened.revision(), 1);
     assert_eq!(reopened.state(), &before);
 }
+
+/// A request over the service codec's bounds (`lb_proto::bounded`) is
+/// refused from its wire bytes, before it is decoded: the message says
+/// "more than", which only that check says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_over_the_codec_bounds_are_refused_before_decoding() {
+    let s = Server::start();
+    let mut c = client(&s).await;
+    let n = lb_proto::bounded::MAX_CHANGES;
+    rejected(
+        &s,
+        Code::InvalidArgument,
+        &["request: changes: more than 1000000 changes, at most 1000000 in one Apply"],
+        c.apply(apply_req(vec![pb::Change::default(); n + 1])),
+    )
+    .await;
+    let mut ranges = service("default/wide");
+    ranges.source_ranges = vec!["10.0.0.0/8".into(); 300];
+    rejected(
+        &s,
+        Code::InvalidArgument,
+        &["request: source_ranges: more than 1000000 source ranges"],
+        c.apply(apply_req(vec![up(C::UpsertService(ranges)); 3334])),
+    )
+    .await;
+    // At the bound the request decodes, and the control plane names what
+    // is wrong with it (here: empty changes).
+    rejected(
+        &s,
+        Code::InvalidArgument,
+        &["changes[0]"],
+        c.apply(apply_req(vec![pb::Change::default(); n])),
+    )
+    .await;
+}

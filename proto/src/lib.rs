@@ -1,10 +1,13 @@
 //! The lbd control API, package `lb.v1`: generated from `lb.proto`.
 //!
-//! Nothing but the generated messages, the `LoadBalancer` client and server,
-//! and the file descriptor set for gRPC server reflection.
-#![allow(missing_docs, clippy::all)]
+//! The generated messages, the `LoadBalancer` client and server, the file
+//! descriptor set for gRPC server reflection, and the service's codec,
+//! which bounds what a request may decode to ([`bounded`]).
+
+pub mod bounded;
 
 /// Package `lb.v1`.
+#[allow(missing_docs, clippy::all)]
 pub mod v1 {
     tonic::include_proto!("lb.v1");
 
