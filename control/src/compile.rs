@@ -488,7 +488,8 @@ pub fn build_error(e: BuildError) -> ValidationError {
             return named(
                 format!("frontend {frontend}"),
                 "address",
-                "unspecified, multicast or broadcast".into(),
+                "not one host's address (unspecified, 0/8, loopback, multicast, broadcast or IPv4-mapped)"
+                    .into(),
             )
         }
         BuildError::NoSnatAddress {

@@ -435,7 +435,10 @@ pub fn check_service_name(name: &str) -> Result<(), String> {
 /// ([`lb_dataplane::snapshot::is_unicast`]), and neither loopback (no
 /// packet from the network is addressed to it, nor can one be sent to it)
 /// nor IPv4-mapped IPv6 (`::ffff:10.0.0.1` would be a second name of an
-/// IPv4 address, which the data plane sees as another family).
+/// IPv4 address, which the data plane sees as another family), nor in
+/// 0/8 ("this network", RFC 1122: no host's address; the data plane drops
+/// packets to it as `not_unicast`). What passes is one host's address
+/// ([`lb_dataplane::snapshot::is_host_address`]), which lbd can own.
 pub fn check_unicast(addr: IpAddr) -> Result<(), String> {
     if !lb_dataplane::snapshot::is_unicast(addr) {
         return Err(format!("{addr} is not a unicast address"));
@@ -448,6 +451,14 @@ pub fn check_unicast(addr: IpAddr) -> Result<(), String> {
             return Err(format!("{addr} is an IPv4-mapped address: write {v4}"));
         }
     }
+    if let IpAddr::V4(a) = addr {
+        if a.octets()[0] == 0 {
+            return Err(format!(
+                "{addr} is in 0.0.0.0/8 (\"this network\"), which names no host"
+            ));
+        }
+    }
+    debug_assert!(lb_dataplane::snapshot::is_host_address(addr));
     Ok(())
 }
 
@@ -696,6 +707,10 @@ mod tests {
                 "::ffff:127.0.0.1",
                 "::ffff:127.0.0.1 is an IPv4-mapped address: write 127.0.0.1",
             ),
+            (
+                "0.1.2.3",
+                "0.1.2.3 is in 0.0.0.0/8 (\"this network\"), which names no host",
+            ),
         ] {
             let f = Frontend {
                 key: FrontendKey {
@@ -743,6 +758,10 @@ mod tests {
             .contains("address: 224.0.0.1 is not a unicast address"));
         for (a, why) in [
             ("127.0.0.1", "127.0.0.1 is a loopback address"),
+            (
+                "0.0.0.1",
+                "0.0.0.1 is in 0.0.0.0/8 (\"this network\"), which names no host",
+            ),
             (
                 "::ffff:10.1.0.1",
                 "::ffff:10.1.0.1 is an IPv4-mapped address: write 10.1.0.1",

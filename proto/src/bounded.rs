@@ -17,8 +17,12 @@
 //! `INVALID_ARGUMENT` naming the field, before anything is allocated for
 //! it. Singular fields cannot add up (a later occurrence replaces an
 //! earlier one) and unknown fields are skipped, so within the bounds a
-//! request decodes to at most a few hundred bytes per counted entry plus
-//! its strings' bytes.
+//! request decodes to at most ~130 bytes per counted object (24 per
+//! source range) plus its strings' bytes: ~0.4 GB for the largest
+//! Resync, ~0.6 GB while its vectors grow. The bounds are per request,
+//! and requests decode concurrently; the API's clients are the node's
+//! operators and controllers (a root-only socket, or TLS with client
+//! certificates).
 //!
 //! Input that is not valid protobuf is left to prost's decode, which
 //! refuses it, except groups (wire types 3 and 4), which `lb.v1` never
@@ -40,10 +44,11 @@ use crate::v1 as pb;
 pub const MAX_CHANGES: usize = 1_000_000;
 /// Services, frontends and backends together in one Resync: a cluster's
 /// whole state, so more than an Apply takes.
-pub const MAX_RESYNC_OBJECTS: usize = 4_000_000;
+pub const MAX_RESYNC_OBJECTS: usize = 2_000_000;
 /// Source ranges of all the services of one request together (each service
-/// takes at most 256, which the control plane checks after decoding).
-pub const MAX_REQUEST_SOURCE_RANGES: usize = 1_000_000;
+/// takes at most 256, which the control plane checks after decoding): a
+/// Resync cannot be split, so room for 16,384 services with 256 each.
+pub const MAX_REQUEST_SOURCE_RANGES: usize = 4_194_304;
 
 /// [`ProstCodec`] with the request bounds of the module doc on decoding.
 #[derive(Debug, Clone)]
@@ -241,6 +246,10 @@ impl<'a> Fields<'a> {
     fn varint(&mut self) -> Result<u64, String> {
         let mut v = 0u64;
         for (i, &b) in self.0.iter().take(10).enumerate() {
+            // A tenth byte holds bit 63 alone (prost refuses more).
+            if i == 9 && b > 1 {
+                break;
+            }
             v |= u64::from(b & 0x7f) << (7 * i);
             if b & 0x80 == 0 {
                 self.0 = &self.0[i + 1..];
@@ -347,7 +356,7 @@ mod tests {
     fn source_ranges_count_across_services_and_merged_occurrences() {
         // A change naming its service twice: prost merges the two, so the
         // ranges of both count.
-        let s = service("a/b", 1000).encode_to_vec();
+        let s = service("a/b", 1024).encode_to_vec();
         let mut change = Vec::new();
         for _ in 0..2 {
             change.push(0x0a);
@@ -358,9 +367,9 @@ mod tests {
         let Some(pb::change::Change::UpsertService(m)) = merged.change else {
             panic!("{merged:?}")
         };
-        assert_eq!(m.source_ranges.len(), 2000, "prost merged the occurrences");
+        assert_eq!(m.source_ranges.len(), 2048, "prost merged the occurrences");
         let mut wire = Vec::new();
-        for _ in 0..MAX_REQUEST_SOURCE_RANGES / 2000 {
+        for _ in 0..MAX_REQUEST_SOURCE_RANGES / 2048 {
             wire.push(0x0a);
             prost::encoding::encode_varint(change.len() as u64, &mut wire);
             wire.extend_from_slice(&change);
@@ -377,11 +386,11 @@ mod tests {
         };
         wire.extend_from_slice(&extra.encode_to_vec());
         let e = check_request::<pb::ApplyRequest>(&wire).unwrap_err();
-        assert!(e.starts_with("request: source_ranges: more than 1000000"), "{e}");
+        assert!(e.starts_with("request: source_ranges: more than 4194304"), "{e}");
         // The same in a Resync's services.
         let mut wire = Vec::new();
-        let s = service("a/b", 1000).encode_to_vec();
-        for _ in 0..=MAX_REQUEST_SOURCE_RANGES / 1000 {
+        let s = service("a/b", 1024).encode_to_vec();
+        for _ in 0..=MAX_REQUEST_SOURCE_RANGES / 1024 {
             wire.push(0x12);
             prost::encoding::encode_varint(s.len() as u64, &mut wire);
             wire.extend_from_slice(&s);
@@ -395,11 +404,13 @@ mod tests {
         // A start-group of field 9, which prost would skip unread.
         let e = check_request::<pb::ApplyRequest>(&[0x4b, 0x4c]).unwrap_err();
         assert!(e.contains("group"), "{e}");
+        let too_long = [0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02];
         for wire in [
             &[0x0a, 0x05, 0x00][..],
             &[0x0a][..],
             &[0x08, 0xff][..],
             &[0x0f][..],
+            &too_long[..],
         ] {
             let e = check_request::<pb::ApplyRequest>(wire).unwrap_err();
             assert!(e.contains("malformed protobuf"), "{wire:?}: {e}");

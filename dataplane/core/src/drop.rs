@@ -132,22 +132,25 @@ pub enum DropReason {
     MtuExceeded,
     /// A new connection's first packet from a source no router forwards
     /// (RFC 1812 §5.3.7, RFC 3927 §2.7, RFC 4291 §2.5.6): IPv4 0/8, 127/8,
-    /// 169.254/16 (link-local), 224/4 (multicast) and 240/4 (reserved,
-    /// limited broadcast included); IPv6 `::`, `::1`, fe80::/10
-    /// (link-local) and ff00::/8 (multicast). Nothing is opened for it.
+    /// 169.254/16 (link-local), 224/4 (multicast) and 255.255.255.255;
+    /// IPv6 `::`, `::1`, fe80::/10 (link-local), ff00::/8 (multicast) and
+    /// `::ffff:0:0/96` (IPv4-mapped). (240/4 is a host's, as on Linux.)
+    /// Nothing is opened for it.
     MartianSource,
     /// A new connection's first packet that came in a link-layer broadcast
     /// or multicast frame (RFC 1812 §5.3.4: not forwarded): every node on
     /// the segment would open it. Nothing is opened for it.
     LinkBroadcast,
-    /// A TCP or UDP packet, an ICMP message that is not an error, or any
-    /// other IP protocol, to an address of no one unicast host and none of
-    /// lbd's: IPv4 0/8, 127/8, 224/4 (multicast) and 240/4 (the limited
-    /// broadcast included); IPv6 `::`, `::1`, ff00::/8 (multicast) and
-    /// `::ffff:0:0/96` (IPv4-mapped). lbd routes no multicast and
-    /// broadcast: service discovery on a port's segment (mDNS, SSDP, DHCP,
-    /// IGMP, NetBIOS) counts here, not as a reply of no connection. What
-    /// lbd answers itself comes first (ARP, neighbor discovery). A directed
+    /// A TCP or UDP packet, an ICMP message that is not an error, or a
+    /// packet of another IP protocol whose header the parse reaches (IPv6
+    /// extension headers it does not walk are `Ipv6ExtensionHeader`), to an
+    /// address of no one unicast host, which lbd never owns: IPv4 0/8,
+    /// 127/8, 224/4 (multicast) and 255.255.255.255; IPv6 `::`, `::1`,
+    /// ff00::/8 (multicast) and `::ffff:0:0/96` (IPv4-mapped). lbd routes
+    /// no multicast and broadcast: service discovery on a port's segment
+    /// (mDNS, SSDP, DHCP, IGMP, NetBIOS) counts here, not as a reply of no
+    /// connection. What lbd answers itself comes first (ARP, neighbor
+    /// discovery), and ICMP errors go to their translation. A directed
     /// broadcast of a prefix cannot be told from a host's address here.
     NotUnicast,
 }

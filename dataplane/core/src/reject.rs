@@ -215,17 +215,19 @@ pub fn write_too_big(frame: &mut [u8], p: &Parsed, port: &PortConfig, mtu: u16) 
 
 /// Whether `ip`, a packet's source, names one host that an answer could
 /// reach (RFC 1122 §3.2.2, RFC 1812 §4.3.2.7, RFC 4443 §2.4 (e)): not
-/// unspecified ("this network", 0/8), loopback, multicast, limited
-/// broadcast or IPv4's reserved 240/4, nor an IPv4-mapped IPv6 address
-/// (`::ffff:0:0/96`, RFC 4291 §2.5.5.2: an IPv4 node's address inside a
-/// host's sockets, never on the wire; Linux drops every packet from one).
-/// (A directed broadcast of a prefix lbd does not know cannot be told
-/// from a host.)
+/// unspecified ("this network", 0/8), loopback, multicast or the limited
+/// broadcast, nor an IPv4-mapped IPv6 address (`::ffff:0:0/96`, RFC 4291
+/// §2.5.5.2: an IPv4 node's address inside a host's sockets, never on the
+/// wire; Linux drops every packet from one). IPv4's reserved 240/4 is a
+/// host, as Linux has taken it since 2.6.25: networks use it for hosts
+/// (Kubernetes pod ranges among them). (A directed broadcast of a prefix
+/// lbd does not know cannot be told from a host.) Every address lbd owns
+/// is one ([`crate::snapshot::is_host_address`]).
 pub(crate) fn names_one_host(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(a) => {
             let first = a.octets()[0];
-            first != 0 && !a.is_loopback() && !a.is_multicast() && first < 240
+            first != 0 && !a.is_loopback() && !a.is_multicast() && !a.is_broadcast()
         }
         IpAddr::V6(a) => {
             !a.is_unspecified() && !a.is_loopback() && !a.is_multicast() && a.to_ipv4_mapped().is_none()
@@ -450,7 +452,8 @@ mod tests {
             ("0.1.2.3", false),
             ("127.0.0.1", false),
             ("224.0.0.1", false),
-            ("240.0.0.1", false),
+            ("240.0.0.1", true),
+            ("255.255.255.254", true),
             ("255.255.255.255", false),
             ("fd00::2", true),
             ("::", false),

@@ -197,6 +197,18 @@ impl Config {
                         format!("{} is unspecified, multicast or broadcast", c.addr()),
                     ));
                 }
+                // Every address lbd owns is one host's: the pipeline drops
+                // packets to the others before it looks them up.
+                if !lb_dataplane::snapshot::is_host_address(c.addr()) {
+                    return Err(invalid(
+                        i,
+                        "address",
+                        format!(
+                            "{} is not one host's address (0/8, loopback or IPv4-mapped)",
+                            c.addr()
+                        ),
+                    ));
+                }
                 if addresses.iter().any(|o: &Cidr| o.addr() == c.addr()) {
                     return Err(invalid(i, "address", format!("{} is listed twice", c.addr())));
                 }
@@ -388,6 +400,12 @@ mod tests {
                 "224.0.0.1 is unspecified, multicast or broadcast",
             ),
             ("address = \"0.0.0.0/0\"", "unspecified, multicast or broadcast"),
+            ("address = \"0.1.2.3/8\"", "0.1.2.3 is not one host's address"),
+            ("address = \"127.0.0.2/8\"", "127.0.0.2 is not one host's address"),
+            (
+                "address = \"::ffff:10.0.0.1/120\"",
+                "::ffff:10.0.0.1 is not one host's address",
+            ),
             (
                 "address = [\"10.0.0.1/24\", \"ff02::1/64\"]",
                 "ff02::1 is unspecified",

@@ -351,7 +351,7 @@ impl<'p> SnapshotBuilder<'p> {
                 proto: proto_name(proto),
             });
         }
-        if !is_unicast(addr) {
+        if !is_host_address(addr) {
             return Err(BuildError::FrontendAddress {
                 service: svc(),
                 frontend: frontend_name(addr, port, proto),
@@ -893,6 +893,16 @@ pub fn is_unicast(ip: IpAddr) -> bool {
         IpAddr::V4(a) => !(a.is_unspecified() || a.is_multicast() || a.is_broadcast()),
         IpAddr::V6(a) => !(a.is_unspecified() || a.is_multicast()),
     }
+}
+
+/// Whether `ip` can be one of lbd's own addresses (interface, frontend,
+/// SNAT): [`is_unicast`], and not in 0/8 ("this network"), loopback or
+/// IPv4-mapped IPv6 either: an address of one host, which the pipeline
+/// answers and forwards to (`reject::names_one_host`). A packet to any
+/// other address is dropped before it is looked up (`not_unicast`), so an
+/// owned one would be unreachable.
+pub fn is_host_address(ip: IpAddr) -> bool {
+    is_unicast(ip) && crate::reject::names_one_host(ip)
 }
 
 pub(super) fn is_unicast_mac(mac: [u8; 6]) -> bool {

@@ -67,8 +67,9 @@ pub enum BuildError {
         /// `addr:port/proto`.
         frontend: String,
     },
-    /// A frontend address nobody can own (unspecified, multicast, broadcast).
-    #[error("service {service} frontend {frontend}: field addr: unspecified, multicast or broadcast")]
+    /// A frontend address nobody can own: not one host's
+    /// ([`is_host_address`](super::is_host_address)).
+    #[error("service {service} frontend {frontend}: field addr: not one host's address (unspecified, 0/8, loopback, multicast, broadcast or IPv4-mapped)")]
     FrontendAddress {
         /// Owning service.
         service: String,
@@ -188,8 +189,9 @@ pub enum BuildError {
         /// The address.
         addr: IpAddr,
     },
-    /// An SNAT address that cannot be a unicast source.
-    #[error("snat address {addr}: unspecified, multicast or broadcast")]
+    /// An SNAT address that cannot be a unicast source: not one host's
+    /// ([`is_host_address`](super::is_host_address)).
+    #[error("snat address {addr}: not one host's address (unspecified, 0/8, loopback, multicast, broadcast or IPv4-mapped)")]
     SnatAddress {
         /// The address.
         addr: IpAddr,
@@ -261,10 +263,10 @@ pub enum BuildError {
         /// The other MAC.
         second: String,
     },
-    /// An interface address that cannot be owned: unspecified, multicast,
-    /// broadcast, or the network or broadcast address of its own IPv4
-    /// prefix (/30 and shorter).
-    #[error("port {port}: field cidr: {addr} is unspecified, multicast, broadcast, or its prefix's network or broadcast address")]
+    /// An interface address that cannot be owned: not one host's
+    /// ([`is_host_address`](super::is_host_address)), or the network or
+    /// broadcast address of its own IPv4 prefix (/30 and shorter).
+    #[error("port {port}: field cidr: {addr} is not one host's address (unspecified, 0/8, loopback, multicast, broadcast or IPv4-mapped), or its prefix's network or broadcast address")]
     InterfaceAddress {
         /// The port id.
         port: u16,

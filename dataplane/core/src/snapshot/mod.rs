@@ -70,7 +70,7 @@ use std::time::Duration;
 
 use hashbrown::HashMap;
 
-pub use builder::{is_unicast, SnapshotBuilder, MAX_PORTS, MAX_STATS_SLOT, MAX_WEIGHT};
+pub use builder::{is_host_address, is_unicast, SnapshotBuilder, MAX_PORTS, MAX_STATS_SLOT, MAX_WEIGHT};
 pub use cidr::{Cidr, CidrError};
 pub use error::BuildError;
 pub use spec::{BackendSpec, FrontendSpec, ServiceSpec};

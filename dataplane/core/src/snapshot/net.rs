@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use hashbrown::hash_map::Entry;
 use hashbrown::HashMap;
 
-use super::builder::{is_unicast, is_unicast_mac, InterfaceSpec, MAX_PORTS};
+use super::builder::{is_host_address, is_unicast_mac, InterfaceSpec, MAX_PORTS};
 use super::cidr::{mask_v4, mask_v6};
 use super::{
     connected_port, min_mtu, BuildError, Cidr, ConnectedV4, ConnectedV6, NextHop, DEFAULT_MTU, MAX_MTU,
@@ -66,7 +66,7 @@ pub(super) fn check_ports(
                 mac: MacAddr(i.mac).to_string(),
             });
         }
-        if !is_unicast(i.cidr.addr()) || is_network_or_broadcast(&i.cidr, i.cidr.addr()) {
+        if !is_host_address(i.cidr.addr()) || is_network_or_broadcast(&i.cidr, i.cidr.addr()) {
             return Err(BuildError::InterfaceAddress {
                 port: i.port,
                 addr: i.cidr.addr(),
@@ -194,7 +194,7 @@ pub(super) fn is_network_or_broadcast(c: &Cidr, ip: IpAddr) -> bool {
 pub(super) fn check_snat(snat: &[IpAddr]) -> Result<(Vec<Ipv4Addr>, Vec<Ipv6Addr>), BuildError> {
     let (mut v4, mut v6) = (Vec::new(), Vec::new());
     for &addr in snat {
-        if !is_unicast(addr) {
+        if !is_host_address(addr) {
             return Err(BuildError::SnatAddress { addr });
         }
         match addr {

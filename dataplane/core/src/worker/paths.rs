@@ -149,8 +149,12 @@ impl Worker {
         if let Some((id, Direction::Original)) = found {
             if proto == Proto::Tcp && opens_connection(p.tcp_flags) && self.conntrack.reopened_by_syn(id, now)
             {
-                // The checks of a new connection's first packet, before the
-                // old one ends: a SYN that could open nothing ends nothing.
+                // The checks of the packet itself that a new connection's
+                // first packet passes, before the old one ends: a SYN from a
+                // martian source or in a group frame ends nothing. (Those of
+                // the service, in `open`, come after: a SYN it refuses has
+                // still ended the old connection, as after the entry's
+                // expiry.)
                 if !opens_from(p.src) {
                     return self.drop(DropReason::MartianSource);
                 }
@@ -667,10 +671,14 @@ fn opens_from(src: IpAddr) -> bool {
 }
 
 /// [`opens_from`] of an IPv4 source's octets (the fast path's form): not
-/// 0/8, 127/8, 169.254/16, nor 224/4 and above.
+/// 0/8, 127/8, 169.254/16, 224/4, nor 255.255.255.255.
 #[inline(always)]
 pub(super) fn opens_from_v4(a: [u8; 4]) -> bool {
-    a[0] != 0 && a[0] != 127 && a[0] < 224 && !(a[0] == 169 && a[1] == 254)
+    a[0] != 0
+        && a[0] != 127
+        && a[0] & 0xf0 != 0xe0
+        && u32::from_ne_bytes(a) != u32::MAX
+        && !(a[0] == 169 && a[1] == 254)
 }
 
 /// Whether `frame` went to a link-layer group (broadcast or multicast)
