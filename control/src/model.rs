@@ -436,9 +436,10 @@ pub fn check_service_name(name: &str) -> Result<(), String> {
 /// packet from the network is addressed to it, nor can one be sent to it)
 /// nor IPv4-mapped IPv6 (`::ffff:10.0.0.1` would be a second name of an
 /// IPv4 address, which the data plane sees as another family), nor in
-/// 0/8 ("this network", RFC 1122: no host's address; the data plane drops
-/// packets to it as `not_unicast`). What passes is one host's address
-/// ([`lb_dataplane::snapshot::is_host_address`]), which lbd can own.
+/// 0/8 ("this network", RFC 1122: no host's address). What passes is one
+/// host's address ([`lb_dataplane::snapshot::is_host_address`]), which
+/// lbd can own (the data plane drops packets to the others as
+/// `not_unicast`, so an owned one would be unreachable).
 pub fn check_unicast(addr: IpAddr) -> Result<(), String> {
     if !lb_dataplane::snapshot::is_unicast(addr) {
         return Err(format!("{addr} is not a unicast address"));

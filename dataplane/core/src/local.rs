@@ -78,8 +78,13 @@ pub enum LocalAddrsError {
     /// The port MAC has the group bit set; replies would come from a multicast MAC.
     #[error("port MAC {0} is a multicast address")]
     MulticastMac(MacAddr),
-    /// The address is unspecified, multicast or broadcast: nobody can own it.
-    #[error("{0} cannot be a local address (unspecified, multicast or broadcast)")]
+    /// The address is not one host's (unspecified, 0/8, loopback,
+    /// multicast, broadcast or IPv4-mapped:
+    /// [`is_host_address`](crate::snapshot::is_host_address)): nobody can
+    /// own it.
+    #[error(
+        "{0} cannot be a local address (unspecified, 0/8, loopback, multicast, broadcast or IPv4-mapped)"
+    )]
     InvalidAddress(IpAddr),
 }
 
@@ -92,11 +97,9 @@ impl LocalAddrs {
         let (mut ipv4, mut ipv6) = (Vec::new(), Vec::new());
         for a in addrs {
             match a {
-                IpAddr::V4(v) if !(v.is_unspecified() || v.is_multicast() || v.is_broadcast()) => {
-                    ipv4.push(v)
-                }
-                IpAddr::V6(v) if !(v.is_unspecified() || v.is_multicast()) => ipv6.push(v),
-                _ => return Err(LocalAddrsError::InvalidAddress(a)),
+                _ if !crate::snapshot::is_host_address(a) => return Err(LocalAddrsError::InvalidAddress(a)),
+                IpAddr::V4(v) => ipv4.push(v),
+                IpAddr::V6(v) => ipv6.push(v),
             }
         }
         ipv4.sort_unstable();

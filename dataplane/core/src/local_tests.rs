@@ -649,11 +649,20 @@ fn local_addrs_validation() {
         LocalAddrs::new(MacAddr::BROADCAST, []),
         Err(LocalAddrsError::MulticastMac(MacAddr::BROADCAST))
     );
-    let bad = IpAddr::V4(Ipv4Addr::BROADCAST);
-    assert_eq!(
-        LocalAddrs::new(OUR_MAC, [bad]),
-        Err(LocalAddrsError::InvalidAddress(bad))
-    );
+    for bad in [
+        "255.255.255.255",
+        "0.1.2.3",
+        "127.0.0.1",
+        "::1",
+        "::ffff:10.0.0.1",
+        "ff02::1",
+    ] {
+        let bad: IpAddr = bad.parse().unwrap();
+        assert_eq!(
+            LocalAddrs::new(OUR_MAC, [bad]),
+            Err(LocalAddrsError::InvalidAddress(bad))
+        );
+    }
     let l = local();
     assert!(l.owns(IpAddr::V4(Ipv4Addr::new(198, 51, 100, 7))) && !l.owns(IpAddr::V4(PEER_V4)));
     assert_eq!(l.ipv4().len(), 2);

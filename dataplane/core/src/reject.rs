@@ -41,7 +41,7 @@ const ICMP_V6_MAX: usize = 1280;
 /// the MAC it came from; returns the new frame length, or `None` when `p`
 /// must not be answered: a RST (never answered), not TCP, a fragment, a
 /// source that names no single host (unspecified, loopback, multicast,
-/// broadcast or reserved IP, multicast Ethernet: RFC 1122 §4.2.3.10,
+/// limited broadcast or IPv4-mapped IP: RFC 1122 §4.2.3.10,
 /// `names_one_host`), or a frame received on a
 /// link-layer multicast or broadcast address (RFC 1122 §3.3.6).
 pub fn write_tcp_reset(frame: &mut [u8], p: &Parsed, port_mac: [u8; 6]) -> Option<usize> {

@@ -883,11 +883,12 @@ pub(super) fn check_backends_not_local(
     Ok(())
 }
 
-/// Whether `ip` can be owned or be a unicast destination: not
-/// unspecified, multicast or (IPv4) the limited broadcast address. The
-/// builder refuses other interface, SNAT, frontend and backend addresses;
-/// lbd's config parsing checks its own addresses with it, so it can name
-/// the file and field.
+/// Whether `ip` can be a unicast destination: not unspecified, multicast
+/// or (IPv4) the limited broadcast address. The builder refuses other
+/// backend addresses, and lbd's config parsing checks the addresses it
+/// reads with it first, so it can name the file and field; owned
+/// addresses (interface, frontend, SNAT) must pass [`is_host_address`]
+/// too.
 pub fn is_unicast(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(a) => !(a.is_unspecified() || a.is_multicast() || a.is_broadcast()),

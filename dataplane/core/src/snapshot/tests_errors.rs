@@ -90,7 +90,18 @@ fn frontend_errors() {
         assert!(matches!(e, BuildError::UnsupportedProtocol { .. }), "{e}");
         assert!(e.to_string().contains("field proto"), "{e}");
     }
-    for a in ["0.0.0.0", "255.255.255.255", "224.0.0.1", "::", "ff02::1"] {
+    // Not one host's address: nothing could reach it.
+    for a in [
+        "0.0.0.0",
+        "0.1.2.3",
+        "127.0.0.1",
+        "255.255.255.255",
+        "224.0.0.1",
+        "::",
+        "::1",
+        "::ffff:192.0.2.1",
+        "ff02::1",
+    ] {
         assert!(
             matches!(one(fe(a, 80, Proto::Tcp)), BuildError::FrontendAddress { .. }),
             "{a}"
@@ -165,7 +176,15 @@ fn source_range_family_and_snat_errors() {
             addr: ip("10.0.0.100")
         }
     );
-    for a in ["0.0.0.0", "224.0.0.1", "ff02::1"] {
+    for a in [
+        "0.0.0.0",
+        "0.1.2.3",
+        "127.0.0.1",
+        "224.0.0.1",
+        "ff02::1",
+        "::1",
+        "::ffff:10.0.0.1",
+    ] {
         let e = err(|b| {
             b.snat_address(ip(a));
             Ok(())
@@ -335,11 +354,22 @@ fn interface_and_neighbor_errors() {
         "{e}"
     );
     assert!(e.to_string().contains("02:00:00:00:00:01"), "{e}");
-    let e = err(|b| {
-        b.interface(1, MAC1, cidr("0.0.0.0/0"), None);
-        Ok(())
-    });
-    assert!(matches!(e, BuildError::InterfaceAddress { port: 1, .. }), "{e}");
+    for c in [
+        "0.0.0.0/0",
+        "0.1.2.3/8",
+        "127.0.0.2/8",
+        "::1/128",
+        "::ffff:10.9.0.1/120",
+    ] {
+        let e = err(|b| {
+            b.interface(1, MAC1, cidr(c), None);
+            Ok(())
+        });
+        assert!(
+            matches!(e, BuildError::InterfaceAddress { port: 1, .. }),
+            "{c}: {e}"
+        );
+    }
     let e = err(|b| {
         b.interface(1, MAC1, cidr("10.9.0.1/24"), Some(ip("10.8.0.1")));
         Ok(())

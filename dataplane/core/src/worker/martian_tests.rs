@@ -100,6 +100,19 @@ fn the_same_packets_from_a_host_open() {
         assert!(matches!(v, Verdict::Transmit { port: 1, .. }), "{v:?}");
     }
     assert_eq!(w.conntrack().len(), frames.len());
+    // And in a burst (the fast path's own martian check).
+    let mut w = worker(1, 0);
+    let mut copies = frames.clone();
+    let metas = vec![meta(0); frames.len()];
+    let mut burst = vec![Verdict::ToHost; frames.len()];
+    w.handle_burst(Tick(0), &snap, &mut copies, &metas, &mut burst);
+    assert!(
+        burst
+            .iter()
+            .all(|v| matches!(v, Verdict::Transmit { port: 1, .. })),
+        "{burst:?}"
+    );
+    assert_eq!(w.conntrack().len(), frames.len());
 }
 
 /// `proto` (no L4 header lbd reads) from `src` to `dst`, 8 bytes of payload.
@@ -190,6 +203,11 @@ fn group_and_martian_destinations_are_not_unicast() {
     for (mut f, reason) in [
         (
             udp4(("10.0.0.2", 40000), ("10.9.9.9", 53), b"x"),
+            DropReason::NoConntrackReply,
+        ),
+        // 240/4 is a host's.
+        (
+            udp4(("10.0.0.2", 40000), ("240.0.0.9", 53), b"x"),
             DropReason::NoConntrackReply,
         ),
         (echo4("10.9.9.9"), DropReason::NoFrontend),
