@@ -229,24 +229,7 @@ fn a_broadcast_syn_ends_no_closing_connection() {
     let snap = snapshot();
     let mut w = worker(1, 0);
     let (client, vip) = (("10.0.0.2", 40000), ("10.0.0.100", 80));
-    let mut syn = tcp4(client, vip, "S", 64, b"");
-    assert!(matches!(
-        run(&mut w, &snap, 0, &mut syn, 0),
-        Verdict::Transmit { port: 1, .. }
-    ));
-    let sent = wire::parse(&syn).unwrap();
-    let (b, s) = (sent.dst.to_string(), sent.src.to_string());
-    for (flags, port) in [("SA", 1), ("A", 0), ("FA", 0), ("FA", 1), ("A", 0)] {
-        let mut f = if port == 0 {
-            tcp4(client, vip, flags, 64, b"")
-        } else {
-            tcp4((&b, 8080), (&s, sent.src_port), flags, 64, b"")
-        };
-        assert!(
-            matches!(run(&mut w, &snap, 10, &mut f, port), Verdict::Transmit { .. }),
-            "{flags}"
-        );
-    }
+    open_and_exchange(&mut w, &snap, (client, vip), &CLOSED_BY_CLIENT, b"");
     let key = crate::flow::FlowKey::new((v4("10.0.0.2"), 40000), (v4("10.0.0.100"), 80), Proto::Tcp).unwrap();
     let (id, _) = w.conntrack().lookup(&key).unwrap();
     assert_eq!(w.conntrack().state(id), Some(ConnState::TcpTimeWait));

@@ -615,35 +615,54 @@ fn drops_are_counted_with_reasons() {
 /// connection (as Linux's conntrack reopens one): a new Maglev pick, so a
 /// backend drained since gets none, and a new SNAT pair, the old one given
 /// back.
+/// Opens a full-NAT TCP connection from `client` to `vip` with a SYN at 0
+/// ms, then sends `steps` at 10 ms, each `(flags, port)` with `payload`:
+/// from the client on port 0, from the backend (port 8080) to the SNAT
+/// endpoint on port 1, asserting every packet is transmitted. Returns the
+/// SYN as forwarded (backend, SNAT endpoint).
+fn open_and_exchange(
+    w: &mut Worker,
+    snap: &Snapshot,
+    (client, vip): ((&str, u16), (&str, u16)),
+    steps: &[(&str, u16)],
+    payload: &[u8],
+) -> wire::Parsed {
+    let mut syn = tcp4(client, vip, "S", 64, b"");
+    assert!(matches!(
+        run(w, snap, 0, &mut syn, 0),
+        Verdict::Transmit { port: 1, .. }
+    ));
+    let sent = wire::parse(&syn).unwrap();
+    let (b, s) = (sent.dst.to_string(), sent.src.to_string());
+    for &(flags, port) in steps {
+        let mut f = if port == 0 {
+            tcp4(client, vip, flags, 64, payload)
+        } else {
+            tcp4((&b, 8080), (&s, sent.src_port), flags, 64, payload)
+        };
+        assert!(
+            matches!(run(w, snap, 10, &mut f, port), Verdict::Transmit { .. }),
+            "{flags}"
+        );
+    }
+    sent
+}
+
+/// A handshake, then the client closes first: TIME_WAIT.
+const CLOSED_BY_CLIENT: [(&str, u16); 5] = [("SA", 1), ("A", 0), ("FA", 0), ("FA", 1), ("A", 0)];
+
 #[test]
 fn a_syn_on_a_finished_connection_picks_again() {
     let snap = snapshot();
     let mut w = worker(1, 0);
     let client = ("10.0.0.2", 40000);
     let vip = ("10.0.0.100", 80);
-    let mut syn = tcp4(client, vip, "S", 64, b"");
-    assert!(matches!(
-        run(&mut w, &snap, 0, &mut syn, 0),
-        Verdict::Transmit { port: 1, .. }
-    ));
-    let sent = wire::parse(&syn).unwrap();
+    let sent = open_and_exchange(&mut w, &snap, (client, vip), &CLOSED_BY_CLIENT, b"");
     let (IpAddr::V4(backend), IpAddr::V4(snat)) = (sent.dst, sent.src) else {
         panic!("{sent:?}")
     };
     let (b, s) = (backend.to_string(), snat.to_string());
     let from_backend = |flags: &str| tcp4((&b, 8080), (&s, sent.src_port), flags, 64, b"");
-    // Handshake, then the client closes first: TIME_WAIT.
-    for (flags, port) in [("SA", 1), ("A", 0), ("FA", 0), ("FA", 1), ("A", 0)] {
-        let mut f = if port == 0 {
-            tcp4(client, vip, flags, 64, b"")
-        } else {
-            from_backend(flags)
-        };
-        assert!(
-            matches!(run(&mut w, &snap, 10, &mut f, port), Verdict::Transmit { .. }),
-            "{flags}"
-        );
-    }
     let key = crate::flow::FlowKey::new((v4("10.0.0.2"), 40000), (v4("10.0.0.100"), 80), Proto::Tcp).unwrap();
     let (id, _) = w.conntrack().lookup(&key).unwrap();
     assert_eq!(w.conntrack().state(id), Some(ConnState::TcpTimeWait));
@@ -695,28 +714,12 @@ fn a_syn_on_an_expired_unswept_connection_picks_again() {
     let vip = ("10.0.0.100", 80);
     for expired in [false, true] {
         let mut w = worker(1, 0);
-        let mut syn = tcp4(client, vip, "S", 64, b"");
-        assert!(matches!(
-            run(&mut w, &snap, 0, &mut syn, 0),
-            Verdict::Transmit { port: 1, .. }
-        ));
-        let sent = wire::parse(&syn).unwrap();
-        let (IpAddr::V4(backend), IpAddr::V4(snat)) = (sent.dst, sent.src) else {
+        // Handshake and data both ways: the entry's cache is warm.
+        let steps = [("SA", 1), ("A", 0), ("A", 0), ("A", 1), ("A", 0), ("A", 1)];
+        let sent = open_and_exchange(&mut w, &snap, (client, vip), &steps, b"data");
+        let IpAddr::V4(backend) = sent.dst else {
             panic!("{sent:?}")
         };
-        let (b, sn) = (backend.to_string(), snat.to_string());
-        // Handshake and data both ways: the entry's cache is warm.
-        for (flags, port) in [("SA", 1), ("A", 0), ("A", 0), ("A", 1), ("A", 0), ("A", 1)] {
-            let mut f = if port == 0 {
-                tcp4(client, vip, flags, 64, b"data")
-            } else {
-                tcp4((&b, 8080), (&sn, sent.src_port), flags, 64, b"data")
-            };
-            assert!(
-                matches!(run(&mut w, &snap, 10, &mut f, port), Verdict::Transmit { .. }),
-                "{flags}"
-            );
-        }
         let drained = snapshot_web_draining(backend);
         // 900 s after the last packet (at 10 ms) it has expired.
         let at = if expired { 900_010 } else { 900_009 };
