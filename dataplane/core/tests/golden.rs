@@ -715,12 +715,21 @@ fn family_cases(f: Fam) -> Vec<Case> {
                 w.snat_ports().available(ip(SNAT4), Proto::Tcp)
                     + w.snat_ports().available(ip(SNAT6), Proto::Tcp),
             );
-            if got == (1, 1, 2, 2000) {
+            // The frontends' and backends' packets: two connections' three
+            // packets each, and the stateless SYN (the full-NAT SYN and
+            // the orphaned reply are drops); their connections: the two.
+            let sum = |t: &mut dyn Iterator<Item = (u32, lb_dataplane::counters::FlowTotals)>| {
+                t.fold((0, 0), |(p, n), (_, t)| (p + t.packets, n + t.connections))
+            };
+            let flows = (sum(&mut c.frontend_totals()), sum(&mut c.backend_totals()));
+            if got == (1, 1, 2, 2000) && flows == ((7, 2), (7, 2)) {
                 Ok(())
             } else {
                 Err(format!(
                     "(stateless_forwards, conntrack_full drops, entries, free SNAT ports) = {got:?}, \
-                     expected (1, 1, 2, 2000): the refused full-NAT flow must return its port"
+                     expected (1, 1, 2, 2000): the refused full-NAT flow must return its port; \
+                     frontends' and backends' (packets, connections) = {flows:?}, expected \
+                     ((7, 2), (7, 2)): a stateless forward counts as a packet"
                 ))
             }
         }),

@@ -196,6 +196,9 @@ impl Worker {
             } else if let Some(tags) = self.conntrack.touch(id, Direction::Original, k.flags, now) {
                 self.count_flow(tags, frame.len());
             }
+        } else {
+            // A DNAT packet forwarded without an entry (`paths::translate`).
+            self.count_flow(tags, frame.len());
         }
         Some(Opened::Transmit(hop.port))
     }

@@ -165,9 +165,9 @@ impl Worker {
                 found = None;
             }
         }
-        let (id, rw) = match found {
+        let (account, rw) = match found {
             Some((id, dir)) => match self.conntrack.rewrite(id, dir) {
-                Some(rw) => (Some((id, dir)), rw),
+                Some(rw) => (Account::Entry(id, dir), rw),
                 None => return self.drop(DropReason::NoConntrackReply),
             },
             None if !opens_from(p.src) => return self.drop(DropReason::MartianSource),
@@ -178,7 +178,7 @@ impl Worker {
                 Err(NotOpened::TooBig(mtu)) => return self.too_big(snap, frame, p, meta, mtu),
             },
         };
-        self.translate(now, snap, frame, p, id, &rw, meta)
+        self.translate(now, snap, frame, p, account, &rw, meta)
     }
 
     /// The worker's SNAT pairs of `proto` toward `backend`'s family are all
@@ -213,7 +213,8 @@ impl Worker {
     }
 
     /// A new connection to `svc`: source ranges, Maglev, SNAT, conntrack.
-    /// Returns the entry (None when forwarded statelessly) and the rewrite;
+    /// Returns where the packet is accounted (its new entry, or its tags
+    /// alone when a full table forwards it statelessly) and the rewrite;
     /// opens nothing for a packet too big for the backend's port
     /// (`NotOpened::TooBig`, its MTU): it will not be sent, and the
     /// sender's smaller next packet opens the same connection.
@@ -227,7 +228,7 @@ impl Worker {
         key: FlowKey,
         svc: &Service,
         fe_slot: u32,
-    ) -> Result<(Option<(EntryId, Direction)>, Rewrite), NotOpened> {
+    ) -> Result<(Account, Rewrite), NotOpened> {
         if !svc.allows_source(p.src) {
             return Err(DropReason::SourceRangeDenied.into());
         }
@@ -276,8 +277,11 @@ impl Worker {
             src: nat.snat().unwrap_or((p.src, p.src_port)),
             dst: be,
         };
-        let id = self.insert_opened(now, (key, nat), tags, None)?;
-        Ok((id.map(|id| (id, Direction::Original)), rw))
+        let account = match self.insert_opened(now, (key, nat), tags, None)? {
+            Some(id) => Account::Entry(id, Direction::Original),
+            None => Account::Stateless(tags),
+        };
+        Ok((account, rw))
     }
 
     /// The backend for a new connection from `client` to `svc`, a service
@@ -413,7 +417,7 @@ impl Worker {
         };
         match found.unwrap_or_else(|| self.conntrack.lookup(&key)) {
             Some((id, dir @ Direction::Reply)) => match self.conntrack.rewrite(id, dir) {
-                Some(rw) => self.translate(now, snap, frame, p, Some((id, dir)), &rw, meta),
+                Some(rw) => self.translate(now, snap, frame, p, Account::Entry(id, dir), &rw, meta),
                 None => self.drop(DropReason::NoConntrackReply),
             },
             _ => self.drop(DropReason::NoConntrackReply),
@@ -428,7 +432,7 @@ impl Worker {
         snap: &Snapshot,
         frame: &mut [u8],
         p: &Parsed,
-        entry: Option<(EntryId, Direction)>,
+        account: Account,
         rw: &Rewrite,
         meta: &PacketMeta,
     ) -> Verdict {
@@ -444,10 +448,13 @@ impl Worker {
             return self.drop(reason);
         }
         set_l2(frame, &route, snap);
-        if let Some((id, dir)) = entry {
-            if let Some(tags) = self.conntrack.touch(id, dir, p.tcp_flags.0, now) {
-                self.count_flow(tags, frame.len());
+        match account {
+            Account::Entry(id, dir) => {
+                if let Some(tags) = self.conntrack.touch(id, dir, p.tcp_flags.0, now) {
+                    self.count_flow(tags, frame.len());
+                }
             }
+            Account::Stateless(tags) => self.count_flow(tags, frame.len()),
         }
         verdict(&route, frame.len())
     }
@@ -644,6 +651,19 @@ impl From<DropReason> for NotOpened {
 #[inline(always)]
 fn ip_len(p: &Parsed) -> usize {
     (p.end as usize).saturating_sub(usize::from(p.l3_offset))
+}
+
+/// Where [`Worker::translate`] accounts a packet.
+#[derive(Debug, Clone, Copy)]
+enum Account {
+    /// On its connection's entry, travelling `Direction`: the entry's
+    /// state and timeout, and the frontend's and backend's counters by its
+    /// tags.
+    Entry(EntryId, Direction),
+    /// On the frontend's and backend's counters alone: a new DNAT
+    /// connection forwarded without an entry from a full table
+    /// (`stateless_forwards`).
+    Stateless(Tags),
 }
 
 /// `Transmit` to a resolved next hop, `Resolve` otherwise.
