@@ -387,7 +387,7 @@ pub fn render(stats: &pb::GetStatsResponse, info: &pb::GetInfoResponse) -> Strin
         (
             "lbd_worker_neighbor_updates_total",
             "counter",
-            "ARP replies and neighbor advertisements passed to the neighbor table.",
+            "ARP replies and neighbor advertisements passed to the neighbor table, and new MACs named by requests to lbd.",
             |w| w.neighbor_updates,
         ),
         (
@@ -429,7 +429,7 @@ pub fn render(stats: &pb::GetStatsResponse, info: &pb::GetInfoResponse) -> Strin
         (
             "lbd_conntrack_expirations_total",
             "counter",
-            "Entries ended by their idle timeout.",
+            "Entries expired, ended by a client SYN reusing their ports, or UDP ones whose frontend or backend was deleted.",
             |w| w.conntrack_expirations,
         ),
         (
@@ -619,7 +619,7 @@ pub fn render(stats: &pb::GetStatsResponse, info: &pb::GetInfoResponse) -> Strin
         (
             "lbd_control_neighbor_drops_total",
             "counter",
-            "Held frames dropped: no answer, hold queue full, or no next hop.",
+            "Held frames dropped: no answer, hold queue full, no next hop, neighbor table full, or held at exit.",
             c.neighbor_drops,
         ),
         (

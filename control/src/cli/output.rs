@@ -15,7 +15,7 @@ use crate::convert;
 use crate::model::{endpoint, BackendState, FrontendType, Mode, Protocol, Source, TrafficPolicy};
 use crate::services_file::format_duration;
 
-/// `-o` of `get`, `stats` and `info`.
+/// `-o` of `get` and `info`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Format {
     /// Aligned columns.

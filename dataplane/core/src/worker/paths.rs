@@ -728,13 +728,20 @@ impl Worker {
     fn retry_past_expired(&mut self, what: impl Opening, tags: Tags, now: Tick) -> Option<EntryId> {
         let (ct, snat, counters) = (&mut self.conntrack, &mut self.snat, &self.counters);
         let (key, nat) = what.general();
-        let mut on_evicted = |evicted: Evicted| {
+        // Expired entries the sweep had not reached yet: expirations, not
+        // evictions (no table pressure took them). Were the table full, the
+        // insert below would count its own eviction as such.
+        let mut on_expired = |evicted: Evicted| {
+            counters.conntrack_expirations.inc();
+            release_snat(snat, evicted.snat, evicted.proto);
+        };
+        if !ct.take_expired_in_way(key, nat, now, &mut on_expired) {
+            return None;
+        }
+        let on_evicted = |evicted: Evicted| {
             counters.conntrack_evictions.inc();
             release_snat(snat, evicted.snat, evicted.proto);
         };
-        if !ct.take_expired_in_way(key, nat, now, &mut on_evicted) {
-            return None;
-        }
         // The slots just freed make room: only another conflict could
         // refuse it now.
         let id = what.insert(ct, tags, now, None, on_evicted).ok()?;
