@@ -678,6 +678,10 @@ fn neighbor_solicit(
     if !dad && (src.is_multicast() || !slla.unwrap_or(eth_src).is_unicast()) {
         return Err(DropReason::MalformedIcmp);
     }
+    // Nor one no answer may go to (loopback, IPv4-mapped), as for echo.
+    if !dad && !crate::reject::names_one_host(IpAddr::V6(src)) {
+        return Err(DropReason::LocalUnhandled);
+    }
     // A DAD probe is answered to all-nodes so the prober sees the conflict.
     let (reply_ip, reply_mac, flags) = if dad {
         let all_nodes = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);

@@ -492,6 +492,21 @@ fn neighbor_solicit_rejections() {
         handle_local(Tick::ZERO, &mut f, &l),
         LocalVerdict::Drop(DropReason::MalformedIcmp)
     );
+    // Nor one no answer may go to, as for echo.
+    for src in ["::1", "::ffff:10.0.0.9"] {
+        let mut f = ns_frame(
+            src.parse().unwrap(),
+            solicited_node(&our_v6()),
+            our_v6(),
+            true,
+            255,
+        );
+        assert_eq!(
+            handle_local(Tick::ZERO, &mut f, &l),
+            LocalVerdict::Drop(DropReason::LocalUnhandled),
+            "{src}"
+        );
+    }
     let mut f = ns_frame(peer_v6(), solicited_node(&our_v6()), our_v6(), true, 255);
     f[70] ^= 1; // inside the target: checksum no longer matches
     assert_eq!(

@@ -158,15 +158,17 @@ pub fn write_too_big(frame: &mut [u8], p: &Parsed, port: &PortConfig, mtu: u16) 
     let end = (p.end as usize).min(frame.len());
     let packet_len = end.checked_sub(l3)?;
     // The longest of the port's prefixes of the family holding the
-    // sender, else its first of the family.
+    // sender, else its first of the family that is not link-local (no
+    // router forwards that to an off-link sender), else its first.
     let own = |v6: bool| {
         let of_family = port.cidrs().iter().filter(move |c| c.addr().is_ipv6() == v6);
         of_family
             .clone()
             .filter(|c| c.contains(p.src))
             .max_by_key(|c| c.prefix())
-            .or_else(|| of_family.clone().next())
             .map(|c| c.addr())
+            .or_else(|| routable_own_address(port.cidrs(), v6))
+            .or_else(|| of_family.clone().next().map(|c| c.addr()))
     };
     let new_end = match (p.l3, p.src) {
         (L3::Ipv4, IpAddr::V4(s)) => {
@@ -233,6 +235,24 @@ pub(crate) fn names_one_host(ip: IpAddr) -> bool {
             !a.is_unspecified() && !a.is_loopback() && !a.is_multicast() && a.to_ipv4_mapped().is_none()
         }
     }
+}
+
+/// Whether `ip` is link-local (169.254/16, fe80::/10): valid on its link
+/// alone (RFC 3927, RFC 4291 §2.5.6).
+pub(crate) fn is_link_local(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => a.is_link_local(),
+        IpAddr::V6(a) => a.is_unicast_link_local(),
+    }
+}
+
+/// A port's first address of the family (`v6`) that is not link-local:
+/// the source of what lbd sends from that port to another link.
+pub(crate) fn routable_own_address(cidrs: &[crate::snapshot::Cidr], v6: bool) -> Option<IpAddr> {
+    cidrs
+        .iter()
+        .map(|c| c.addr())
+        .find(|a| a.is_ipv6() == v6 && !is_link_local(*a))
 }
 
 /// Writes the IPv4 and ICMP headers of a "fragmentation needed" from
@@ -439,6 +459,27 @@ mod tests {
         let mut f = syn(LB_MAC, CLIENT_MAC, [10, 0, 0, 2]);
         let p = wire::parse(&f).unwrap();
         assert!(write_tcp_reset(&mut f, &p, LB_MAC).is_some());
+    }
+
+    /// What lbd sends to another link comes from a port address that is
+    /// not link-local, where the port has one.
+    #[test]
+    fn the_routable_address_of_a_port() {
+        let cidrs: Vec<crate::snapshot::Cidr> = ["169.254.0.1/16", "fe80::1/64", "10.0.0.1/24", "fd00::1/64"]
+            .iter()
+            .map(|c| crate::snapshot::Cidr::parse_prefixed(c).unwrap())
+            .collect();
+        assert_eq!(
+            routable_own_address(&cidrs, false),
+            Some("10.0.0.1".parse().unwrap())
+        );
+        assert_eq!(
+            routable_own_address(&cidrs, true),
+            Some("fd00::1".parse().unwrap())
+        );
+        assert_eq!(routable_own_address(&cidrs[..2], true), None);
+        assert!(is_link_local("169.254.9.9".parse().unwrap()) && is_link_local("fe80::2".parse().unwrap()));
+        assert!(!is_link_local("10.0.0.1".parse().unwrap()) && !is_link_local("fec0::1".parse().unwrap()));
     }
 
     /// Sources an answer cannot reach, in both families, are not hosts.

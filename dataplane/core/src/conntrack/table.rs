@@ -769,6 +769,12 @@ impl<A: Addr> Table<A> {
     /// `Option`s cost ~40 instructions a slot, ~1,300 an eviction. The
     /// early stop makes a flood's eviction one slot (~20 instructions)
     /// instead of the window's ~660 (the slot at the hand is embryonic).
+    ///
+    /// Never inlined: where LLVM inlined it into the new-connection fast
+    /// path (`fast_open_v4`, after unrelated changes elsewhere), that path
+    /// spilled more and took ~19 more instructions a new flow with a table
+    /// not full (bench/RESULTS.md).
+    #[inline(never)]
     pub fn pick_victim(
         &mut self,
         window: u32,

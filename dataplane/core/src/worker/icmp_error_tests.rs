@@ -205,3 +205,115 @@ fn icmp_error_to_an_unresolved_client_is_resolve() {
     assert_checksums(&err);
     assert_eq!((&err[..6], &err[6..12]), (&[0u8; 6][..], &MAC0[..]));
 }
+
+/// An error from a router that reports from a link-local address (no other
+/// address on that link) reaches the client from lbd's own address on the
+/// client's port: no router forwards a link-local source off its link
+/// (RFC 3927, RFC 4291 §2.5.6). Both families.
+#[test]
+fn an_error_from_a_link_local_router_is_sent_from_lbd() {
+    let snap = snapshot();
+    let mut w = worker(1, 0);
+    let mut syn = tcp4(("10.0.0.2", 40000), ("10.0.0.100", 80), "S", 64, b"");
+    run(&mut w, &snap, 0, &mut syn, 0);
+    let mut err = Vec::new();
+    etherparse::PacketBuilder::ethernet2(BACKEND_MAC, MAC1)
+        .ipv4([169, 254, 0, 1], [10, 1, 0, 100], 64)
+        .icmpv4(etherparse::Icmpv4Type::DestinationUnreachable(
+            etherparse::icmpv4::DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
+        ))
+        .write(&mut err, &syn[14..14 + 28])
+        .unwrap();
+    assert!(matches!(
+        run(&mut w, &snap, 5, &mut err, 1),
+        Verdict::Transmit { port: 0, .. }
+    ));
+    let p = wire::parse(&err).unwrap();
+    assert_eq!((p.src, p.dst), (v4("10.0.0.1"), v4("10.0.0.2")));
+    assert_checksums(&err);
+
+    let mut syn = tcp6(("fd00::2", 40000), ("fd00::100", 80), "S", b"");
+    run(&mut w, &snap, 0, &mut syn, 0);
+    let sent = wire::parse(&syn).unwrap();
+    let (IpAddr::V6(snat), IpAddr::V6(backend)) = (sent.src, sent.dst) else {
+        panic!("{sent:?}")
+    };
+    let router: Ipv6Addr = "fe80::1".parse().unwrap();
+    let mut err = Vec::new();
+    etherparse::PacketBuilder::ethernet2(BACKEND_MAC, MAC1)
+        .ipv6(router.octets(), snat.octets(), 64)
+        .icmpv6(etherparse::Icmpv6Type::PacketTooBig { mtu: 1400 })
+        .write(&mut err, &syn[14..])
+        .unwrap();
+    let _ = backend;
+    assert!(
+        matches!(
+            run(&mut w, &snap, 5, &mut err, 1),
+            Verdict::Transmit { port: 0, .. }
+        ),
+        "{:?}",
+        w.counters().nonzero_drops().collect::<Vec<_>>()
+    );
+    let p = wire::parse(&err).unwrap();
+    assert_eq!(
+        (p.src, p.dst),
+        ("fd00::1".parse().unwrap(), "fd00::2".parse().unwrap())
+    );
+    assert_checksums(&err);
+    // A router with a routable address keeps it.
+    let mut err = Vec::new();
+    etherparse::PacketBuilder::ethernet2(BACKEND_MAC, MAC1)
+        .ipv6(
+            "fd01::fe".parse::<Ipv6Addr>().unwrap().octets(),
+            snat.octets(),
+            64,
+        )
+        .icmpv6(etherparse::Icmpv6Type::PacketTooBig { mtu: 1400 })
+        .write(&mut err, &syn[14..])
+        .unwrap();
+    assert!(matches!(
+        run(&mut w, &snap, 5, &mut err, 1),
+        Verdict::Transmit { port: 0, .. }
+    ));
+    assert_eq!(
+        wire::parse(&err).unwrap().src,
+        "fd01::fe".parse::<IpAddr>().unwrap()
+    );
+}
+
+/// An error about the host's own traffic (quoting a packet from an
+/// interface address, such as its BGP session) goes to the host, as that
+/// traffic does; one quoting a VIP's traffic that nothing tracks is still
+/// dropped.
+#[test]
+fn an_error_about_the_hosts_own_traffic_goes_to_the_host() {
+    let snap = snapshot();
+    let mut w = worker(2, 1);
+    let own = tcp4(("10.0.0.1", 179), ("10.0.0.254", 50000), "A", 64, b"");
+    let mut err = Vec::new();
+    etherparse::PacketBuilder::ethernet2(ROUTER_MAC, MAC0)
+        .ipv4([10, 0, 0, 254], [10, 0, 0, 1], 64)
+        .icmpv4(etherparse::Icmpv4Type::DestinationUnreachable(
+            etherparse::icmpv4::DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
+        ))
+        .write(&mut err, &own[14..14 + 28])
+        .unwrap();
+    assert_eq!(run(&mut w, &snap, 5, &mut err.clone(), 0), Verdict::ToHost);
+    let vip = tcp4(("10.0.0.100", 80), ("10.0.0.2", 40000), "SA", 64, b"");
+    let mut err = Vec::new();
+    etherparse::PacketBuilder::ethernet2(ROUTER_MAC, MAC0)
+        .ipv4([10, 0, 0, 254], [10, 0, 0, 100], 64)
+        .icmpv4(etherparse::Icmpv4Type::DestinationUnreachable(
+            etherparse::icmpv4::DestUnreachableHeader::Host,
+        ))
+        .write(&mut err, &vip[14..14 + 28])
+        .unwrap();
+    let v = run(&mut w, &snap, 5, &mut err, 0);
+    assert!(
+        matches!(
+            v,
+            Verdict::Drop(DropReason::IcmpErrorUntracked) | Verdict::HandOver(_)
+        ),
+        "{v:?}"
+    );
+}

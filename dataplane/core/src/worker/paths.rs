@@ -545,6 +545,12 @@ impl Worker {
         };
         // Ownership from the quote: the SNAT port, else the client endpoint.
         let src_kind = snap.owner_kind(q.src).unwrap_or_default();
+        // The host's own traffic (from an interface address that is no VIP
+        // or SNAT address, which lbd passes to the host): so is its error,
+        // a path-MTU report for the host's BGP session, say.
+        if src_kind == OwnerKind::INTERFACE {
+            return Verdict::ToHost;
+        }
         let owner = if src_kind.contains(OwnerKind::SNAT) {
             self.owner_by_snat_port(q.src_port)
         } else if src_kind.contains(OwnerKind::VIP) {
@@ -565,15 +571,26 @@ impl Worker {
         let Some(flow_rw) = self.conntrack.rewrite(id, dir) else {
             return self.drop(DropReason::IcmpErrorUntracked);
         };
-        // Outer: the far end itself reporting (a backend's port
+        // The destination is the flow's far end.
+        let Some(route) = snap.route(flow_rw.dst.0) else {
+            return self.drop(DropReason::NoRoute);
+        };
+        // Outer source: the far end itself reporting (a backend's port
         // unreachable) speaks as the receiver knows it, the VIP towards the
         // client (as Linux's NAT does), so backend addresses do not leak;
         // otherwise the reporting router stays the source unless it must
         // be our SNAT address for the backend to answer us (full-NAT,
-        // towards the backend). The destination is the flow's far end.
+        // towards the backend), or it is link-local (a router with no other
+        // address on that link, RFC 4291 §2.5.6 and RFC 3927: no router
+        // forwards it), where lbd, the router of the next link, reports
+        // from its own address there.
         let outer_src = match (dir, self.conntrack.nat(id)) {
             _ if p.src == q.dst => flow_rw.src.0,
             (Direction::Original, Some(Nat::FullNat { snat, .. })) => snat.0,
+            _ if reject::is_link_local(p.src) => snap
+                .port(route.port())
+                .and_then(|port| reject::routable_own_address(port.cidrs(), p.src.is_ipv6()))
+                .unwrap_or(p.src),
             _ => p.src,
         };
         let outer = Rewrite {
@@ -581,9 +598,6 @@ impl Worker {
             dst: flow_rw.dst,
         };
         let inner = nat::inner_rewrite(&flow_rw);
-        let Some(route) = snap.route(outer.dst.0) else {
-            return self.drop(DropReason::NoRoute);
-        };
         // Not answered: no ICMP error about an ICMP error. (One whose TTL
         // runs out is dropped as such by the rewrite.)
         if ip_len(p) > usize::from(route.mtu()) && p.ttl > 1 {
