@@ -3,8 +3,40 @@
 //! forged or advice for lbd, leaving the connection's state and timer as
 //! they are, and held like any frame when the next hop is unresolved.
 
+use etherparse::icmpv4::DestUnreachableHeader;
+
 use super::route_tests::backends_resolved;
 use super::*;
+
+/// An ICMPv4 destination unreachable of `kind` from `src` to `dst` in a
+/// frame between `macs`, quoting `quote`.
+fn icmp4_error(
+    macs: ([u8; 6], [u8; 6]),
+    src: [u8; 4],
+    dst: [u8; 4],
+    kind: DestUnreachableHeader,
+    quote: &[u8],
+) -> Vec<u8> {
+    let mut err = Vec::new();
+    etherparse::PacketBuilder::ethernet2(macs.0, macs.1)
+        .ipv4(src, dst, 64)
+        .icmpv4(etherparse::Icmpv4Type::DestinationUnreachable(kind))
+        .write(&mut err, quote)
+        .unwrap();
+    err
+}
+
+/// An ICMPv6 packet too big (MTU 1,400) from `src` to `dst` in a frame
+/// between `macs`, quoting `quote`.
+fn too_big6(macs: ([u8; 6], [u8; 6]), src: [u8; 16], dst: [u8; 16], quote: &[u8]) -> Vec<u8> {
+    let mut err = Vec::new();
+    etherparse::PacketBuilder::ethernet2(macs.0, macs.1)
+        .ipv6(src, dst, 64)
+        .icmpv6(etherparse::Icmpv6Type::PacketTooBig { mtu: 1400 })
+        .write(&mut err, quote)
+        .unwrap();
+    err
+}
 
 /// An ICMP "fragmentation needed" from a router on the backend side,
 /// quoting a full-NAT'ed segment, reaches the client with the VIP and the
@@ -18,14 +50,13 @@ fn icmp_frag_needed_reaches_the_client_translated() {
     let sent = wire::parse(&syn).unwrap();
     // The quote: the translated packet's IP header and first 8 L4 bytes.
     let ip_and_8 = &syn[14..14 + 20 + 8];
-    let mut err = Vec::new();
-    etherparse::PacketBuilder::ethernet2(BACKEND_MAC, MAC1)
-        .ipv4([10, 1, 0, 254], [10, 1, 0, 100], 64)
-        .icmpv4(etherparse::Icmpv4Type::DestinationUnreachable(
-            etherparse::icmpv4::DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
-        ))
-        .write(&mut err, ip_and_8)
-        .unwrap();
+    let mut err = icmp4_error(
+        (BACKEND_MAC, MAC1),
+        [10, 1, 0, 254],
+        [10, 1, 0, 100],
+        DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
+        ip_and_8,
+    );
     assert!(
         matches!(
             run(&mut w, &snap, 5, &mut err, 1),
@@ -152,14 +183,13 @@ fn icmp_error_leaves_the_connection_state_and_timer() {
     // The backend's port is closed: its unreachable, every 10 s, quoting
     // the datagram it got, goes back to the client translated.
     for t in [10_000, 20_000, 29_000] {
-        let mut err = Vec::new();
-        etherparse::PacketBuilder::ethernet2(BACKEND_MAC, MAC1)
-            .ipv4(backend.octets(), [10, 0, 0, 2], 64)
-            .icmpv4(etherparse::Icmpv4Type::DestinationUnreachable(
-                etherparse::icmpv4::DestUnreachableHeader::Port,
-            ))
-            .write(&mut err, &q[14..sent.end as usize])
-            .unwrap();
+        let mut err = icmp4_error(
+            (BACKEND_MAC, MAC1),
+            backend.octets(),
+            [10, 0, 0, 2],
+            DestUnreachableHeader::Port,
+            &q[14..sent.end as usize],
+        );
         assert!(matches!(
             run(&mut w, &snap, t, &mut err, 1),
             Verdict::Transmit { port: 0, .. }
@@ -184,14 +214,13 @@ fn icmp_error_to_an_unresolved_client_is_resolve() {
         run(&mut w, &snap, 0, &mut syn, 0),
         Verdict::Transmit { port: 1, .. }
     ));
-    let mut err = Vec::new();
-    etherparse::PacketBuilder::ethernet2(ROUTER_MAC, MAC1)
-        .ipv4([10, 1, 0, 254], [10, 1, 0, 100], 64)
-        .icmpv4(etherparse::Icmpv4Type::DestinationUnreachable(
-            etherparse::icmpv4::DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
-        ))
-        .write(&mut err, &syn[14..14 + 28])
-        .unwrap();
+    let mut err = icmp4_error(
+        (ROUTER_MAC, MAC1),
+        [10, 1, 0, 254],
+        [10, 1, 0, 100],
+        DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
+        &syn[14..14 + 28],
+    );
     assert_eq!(
         run(&mut w, &snap, 5, &mut err, 1),
         Verdict::Resolve {
@@ -216,14 +245,13 @@ fn an_error_from_a_link_local_router_is_sent_from_lbd() {
     let mut w = worker(1, 0);
     let mut syn = tcp4(("10.0.0.2", 40000), ("10.0.0.100", 80), "S", 64, b"");
     run(&mut w, &snap, 0, &mut syn, 0);
-    let mut err = Vec::new();
-    etherparse::PacketBuilder::ethernet2(BACKEND_MAC, MAC1)
-        .ipv4([169, 254, 0, 1], [10, 1, 0, 100], 64)
-        .icmpv4(etherparse::Icmpv4Type::DestinationUnreachable(
-            etherparse::icmpv4::DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
-        ))
-        .write(&mut err, &syn[14..14 + 28])
-        .unwrap();
+    let mut err = icmp4_error(
+        (BACKEND_MAC, MAC1),
+        [169, 254, 0, 1],
+        [10, 1, 0, 100],
+        DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
+        &syn[14..14 + 28],
+    );
     assert!(matches!(
         run(&mut w, &snap, 5, &mut err, 1),
         Verdict::Transmit { port: 0, .. }
@@ -235,17 +263,11 @@ fn an_error_from_a_link_local_router_is_sent_from_lbd() {
     let mut syn = tcp6(("fd00::2", 40000), ("fd00::100", 80), "S", b"");
     run(&mut w, &snap, 0, &mut syn, 0);
     let sent = wire::parse(&syn).unwrap();
-    let (IpAddr::V6(snat), IpAddr::V6(backend)) = (sent.src, sent.dst) else {
+    let IpAddr::V6(snat) = sent.src else {
         panic!("{sent:?}")
     };
     let router: Ipv6Addr = "fe80::1".parse().unwrap();
-    let mut err = Vec::new();
-    etherparse::PacketBuilder::ethernet2(BACKEND_MAC, MAC1)
-        .ipv6(router.octets(), snat.octets(), 64)
-        .icmpv6(etherparse::Icmpv6Type::PacketTooBig { mtu: 1400 })
-        .write(&mut err, &syn[14..])
-        .unwrap();
-    let _ = backend;
+    let mut err = too_big6((BACKEND_MAC, MAC1), router.octets(), snat.octets(), &syn[14..]);
     assert!(
         matches!(
             run(&mut w, &snap, 5, &mut err, 1),
@@ -261,16 +283,8 @@ fn an_error_from_a_link_local_router_is_sent_from_lbd() {
     );
     assert_checksums(&err);
     // A router with a routable address keeps it.
-    let mut err = Vec::new();
-    etherparse::PacketBuilder::ethernet2(BACKEND_MAC, MAC1)
-        .ipv6(
-            "fd01::fe".parse::<Ipv6Addr>().unwrap().octets(),
-            snat.octets(),
-            64,
-        )
-        .icmpv6(etherparse::Icmpv6Type::PacketTooBig { mtu: 1400 })
-        .write(&mut err, &syn[14..])
-        .unwrap();
+    let routed: Ipv6Addr = "fd01::fe".parse().unwrap();
+    let mut err = too_big6((BACKEND_MAC, MAC1), routed.octets(), snat.octets(), &syn[14..]);
     assert!(matches!(
         run(&mut w, &snap, 5, &mut err, 1),
         Verdict::Transmit { port: 0, .. }
@@ -290,24 +304,22 @@ fn an_error_about_the_hosts_own_traffic_goes_to_the_host() {
     let snap = snapshot();
     let mut w = worker(2, 1);
     let own = tcp4(("10.0.0.1", 179), ("10.0.0.254", 50000), "A", 64, b"");
-    let mut err = Vec::new();
-    etherparse::PacketBuilder::ethernet2(ROUTER_MAC, MAC0)
-        .ipv4([10, 0, 0, 254], [10, 0, 0, 1], 64)
-        .icmpv4(etherparse::Icmpv4Type::DestinationUnreachable(
-            etherparse::icmpv4::DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
-        ))
-        .write(&mut err, &own[14..14 + 28])
-        .unwrap();
+    let err = icmp4_error(
+        (ROUTER_MAC, MAC0),
+        [10, 0, 0, 254],
+        [10, 0, 0, 1],
+        DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
+        &own[14..14 + 28],
+    );
     assert_eq!(run(&mut w, &snap, 5, &mut err.clone(), 0), Verdict::ToHost);
     let vip = tcp4(("10.0.0.100", 80), ("10.0.0.2", 40000), "SA", 64, b"");
-    let mut err = Vec::new();
-    etherparse::PacketBuilder::ethernet2(ROUTER_MAC, MAC0)
-        .ipv4([10, 0, 0, 254], [10, 0, 0, 100], 64)
-        .icmpv4(etherparse::Icmpv4Type::DestinationUnreachable(
-            etherparse::icmpv4::DestUnreachableHeader::Host,
-        ))
-        .write(&mut err, &vip[14..14 + 28])
-        .unwrap();
+    let mut err = icmp4_error(
+        (ROUTER_MAC, MAC0),
+        [10, 0, 0, 254],
+        [10, 0, 0, 100],
+        DestUnreachableHeader::Host,
+        &vip[14..14 + 28],
+    );
     let v = run(&mut w, &snap, 5, &mut err, 0);
     assert!(
         matches!(
