@@ -758,7 +758,7 @@ fn print_summary(ports: &[Port], workers: &[Worker], ctl: &ControlCounters, left
             n => format!(" slot_overflow {n}"),
         };
         out!(
-            "  worker {}: rx {} tx {} local_replies {} resets_sent {} too_big_sent {} neighbor_updates {} handed_over {} new_connections {} stateless_forwards {} conntrack_entries {}{affinity}{overflow} drops {}{}",
+            "  worker {}: rx {} tx {} local_replies {} resets_sent {} too_big_sent {} neighbor_updates {} handed_over {} new_connections {} stateless_forwards {} conntrack_entries {} conntrack_evictions {} conntrack_expirations {}{affinity}{overflow} drops {}{}",
             w.id().0,
             c.rx_packets.get(),
             c.tx_packets.get(),
@@ -770,6 +770,8 @@ fn print_summary(ports: &[Port], workers: &[Worker], ctl: &ControlCounters, left
             c.new_connections.get(),
             c.stateless_forwards.get(),
             w.conntrack().len(),
+            c.conntrack_evictions.get(),
+            c.conntrack_expirations.get(),
             c.total_drops(),
             if drops.is_empty() {
                 String::new()
