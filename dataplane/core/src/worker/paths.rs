@@ -540,17 +540,18 @@ impl Worker {
         if p.dst != q.src {
             return self.drop(DropReason::IcmpErrorUntracked);
         }
+        let src_kind = snap.owner_kind(q.src).unwrap_or_default();
+        // The host's traffic (from an interface address that is no VIP or
+        // SNAT address, which lbd leaves to the host): so is its error, a
+        // path-MTU report for the host's BGP session, say. (lbd's shell has
+        // no host stack and counts it as `local_unhandled`.)
+        if src_kind == OwnerKind::INTERFACE {
+            return Verdict::ToHost;
+        }
         let Some(proto) = Proto::from_u8(q.protocol) else {
             return self.drop(DropReason::IcmpErrorUntracked);
         };
         // Ownership from the quote: the SNAT port, else the client endpoint.
-        let src_kind = snap.owner_kind(q.src).unwrap_or_default();
-        // The host's own traffic (from an interface address that is no VIP
-        // or SNAT address, which lbd passes to the host): so is its error,
-        // a path-MTU report for the host's BGP session, say.
-        if src_kind == OwnerKind::INTERFACE {
-            return Verdict::ToHost;
-        }
         let owner = if src_kind.contains(OwnerKind::SNAT) {
             self.owner_by_snat_port(q.src_port)
         } else if src_kind.contains(OwnerKind::VIP) {
@@ -582,11 +583,13 @@ impl Worker {
         // be our SNAT address for the backend to answer us (full-NAT,
         // towards the backend), or it is link-local (a router with no other
         // address on that link, RFC 4291 §2.5.6 and RFC 3927: no router
-        // forwards it), where lbd, the router of the next link, reports
-        // from its own address there.
+        // forwards it), where lbd reports from its own address: the VIP
+        // towards the client (which reaches it), towards a backend its
+        // address on the port to it (the router of that link).
         let outer_src = match (dir, self.conntrack.nat(id)) {
             _ if p.src == q.dst => flow_rw.src.0,
             (Direction::Original, Some(Nat::FullNat { snat, .. })) => snat.0,
+            (Direction::Reply, _) if reject::is_link_local(p.src) => flow_rw.src.0,
             _ if reject::is_link_local(p.src) => snap
                 .port(route.port())
                 .and_then(|port| reject::routable_own_address(port.cidrs(), p.src.is_ipv6()))
