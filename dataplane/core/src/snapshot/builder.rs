@@ -903,7 +903,9 @@ pub fn is_unicast(ip: IpAddr) -> bool {
 /// other address is dropped before it is looked up (`not_unicast`), so an
 /// owned one would be unreachable.
 pub fn is_host_address(ip: IpAddr) -> bool {
-    is_unicast(ip) && crate::reject::names_one_host(ip)
+    // Implies `is_unicast`: it refuses 0/8 (unspecified included),
+    // multicast and the limited broadcast too.
+    crate::reject::names_one_host(ip)
 }
 
 pub(super) fn is_unicast_mac(mac: [u8; 6]) -> bool {
