@@ -474,6 +474,9 @@ pub fn stats_text(s: &pb::GetStatsResponse, rates: Option<&Rates>) -> String {
         );
     }
     out.push('\n');
+    // Normally 0 on every worker: a column only when it is not, as on
+    // lbd's exit line.
+    let overflow = s.workers.iter().any(|w| w.slot_overflow > 0);
     let workers: Vec<Vec<String>> = s
         .workers
         .iter()
@@ -489,6 +492,7 @@ pub fn stats_text(s: &pb::GetStatsResponse, rates: Option<&Rates>) -> String {
             }
             v.extend([
                 w.local_replies.to_string(),
+                w.neighbor_updates.to_string(),
                 w.resets_sent.to_string(),
                 w.too_big_sent.to_string(),
                 w.handed_over.to_string(),
@@ -497,10 +501,14 @@ pub fn stats_text(s: &pb::GetStatsResponse, rates: Option<&Rates>) -> String {
                 w.conntrack_entries.to_string(),
                 w.conntrack_evictions.to_string(),
                 w.conntrack_expirations.to_string(),
+                w.affinity_hits.to_string(),
                 w.affinity_pins.to_string(),
                 w.affinity_evictions.to_string(),
-                w.drops.values().sum::<u64>().to_string(),
             ]);
+            if overflow {
+                v.push(w.slot_overflow.to_string());
+            }
+            v.push(w.drops.values().sum::<u64>().to_string());
             v
         })
         .collect();
@@ -510,6 +518,7 @@ pub fn stats_text(s: &pb::GetStatsResponse, rates: Option<&Rates>) -> String {
     }
     h.extend([
         "local",
+        "nbr-updates",
         "resets",
         "too-big",
         "handed-over",
@@ -518,10 +527,14 @@ pub fn stats_text(s: &pb::GetStatsResponse, rates: Option<&Rates>) -> String {
         "ct-entries",
         "ct-evictions",
         "ct-expirations",
+        "aff-hits",
         "aff-pins",
         "aff-evictions",
-        "drops",
     ]);
+    if overflow {
+        h.push("slot-overflow");
+    }
+    h.push("drops");
     out.push('\n');
     out.push_str(&table(&h, &workers));
 
@@ -951,6 +964,8 @@ mod tests {
             rx_packets: 100,
             resets_sent: 7,
             too_big_sent: 3,
+            neighbor_updates: 11,
+            affinity_hits: 13,
             ..Default::default()
         });
         s.drops.insert("no-backend".into(), 5);
@@ -969,6 +984,29 @@ mod tests {
         assert_eq!(row.split_whitespace().nth(resets), Some("7"), "{t}");
         let too_big = header.split_whitespace().position(|h| h == "TOO-BIG").unwrap();
         assert_eq!(row.split_whitespace().nth(too_big), Some("3"), "{t}");
+        let column = |t: &str, name: &str| {
+            let header = t.lines().find(|l| l.starts_with("WORKER")).unwrap();
+            let row = t.lines().find(|l| l.starts_with("0 ")).unwrap();
+            let at = header.split_whitespace().position(|h| h == name)?;
+            row.split_whitespace().nth(at).map(str::to_owned)
+        };
+        assert_eq!(column(&t, "NBR-UPDATES").as_deref(), Some("11"), "{t}");
+        assert_eq!(column(&t, "AFF-HITS").as_deref(), Some("13"), "{t}");
+        assert_eq!(column(&t, "SLOT-OVERFLOW"), None, "only when not 0: {t}");
+        let mut overflowed = s.clone();
+        overflowed.workers[0].slot_overflow = 17;
+        overflowed.workers.push(pb::WorkerStats {
+            worker: 1,
+            ..Default::default()
+        });
+        let t = stats_text(&overflowed, None);
+        assert_eq!(column(&t, "SLOT-OVERFLOW").as_deref(), Some("17"), "{t}");
+        assert_eq!(column(&t, "DROPS").as_deref(), Some("0"), "{t}");
+        assert!(
+            t.lines()
+                .any(|l| l.starts_with("1 ") && l.split_whitespace().count() == 18),
+            "a worker without overflow still has the column: {t}"
+        );
         assert!(t.starts_with("revision 3, conntrack entries 10\n"), "{t}");
         s.affinity_live_pins = 5;
         s.affinity_table_size = 1024;
