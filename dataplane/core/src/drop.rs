@@ -132,7 +132,9 @@ pub enum DropReason {
     MtuExceeded,
     /// A new connection's first packet from a source no router forwards
     /// (RFC 1812 §5.3.7, RFC 3927 §2.7, RFC 4291 §2.5.6): IPv4 0/8, 127/8,
-    /// 169.254/16 (link-local), 224/4 (multicast) and 255.255.255.255;
+    /// 169.254/16 (link-local), 224/4 (multicast), 255.255.255.255 and a
+    /// connected prefix's broadcast address
+    /// ([`Snapshot::is_directed_broadcast`](crate::snapshot::Snapshot::is_directed_broadcast));
     /// IPv6 `::`, `::1`, fe80::/10 (link-local), ff00::/8 (multicast) and
     /// `::ffff:0:0/96` (IPv4-mapped). (240/4 is a host's, as on Linux.)
     /// Nothing is opened for it.
@@ -150,8 +152,12 @@ pub enum DropReason {
     /// no multicast and broadcast: service discovery on a port's segment
     /// (mDNS, SSDP, DHCP, IGMP, NetBIOS) counts here, not as a reply of no
     /// connection. What lbd answers itself comes first (ARP, neighbor
-    /// discovery), and ICMP errors go to their translation. A directed
-    /// broadcast of a prefix cannot be told from a host's address here.
+    /// discovery), and ICMP errors go to their translation. Also a packet
+    /// to a connected prefix's broadcast address
+    /// ([`Snapshot::is_directed_broadcast`](crate::snapshot::Snapshot::is_directed_broadcast))
+    /// that matches no connection (on the worker owning that endpoint, as
+    /// a reply's miss would be): a directed broadcast of a prefix lbd has
+    /// no port on cannot be told from a host's address.
     NotUnicast,
 }
 

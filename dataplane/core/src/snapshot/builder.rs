@@ -687,6 +687,7 @@ impl<'p> SnapshotBuilder<'p> {
             snat_v6: snat_v6.into_boxed_slice(),
             ports: port_configs.into_boxed_slice(),
             vlan_tagged,
+            broadcasts_v4: super::BroadcastsV4::new(&routes.connected_v4),
             connected_v4: routes.connected_v4.into_boxed_slice(),
             connected_v6: routes.connected_v6.into_boxed_slice(),
             hops_v4: routes.hops_v4.into_boxed_slice(),

@@ -570,6 +570,41 @@ type ConnectedV4 = (u32, u32, u16);
 /// A connected IPv6 prefix: (network, mask, port).
 type ConnectedV6 = (u128, u128, u16);
 
+/// The directed broadcast addresses of the connected IPv4 prefixes of /30
+/// or shorter ([`Snapshot::is_directed_broadcast`]), with a one-test
+/// filter in front: a new connection's source passes through here.
+#[derive(Debug, Clone, Default)]
+struct BroadcastsV4 {
+    /// The host bits all of them have set (those of their longest
+    /// prefix): an address without them is none of them, whatever their
+    /// number (the default, 0, filters nothing out of an empty list).
+    low: u32,
+    addrs: Box<[u32]>,
+}
+
+impl BroadcastsV4 {
+    fn new(connected: &[ConnectedV4]) -> Self {
+        let mut low = u32::MAX;
+        let mut addrs = Vec::new();
+        // /31 (RFC 3021) and /32 have no broadcast address.
+        for &(net, mask, _) in connected.iter().filter(|c| !c.1 > 1) {
+            low &= !mask;
+            if !addrs.contains(&(net | !mask)) {
+                addrs.push(net | !mask);
+            }
+        }
+        BroadcastsV4 {
+            low,
+            addrs: addrs.into_boxed_slice(),
+        }
+    }
+
+    #[inline(always)]
+    fn contains(&self, a: u32) -> bool {
+        a & self.low == self.low && self.addrs.contains(&a)
+    }
+}
+
 /// The next [`Snapshot::epoch`]; 0 is never handed out.
 static NEXT_EPOCH: AtomicU64 = AtomicU64::new(1);
 
@@ -617,6 +652,8 @@ pub struct Snapshot {
     backend_slots: u32,
     /// The builder's `max_ring_size` (0 for [`Snapshot::empty`]).
     max_ring_size: u32,
+    /// The broadcast addresses of `connected_v4`'s prefixes.
+    broadcasts_v4: BroadcastsV4,
 }
 
 impl Snapshot {
@@ -929,6 +966,25 @@ impl Snapshot {
                 mtu: p.mtu,
             })
         })
+    }
+
+    /// Whether `ip` is the directed broadcast address of a connected IPv4
+    /// prefix of /30 or shorter: its host bits all ones (RFC 919, RFC 1812
+    /// §4.2.3.1), one address that names every host of the prefix. The
+    /// worker neither opens a connection from it nor forwards to it.
+    /// IPv6 has no broadcast.
+    pub fn is_directed_broadcast(&self, ip: IpAddr) -> bool {
+        match ip {
+            IpAddr::V4(a) => self.is_directed_broadcast_v4(u32::from(a)),
+            IpAddr::V6(_) => false,
+        }
+    }
+
+    /// [`is_directed_broadcast`](Self::is_directed_broadcast) of an IPv4
+    /// address as a `u32`: a scan of the connected prefixes (a few).
+    #[inline(always)]
+    pub(crate) fn is_directed_broadcast_v4(&self, a: u32) -> bool {
+        self.broadcasts_v4.contains(a)
     }
 
     /// The port whose connected prefix (longest match) holds `ip`.

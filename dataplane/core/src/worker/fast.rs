@@ -324,7 +324,7 @@ impl Worker {
             // the general path drops before it (`martian_source`,
             // `link_broadcast`); checked here, outside `fast_open_v4`,
             // whose inlining it changed (+130 instructions a new flow).
-            if !opens_from_v4(k.src) || to_link_group(frame) {
+            if !opens_from_v4(snap, k.src) || to_link_group(frame) {
                 return None;
             }
             let Some(pk) = pick else {

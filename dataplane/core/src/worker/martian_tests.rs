@@ -3,7 +3,8 @@
 //! broadcast or multicast frame (`link_broadcast`). Nothing is opened for
 //! them, over either path, and the same packets from a host open. Packets
 //! to a group or martian address lbd does not own are `not_unicast`, on
-//! the worker that received them.
+//! the worker that received them; to a connected prefix's broadcast
+//! address, on the worker that owns that endpoint, where they miss.
 
 use super::*;
 
@@ -218,6 +219,100 @@ fn group_and_martian_destinations_are_not_unicast() {
     ] {
         assert_eq!(run(&mut w, &snap, 0, &mut f, 0), Verdict::Drop(reason));
     }
+}
+
+/// The broadcast addresses of the connected prefixes (10.0.0.255 on port 0,
+/// 10.1.0.255 on port 1): no connection is opened from them (a
+/// backend's answer would go to the whole prefix), and what is sent to
+/// them (NetBIOS, Wake-on-LAN, a broadcast ping) is `not_unicast`, not
+/// a reply of no connection. A prefix without one (/31, /32) and prefixes
+/// that are not connected have hosts there.
+#[test]
+fn directed_broadcasts_are_no_hosts() {
+    let snap = snapshot_with(|b| {
+        b.interface(1, MAC1, Cidr::new(v4("10.2.0.0"), 31).unwrap(), None);
+        b.interface(1, MAC1, Cidr::new(v4("10.3.0.7"), 32).unwrap(), None);
+        b.interface(1, MAC1, Cidr::new(v4("10.4.0.1"), 30).unwrap(), None);
+    });
+    for (a, broadcast) in [
+        ("10.0.0.255", true),
+        ("10.1.0.255", true),
+        ("10.4.0.3", true),
+        ("10.0.0.254", false),
+        ("10.0.0.0", false),
+        ("10.2.0.1", false),
+        ("10.3.0.7", false),
+        ("10.4.0.2", false),
+        ("10.7.0.255", false),
+        ("fd00::ffff:ffff:ffff:ffff", false),
+    ] {
+        assert_eq!(snap.is_directed_broadcast(v4(a)), broadcast, "{a}");
+    }
+    let frames = vec![
+        tcp4(("10.0.0.255", 40000), ("10.0.0.100", 80), "S", 64, b""),
+        udp4(("10.0.0.255", 40000), ("10.0.0.101", 53), b"query"),
+        udp4(("10.1.0.255", 40000), ("10.0.0.101", 53), b"query"),
+    ];
+    let (one, burst) = verdicts(&snap, &frames);
+    for v in one.iter().chain(&burst) {
+        assert_eq!(*v, Verdict::Drop(DropReason::MartianSource));
+    }
+    // To them: dropped by the worker that owns the endpoint (handed over
+    // by the others, as a reply would be), fast path or not.
+    let to = [
+        udp4(("10.0.0.2", 138), ("10.0.0.255", 138), b"netbios"),
+        udp4(("10.1.0.11", 40000), ("10.1.0.255", 9), b"wake on lan"),
+        tcp4(("10.0.0.2", 40000), ("10.0.0.255", 80), "A", 64, b""),
+    ];
+    for n in [1, 2] {
+        for id in 0..n {
+            let mut w = worker(n, id);
+            for f in &to {
+                let v = run(&mut w, &snap, 0, &mut f.clone(), 0);
+                let mut burst = [Verdict::ToHost];
+                w.handle_burst(
+                    Tick(0),
+                    &snap,
+                    std::slice::from_mut(&mut f.clone()),
+                    &[meta(0)],
+                    &mut burst,
+                );
+                assert_eq!(v, burst[0]);
+                let dst = (
+                    v4(&format!("10.{}.0.255", f[31])),
+                    u16::from_be_bytes([f[36], f[37]]),
+                );
+                if crate::flow::owner_of_client(dst.0, dst.1, n).0 == id {
+                    assert_eq!(v, Verdict::Drop(DropReason::NotUnicast), "worker {id} of {n}");
+                } else {
+                    assert!(matches!(v, Verdict::HandOver(_)), "{v:?}");
+                }
+            }
+            assert_eq!(w.counters().drops_of(DropReason::NoConntrackReply), 0);
+        }
+    }
+    let mut w = worker(1, 0);
+    assert_eq!(
+        run(&mut w, &snap, 0, &mut echo4("10.0.0.255"), 0),
+        Verdict::Drop(DropReason::NotUnicast)
+    );
+    // Hosts: they open, and a packet to one that misses is a reply of no
+    // connection.
+    let hosts = [
+        tcp4(("10.0.0.254", 40000), ("10.0.0.100", 80), "S", 64, b""),
+        tcp4(("10.2.0.1", 40000), ("10.0.0.100", 80), "S", 64, b""),
+        tcp4(("10.7.0.255", 40000), ("10.0.0.100", 80), "S", 64, b""),
+    ];
+    for f in &hosts {
+        let v = run(&mut w, &snap, 0, &mut f.clone(), 0);
+        assert!(matches!(v, Verdict::Transmit { port: 1, .. }), "{v:?}");
+    }
+    assert_eq!(w.conntrack().len(), hosts.len());
+    let mut f = udp4(("10.0.0.2", 138), ("10.0.0.254", 138), b"netbios");
+    assert_eq!(
+        run(&mut w, &snap, 0, &mut f, 0),
+        Verdict::Drop(DropReason::NoConntrackReply)
+    );
 }
 
 /// A SYN that would reopen a connection in TIME_WAIT, sent in a broadcast

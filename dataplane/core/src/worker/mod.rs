@@ -466,7 +466,7 @@ impl Worker {
             if !p.icmp_error {
                 // ICMP echo through the balancer (not to an owned address):
                 // frontends are TCP and UDP only.
-                if !crate::reject::names_one_host(p.dst) {
+                if !crate::reject::names_one_host(p.dst) || snap.is_directed_broadcast(p.dst) {
                     return self.drop(DropReason::NotUnicast);
                 }
                 return self.drop(DropReason::NoFrontend);

@@ -155,7 +155,7 @@ impl Worker {
                 // the service, in `open`, come after: a SYN it refuses has
                 // still ended the old connection, as after the entry's
                 // expiry.)
-                if !opens_from(p.src) {
+                if !opens_from(snap, p.src) {
                     return self.drop(DropReason::MartianSource);
                 }
                 if to_link_group(frame) {
@@ -170,7 +170,7 @@ impl Worker {
                 Some(rw) => (Account::Entry(id, dir), rw),
                 None => return self.drop(DropReason::NoConntrackReply),
             },
-            None if !opens_from(p.src) => return self.drop(DropReason::MartianSource),
+            None if !opens_from(snap, p.src) => return self.drop(DropReason::MartianSource),
             None if to_link_group(frame) => return self.drop(DropReason::LinkBroadcast),
             None => match self.open(now, snap, p, proto, key, svc, fe_slot) {
                 Ok(opened) => opened,
@@ -420,6 +420,10 @@ impl Worker {
                 Some(rw) => self.translate(now, snap, frame, p, Account::Entry(id, dir), &rw, meta),
                 None => self.drop(DropReason::NoConntrackReply),
             },
+            // A connected prefix's broadcast, never a client (`opens_from`):
+            // no reply of a connection. Told apart only here, on a miss,
+            // so that the fast path, which forwards hits, agrees.
+            _ if snap.is_directed_broadcast(p.dst) => self.drop(DropReason::NotUnicast),
             _ => self.drop(DropReason::NoConntrackReply),
         }
     }
@@ -697,25 +701,28 @@ fn verdict(route: &Route, len: usize) -> Verdict {
 }
 
 /// Whether a connection may be opened from `src`: a source that names one
-/// host ([`reject::names_one_host`]) and is not link-local, which no
+/// host ([`reject::names_one_host`]), is no connected prefix's broadcast
+/// ([`Snapshot::is_directed_broadcast`]) and is not link-local, which no
 /// router forwards ([`DropReason::MartianSource`]).
 #[inline]
-fn opens_from(src: IpAddr) -> bool {
+fn opens_from(snap: &Snapshot, src: IpAddr) -> bool {
     match src {
-        IpAddr::V4(a) => opens_from_v4(a.octets()),
+        IpAddr::V4(a) => opens_from_v4(snap, a.octets()),
         IpAddr::V6(a) => reject::names_one_host(src) && !a.is_unicast_link_local(),
     }
 }
 
 /// [`opens_from`] of an IPv4 source's octets (the fast path's form): not
-/// 0/8, 127/8, 169.254/16, 224/4, nor 255.255.255.255.
+/// 0/8, 127/8, 169.254/16, 224/4, 255.255.255.255, nor a connected
+/// prefix's broadcast address.
 #[inline(always)]
-pub(super) fn opens_from_v4(a: [u8; 4]) -> bool {
+pub(super) fn opens_from_v4(snap: &Snapshot, a: [u8; 4]) -> bool {
     a[0] != 0
         && a[0] != 127
         && a[0] & 0xf0 != 0xe0
         && u32::from_ne_bytes(a) != u32::MAX
         && !(a[0] == 169 && a[1] == 254)
+        && !snap.is_directed_broadcast_v4(u32::from_be_bytes(a))
 }
 
 /// Whether `frame` went to a link-layer group (broadcast or multicast)
