@@ -492,6 +492,13 @@ pub fn build_error(e: BuildError) -> ValidationError {
                     .into(),
             )
         }
+        BuildError::FrontendIsBroadcast { frontend, .. } => {
+            return named(
+                format!("frontend {frontend}"),
+                "address",
+                "the broadcast address of a prefix on one of lbd's ports".into(),
+            )
+        }
         BuildError::NoSnatAddress {
             service,
             frontend,
@@ -632,6 +639,41 @@ mod tests {
                 (v.object.as_str(), v.field.as_str()),
                 ("service \"default/web\"", field)
             );
+        }
+    }
+
+    /// A prefix's broadcast address as a frontend, SNAT address or backend:
+    /// named as the API names them, field `address`.
+    #[test]
+    fn broadcast_addresses_name_the_object() {
+        let at = "the broadcast address of a prefix on one of lbd's ports";
+        for (e, object) in [
+            (
+                BuildError::FrontendIsBroadcast {
+                    service: "default/web".into(),
+                    frontend: "10.0.0.255:80/tcp".into(),
+                },
+                "frontend 10.0.0.255:80/tcp",
+            ),
+            (
+                BuildError::SnatIsBroadcast {
+                    addr: "10.0.0.255".parse().unwrap(),
+                },
+                "snat address 10.0.0.255",
+            ),
+            (
+                BuildError::BackendIsLocal {
+                    service: "default/web".into(),
+                    addr: "10.0.0.255".parse().unwrap(),
+                    port: 8080,
+                    what: at,
+                },
+                "backend 10.0.0.255:8080 of default/web",
+            ),
+        ] {
+            let v = build_error(e);
+            assert_eq!((v.object.as_str(), v.field.as_str()), (object, "address"));
+            assert!(v.message.ends_with(at), "{}", v.message);
         }
     }
 }

@@ -152,11 +152,13 @@ pub enum DropReason {
     /// no multicast and broadcast: service discovery on a port's segment
     /// (mDNS, SSDP, DHCP, IGMP, NetBIOS) counts here, not as a reply of no
     /// connection. What lbd answers itself comes first (ARP, neighbor
-    /// discovery), and ICMP errors go to their translation. Also a packet
-    /// to a connected prefix's broadcast address
+    /// discovery), and ICMP errors go to their translation. Also a TCP or
+    /// UDP packet to a connected prefix's broadcast address
     /// ([`Snapshot::is_directed_broadcast`](crate::snapshot::Snapshot::is_directed_broadcast))
     /// that matches no connection (on the worker owning that endpoint, as
-    /// a reply's miss would be): a directed broadcast of a prefix lbd has
+    /// a reply's miss would be), and an echo request to one (on the worker
+    /// that received it); another protocol to one is
+    /// `UnsupportedProtocol`, and a directed broadcast of a prefix lbd has
     /// no port on cannot be told from a host's address.
     NotUnicast,
 }

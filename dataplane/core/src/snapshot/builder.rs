@@ -625,17 +625,44 @@ impl<'p> SnapshotBuilder<'p> {
                 }
             }
         }
-        // A backend lbd would forward to itself (and, with no host stack,
-        // drop after looping through the router), or to loopback, which no
-        // NIC reaches.
-        for s in &services {
-            check_backends_not_local(s, |ip| match ip {
-                IpAddr::V4(a) => owned_v4.get(&u32::from(a)).copied(),
-                IpAddr::V6(a) => owned_v6.get(&u128::from(a)).copied(),
-            })?;
-        }
-
         let routes = Routes::new(&ports, &neighbors)?;
+        let broadcasts_v4 = super::BroadcastsV4::new(&routes.connected_v4);
+        let is_broadcast = |ip: IpAddr| match ip {
+            IpAddr::V4(a) => broadcasts_v4.contains(u32::from(a)),
+            IpAddr::V6(_) => false,
+        };
+        // A backend lbd would forward to itself (and, with no host stack,
+        // drop after looping through the router), to loopback, which no
+        // NIC reaches, or to a whole prefix.
+        for s in &services {
+            check_backends_not_local(
+                s,
+                |ip| match ip {
+                    IpAddr::V4(a) => owned_v4.get(&u32::from(a)).copied(),
+                    IpAddr::V6(a) => owned_v6.get(&u128::from(a)).copied(),
+                },
+                is_broadcast,
+            )?;
+        }
+        // Nor can lbd own a prefix's broadcast address: the hosts there
+        // send to it as to all of them, in broadcast frames.
+        for &(addr, port, proto) in &frontend_order {
+            let Some(fe) = frontends_v4
+                .get(&v4_key_of(addr, port, proto))
+                .filter(|_| is_broadcast(addr))
+            else {
+                continue;
+            };
+            return Err(BuildError::FrontendIsBroadcast {
+                service: services
+                    .get(fe.service.index())
+                    .map_or_else(String::new, |s| s.name().to_string()),
+                frontend: frontend_name(addr, port, proto),
+            });
+        }
+        if let Some(&a) = snat_v4.iter().find(|&&a| is_broadcast(IpAddr::V4(a))) {
+            return Err(BuildError::SnatIsBroadcast { addr: IpAddr::V4(a) });
+        }
         let vip_sources = VipSources::new(frontends_v4.values().chain(frontends_v6.values()), &services);
 
         // Each port answers for its own interface addresses, every VIP and
@@ -687,7 +714,7 @@ impl<'p> SnapshotBuilder<'p> {
             snat_v6: snat_v6.into_boxed_slice(),
             ports: port_configs.into_boxed_slice(),
             vlan_tagged,
-            broadcasts_v4: super::BroadcastsV4::new(&routes.connected_v4),
+            broadcasts_v4,
             connected_v4: routes.connected_v4.into_boxed_slice(),
             connected_v6: routes.connected_v6.into_boxed_slice(),
             hops_v4: routes.hops_v4.into_boxed_slice(),
@@ -860,17 +887,22 @@ fn check_service_name(name: &str) -> Result<(), &'static str> {
 
 /// [`BuildError::BackendIsLocal`] for the first backend of `s` at a
 /// loopback address or at one `owned` names (interface, frontend or SNAT):
-/// lbd would send its traffic to itself. The full build and
+/// lbd would send its traffic to itself; or at one `broadcast` names (a
+/// connected prefix's broadcast address): to every host of the prefix.
+/// The full build and
 /// [`Snapshot::with_services`](super::Snapshot::with_services) both check.
 pub(super) fn check_backends_not_local(
     s: &Service,
     owned: impl Fn(IpAddr) -> Option<OwnerKind>,
+    broadcast: impl Fn(IpAddr) -> bool,
 ) -> Result<(), BuildError> {
     for b in s.backends() {
         let what = if b.addr.is_loopback() {
             "a loopback address"
         } else if owned(b.addr).is_some_and(|k| k != OwnerKind::default()) {
             "one of lbd's own addresses (interface, frontend or SNAT)"
+        } else if broadcast(b.addr) {
+            BROADCAST_OF_PORT_PREFIX
         } else {
             continue;
         };
@@ -934,6 +966,18 @@ fn endpoint_name(addr: IpAddr, port: u16) -> String {
     match addr {
         IpAddr::V4(a) => format!("{a}:{port}"),
         IpAddr::V6(a) => format!("[{a}]:{port}"),
+    }
+}
+
+/// What a frontend, SNAT or backend address at a connected prefix's
+/// broadcast address is told.
+const BROADCAST_OF_PORT_PREFIX: &str = "the broadcast address of a prefix on one of lbd's ports";
+
+/// The key of an IPv4 frontend in `frontends_v4`; 0 (no frontend's) for IPv6.
+fn v4_key_of(addr: IpAddr, port: u16, proto: Proto) -> u64 {
+    match addr {
+        IpAddr::V4(a) => super::v4_key(a, port, proto),
+        IpAddr::V6(_) => 0,
     }
 }
 

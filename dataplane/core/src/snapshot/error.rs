@@ -110,7 +110,9 @@ pub enum BuildError {
     },
     /// A backend at an address traffic to it cannot leave lbd by: a
     /// loopback address, or one lbd owns (an interface, frontend or SNAT
-    /// address; lbd has no host stack to deliver to).
+    /// address; lbd has no host stack to deliver to); or the broadcast
+    /// address of a prefix on one of lbd's ports, which names every host
+    /// there.
     #[error("service {service} backend {addr}:{port}: field addr: {what}")]
     BackendIsLocal {
         /// Owning service.
@@ -121,6 +123,23 @@ pub enum BuildError {
         port: u16,
         /// "a loopback address" or which of lbd's own addresses it is.
         what: &'static str,
+    },
+    /// A frontend at the broadcast address of a prefix on one of lbd's
+    /// ports (10.0.0.255 on a port at 10.0.0.1/24): the hosts there send
+    /// to it as to all of them.
+    #[error("service {service} frontend {frontend}: field addr: the broadcast address of a prefix on one of lbd's ports")]
+    FrontendIsBroadcast {
+        /// Owning service.
+        service: String,
+        /// `addr:port/proto`.
+        frontend: String,
+    },
+    /// An SNAT address at the broadcast address of a prefix on one of
+    /// lbd's ports: the backends there would answer all of its hosts.
+    #[error("snat address {addr}: the broadcast address of a prefix on one of lbd's ports")]
+    SnatIsBroadcast {
+        /// The address.
+        addr: IpAddr,
     },
     /// A backend address that cannot receive unicast traffic.
     #[error("service {service} backend {addr}:{port}: field addr: unspecified, multicast or broadcast")]

@@ -269,6 +269,49 @@ fn backend_errors() {
             "{a}: {e}"
         );
     }
+    // The broadcast address of the port's prefix (10.0.0.1/24) names all
+    // of its hosts: refused as a backend, a frontend and an SNAT address.
+    // Its network address, and .255 of a prefix lbd has no port on, are
+    // hosts.
+    let e = one(be("10.0.0.255", 8080));
+    assert!(
+        matches!(e, BuildError::BackendIsLocal { .. })
+            && e.to_string()
+                .contains("backend 10.0.0.255:8080: field addr: the broadcast address of a prefix"),
+        "{e}"
+    );
+    let e = err(|b| {
+        let s = b.service(ServiceSpec::new("default/a"))?;
+        b.frontend(s, fe("10.0.0.255", 80, Proto::Tcp)).map(drop)
+    });
+    assert_eq!(
+        e,
+        BuildError::FrontendIsBroadcast {
+            service: "default/a".into(),
+            frontend: "10.0.0.255:80/tcp".into()
+        }
+    );
+    assert!(e.to_string().contains("field addr: the broadcast address"), "{e}");
+    let e = err(|b| {
+        b.snat_address(ip("10.0.0.255"));
+        Ok(())
+    });
+    assert_eq!(
+        e,
+        BuildError::SnatIsBroadcast {
+            addr: ip("10.0.0.255")
+        }
+    );
+    let mut b = base();
+    let s = b.service(ServiceSpec::new("default/a")).unwrap();
+    b.frontend(s, fe("10.9.0.255", 80, Proto::Tcp)).unwrap();
+    b.backend(s, be("10.0.0.0", 8080)).unwrap();
+    b.backend(s, be("10.1.0.255", 8080)).unwrap();
+    b.snat_address(ip("10.8.0.255"));
+    let snap = b.build().expect("hosts");
+    assert!(snap.is_directed_broadcast(ip("10.0.0.255")));
+    assert!(!snap.is_directed_broadcast(ip("10.1.0.255")));
+
     let e = one(BackendSpec {
         weight: MAX_WEIGHT + 1,
         ..be("10.1.0.1", 80)

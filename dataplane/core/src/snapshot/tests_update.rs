@@ -99,6 +99,8 @@ fn rechecks_the_replaced_services_frontends() {
         "10.0.0.100",
         "2001:db8::100",
         "127.0.0.1",
+        // The broadcast address of port 0's 10.0.0.1/24.
+        "10.0.0.255",
     ] {
         let e = s1
             .with_services(2, vec![(ServiceSpec::new("default/api"), vec![be(a, 8080)])])

@@ -89,7 +89,11 @@ impl Snapshot {
         }
         next.services = services.into_boxed_slice();
         for id in &ids {
-            check_backends_not_local(&next.services[id.index()], |ip| next.owner_kind(ip))?;
+            check_backends_not_local(
+                &next.services[id.index()],
+                |ip| next.owner_kind(ip),
+                |ip| next.is_directed_broadcast(ip),
+            )?;
         }
         for f in next.frontends_v4.values().chain(next.frontends_v6.values()) {
             if !ids.contains(&f.service) {

@@ -143,10 +143,14 @@ fn udp6(src: (&str, u16), dst: (&str, u16)) -> Vec<u8> {
 }
 
 fn echo4(dst: &str) -> Vec<u8> {
-    let d: Ipv4Addr = dst.parse().unwrap();
+    echo4_from("10.0.0.2", dst)
+}
+
+fn echo4_from(src: &str, dst: &str) -> Vec<u8> {
+    let (s, d): (Ipv4Addr, Ipv4Addr) = (src.parse().unwrap(), dst.parse().unwrap());
     let mut out = Vec::new();
     etherparse::PacketBuilder::ethernet2(CLIENT_MAC, MAC0)
-        .ipv4([10, 0, 0, 2], d.octets(), 64)
+        .ipv4(s.octets(), d.octets(), 64)
         .icmpv4_echo_request(1, 1)
         .write(&mut out, b"ping")
         .unwrap();
@@ -296,6 +300,23 @@ fn directed_broadcasts_are_no_hosts() {
         run(&mut w, &snap, 0, &mut echo4("10.0.0.255"), 0),
         Verdict::Drop(DropReason::NotUnicast)
     );
+    // Nothing is answered to them either: no echo reply, no RST for a
+    // VIP port without a frontend (a host gets both).
+    for (src, answered) in [("10.0.0.255", false), ("10.1.0.255", false), ("10.0.0.2", true)] {
+        let v = run(&mut w, &snap, 0, &mut echo4_from(src, "10.0.0.1"), 0);
+        match answered {
+            true => assert!(matches!(v, Verdict::Transmit { port: 0, .. }), "{v:?}"),
+            false => assert_eq!(v, Verdict::Drop(DropReason::LocalUnhandled), "{src}"),
+        }
+        let mut f = tcp4((src, 40000), ("10.0.0.100", 81), "S", 64, b"");
+        let v = run(&mut w, &snap, 0, &mut f, 0);
+        match answered {
+            true => assert!(matches!(v, Verdict::Transmit { port: 0, .. }), "{v:?}"),
+            false => assert_eq!(v, Verdict::Drop(DropReason::NoFrontend), "{src}"),
+        }
+    }
+    assert_eq!(w.counters().resets_sent.get(), 1);
+    assert_eq!(w.counters().local_replies.get(), 1);
     // Hosts: they open, and a packet to one that misses is a reply of no
     // connection.
     let hosts = [

@@ -441,6 +441,13 @@ impl Worker {
                 return self.drop(DropReason::LocalUnhandled);
             };
             match local::handle_parsed(now, frame, p, port.local_addrs()) {
+                // An echo request from a connected prefix's broadcast
+                // address gets no reply (RFC 1122 §3.2.1.3), as from any
+                // source that is no one host (`local` knows no prefixes;
+                // the frame it wrote is dropped).
+                LocalVerdict::Reply { .. } if p.l3 == L3::Ipv4 && snap.is_directed_broadcast(p.src) => {
+                    return self.drop(DropReason::LocalUnhandled);
+                }
                 LocalVerdict::Reply { len } => {
                     self.counters.local_replies.inc();
                     return Verdict::Transmit { port: meta.port, len };

@@ -391,7 +391,12 @@ impl Worker {
         if !snap.vip_allows_source(p.dst, p.src) {
             return self.drop(DropReason::SourceRangeDenied);
         }
-        if let Some(port) = snap.port(meta.port) {
+        // No answer to a prefix's broadcast address, as to any source
+        // that is no one host (`reject` knows no prefixes).
+        if let Some(port) = snap
+            .port(meta.port)
+            .filter(|_| !snap.is_directed_broadcast(p.src))
+        {
             if let Some(len) = reject::write_tcp_reset(frame, p, port.mac()) {
                 self.counters.resets_sent.inc();
                 return Verdict::Transmit { port: meta.port, len };
@@ -482,7 +487,10 @@ impl Worker {
         meta: &PacketMeta,
         mtu: u16,
     ) -> Verdict {
-        if let Some(port) = snap.port(meta.port) {
+        if let Some(port) = snap
+            .port(meta.port)
+            .filter(|_| !snap.is_directed_broadcast(p.src))
+        {
             if let Some(len) = reject::write_too_big(frame, p, port, mtu) {
                 self.counters.too_big_sent.inc();
                 return Verdict::Transmit { port: meta.port, len };
