@@ -137,7 +137,9 @@ pub enum DropReason {
     /// ([`Snapshot::is_directed_broadcast`](crate::snapshot::Snapshot::is_directed_broadcast));
     /// IPv6 `::`, `::1`, fe80::/10 (link-local), ff00::/8 (multicast) and
     /// `::ffff:0:0/96` (IPv4-mapped). (240/4 is a host's, as on Linux.)
-    /// Nothing is opened for it.
+    /// Nothing is opened for it. Also an ICMP or ICMPv6 error from such a
+    /// source, link-local ones aside (lbd reports those from its own
+    /// address).
     MartianSource,
     /// A new connection's first packet that came in a link-layer broadcast
     /// or multicast frame (RFC 1812 §5.3.4: not forwarded): every node on

@@ -91,6 +91,72 @@ fn icmp_frag_needed_reaches_the_client_translated() {
     let _ = ROUTER_MAC;
 }
 
+/// An error from a source no router reports from (loopback, a group, 0/8,
+/// a connected prefix's broadcast address) is `martian_source`, whatever
+/// it quotes; from a router, the same error is translated.
+#[test]
+fn icmp_errors_from_martian_sources_are_dropped() {
+    let snap = snapshot();
+    let mut w = worker(1, 0);
+    let mut syn = tcp4(("10.0.0.2", 40000), ("10.0.0.100", 80), "S", 64, b"");
+    run(&mut w, &snap, 0, &mut syn, 0);
+    let ip_and_8 = syn[14..14 + 20 + 8].to_vec();
+    let frag_needed = DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 };
+    for src in [
+        [127, 0, 0, 1],
+        [224, 0, 0, 1],
+        [0, 1, 2, 3],
+        [10, 1, 0, 255],
+        [10, 0, 0, 255],
+    ] {
+        let mut err = icmp4_error(
+            (BACKEND_MAC, MAC1),
+            src,
+            [10, 1, 0, 100],
+            frag_needed.clone(),
+            &ip_and_8,
+        );
+        assert_eq!(
+            run(&mut w, &snap, 5, &mut err, 1),
+            Verdict::Drop(DropReason::MartianSource),
+            "{src:?}"
+        );
+    }
+    let mut err = icmp4_error(
+        (BACKEND_MAC, MAC1),
+        [10, 1, 0, 254],
+        [10, 1, 0, 100],
+        frag_needed.clone(),
+        &ip_and_8,
+    );
+    assert!(matches!(
+        run(&mut w, &snap, 5, &mut err, 1),
+        Verdict::Transmit { port: 0, .. }
+    ));
+    let mut quote6 = tcp6(("fd00::2", 40000), ("fd00::100", 80), "S", b"");
+    run(&mut w, &snap, 0, &mut quote6, 0);
+    let quote6 = quote6[14..14 + 40 + 8].to_vec();
+    for src in ["::1", "ff02::1", "::ffff:10.1.0.254"] {
+        let src: Ipv6Addr = src.parse().unwrap();
+        let mut err = too_big6((BACKEND_MAC, MAC1), src.octets(), v6o("fd01::100"), &quote6);
+        assert_eq!(
+            run(&mut w, &snap, 5, &mut err, 1),
+            Verdict::Drop(DropReason::MartianSource),
+            "{src}"
+        );
+    }
+    let mut err = too_big6((BACKEND_MAC, MAC1), v6o("fd01::fe"), v6o("fd01::100"), &quote6);
+    assert!(matches!(
+        run(&mut w, &snap, 5, &mut err, 1),
+        Verdict::Transmit { port: 0, .. }
+    ));
+    assert_eq!(w.counters().drops_of(DropReason::MartianSource), 8);
+}
+
+fn v6o(a: &str) -> [u8; 16] {
+    a.parse::<Ipv6Addr>().unwrap().octets()
+}
+
 /// Errors that quote a tracked connection but must not reach its far end:
 /// one addressed to anyone but the quoted packet's source (forged: a real
 /// one goes to the sender), a redirect or source quench (advice for lbd,

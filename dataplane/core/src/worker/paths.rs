@@ -534,6 +534,12 @@ impl Worker {
         {
             return self.drop(DropReason::IcmpNotTranslated);
         }
+        // No router reports from a group, martian or broadcast address
+        // (link-local ones are reported from lbd's own address, below):
+        // dropped as any packet from such a source that lbd would forward.
+        if !reject::names_one_host(p.src) || snap.is_directed_broadcast(p.src) {
+            return self.drop(DropReason::MartianSource);
+        }
         let q = match p.quoted(frame) {
             Ok(q) => q,
             // A quoted non-first fragment has no ports, and a quoted IPv6
