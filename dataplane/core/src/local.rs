@@ -12,7 +12,8 @@
 //!   another address → `Drop(ArpNotForUs)`. ARP reply, or an
 //!   announcement (sender == target address) of an address not ours →
 //!   [`LocalVerdict::Neighbor`] (sender IP/MAC; the frame is not sent back);
-//!   an announcement of one of our addresses (a conflict) → `LocalUnhandled`.
+//!   an announcement or reply for one of our addresses (a conflict) →
+//!   `LocalUnhandled`.
 //! - ICMP/ICMPv6 echo request to an owned address → echo reply (addresses
 //!   swapped, TTL/hop limit 64, checksums updated incrementally). An IPv4
 //!   request's options come back as RFC 1122 §3.2.2.6 asks
@@ -34,7 +35,8 @@
 //!   NA goes without the option, which RFC 4861 allows only for unicast
 //!   solicitations.
 //!   NS for another target → `Drop(NdNotForUs)`; NA → `Neighbor` when it
-//!   carries a target link-layer option.
+//!   carries a target link-layer option, `LocalUnhandled` (a conflict)
+//!   when its target is one of our addresses.
 //!
 //! Everything else is `NotLocal` and continues down the load-balancing
 //! pipeline: TCP/UDP (a VIP is an owned address, and its connections are the
@@ -234,7 +236,7 @@ pub fn handle_parsed(now: Tick, frame: &mut [u8], parsed: &Parsed, local: &Local
             };
             match parsed.icmp_type {
                 v6type::NEIGHBOR_SOLICIT => neighbor_solicit(frame, parsed, local),
-                v6type::NEIGHBOR_ADVERT => neighbor_advert(frame, parsed),
+                v6type::NEIGHBOR_ADVERT => neighbor_advert(frame, parsed, local),
                 // Link control lbd takes no part in, to whatever address.
                 v6type::ROUTER_SOLICIT
                 | v6type::ROUTER_ADVERT
@@ -355,6 +357,9 @@ fn arp_in(frame: &mut [u8], parsed: &Parsed, local: &LocalAddrs) -> Result<Local
             })
         }
         arp::OP_REQUEST => Err(DropReason::ArpNotForUs),
+        // Another station answering for one of our addresses: a conflict,
+        // as its announcement is, never news.
+        arp::OP_REPLY if local.owns_ipv4(req.sender_ip) => Err(DropReason::LocalUnhandled),
         arp::OP_REPLY => Ok(LocalVerdict::Neighbor {
             ip: IpAddr::V4(req.sender_ip),
             mac: req.sender_mac,
@@ -731,8 +736,17 @@ fn neighbor_solicit(
     })
 }
 
-fn neighbor_advert(frame: &mut [u8], parsed: &Parsed) -> Result<LocalVerdict, DropReason> {
+fn neighbor_advert(
+    frame: &mut [u8],
+    parsed: &Parsed,
+    local: &LocalAddrs,
+) -> Result<LocalVerdict, DropReason> {
     let (_, _, target, tlla) = nd_in(frame, parsed)?;
+    // An advertisement for one of our addresses: a conflict (or our own,
+    // come back), as with ARP, never news.
+    if local.owns_ipv6(&target) {
+        return Err(DropReason::LocalUnhandled);
+    }
     // `nd_in` has checked the message.
     let solicited = frame
         .get(usize::from(parsed.l4_offset)..parsed.end as usize)

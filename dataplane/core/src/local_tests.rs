@@ -192,11 +192,20 @@ fn arp_other_outcomes() {
         };
         assert_eq!(handle_local(Tick::ZERO, &mut f, &l), want, "op {op}");
     }
-    let mut f = arp_frame(arp::OP_REQUEST, OUR_V4, OUR_V4, None);
-    assert_eq!(
-        handle_local(Tick::ZERO, &mut f, &l),
-        LocalVerdict::Drop(DropReason::LocalUnhandled)
-    );
+    // Another station announcing, or answering for, one of our
+    // addresses: a conflict.
+    for (op, target) in [
+        (arp::OP_REQUEST, OUR_V4),
+        (arp::OP_REPLY, OUR_V4),
+        (arp::OP_REPLY, PEER_V4),
+    ] {
+        let mut f = arp_frame(op, OUR_V4, target, None);
+        assert_eq!(
+            handle_local(Tick::ZERO, &mut f, &l),
+            LocalVerdict::Drop(DropReason::LocalUnhandled),
+            "op {op} target {target}"
+        );
+    }
     let mut f = arp_frame(3, PEER_V4, OUR_V4, None);
     assert_eq!(
         handle_local(Tick::ZERO, &mut f, &l),
@@ -356,9 +365,15 @@ fn neighbor_solicit_with_slla_becomes_advert() {
         icmpv6::nd_link_layer_option(na.nd_options(), nd_option::TARGET_LL_ADDR),
         Ok(Some(OUR_MAC))
     );
-    // Our own NA, fed back, teaches the neighbor table our MAC.
+    // Our own NA, fed back, is a conflict, never news (as ARP's twin);
+    // on a port without that address it teaches our MAC.
     assert_eq!(
         handle_local(Tick::ZERO, &mut f[..len], &local()),
+        LocalVerdict::Drop(DropReason::LocalUnhandled)
+    );
+    let other = LocalAddrs::new(MacAddr([2, 0, 0, 0, 0, 0xbb]), []).unwrap();
+    assert_eq!(
+        handle_local(Tick::ZERO, &mut f[..len], &other),
         LocalVerdict::Neighbor {
             ip: IpAddr::V6(our_v6()),
             mac: OUR_MAC,
