@@ -647,10 +647,10 @@ impl<'p> SnapshotBuilder<'p> {
         // Nor can lbd own a prefix's broadcast address: the hosts there
         // send to it as to all of them, in broadcast frames.
         for &(addr, port, proto) in &frontend_order {
-            let Some(fe) = frontends_v4
-                .get(&v4_key_of(addr, port, proto))
-                .filter(|_| is_broadcast(addr))
-            else {
+            if !is_broadcast(addr) {
+                continue;
+            }
+            let Some(fe) = frontends_v4.get(&v4_key_of(addr, port, proto)) else {
                 continue;
             };
             return Err(BuildError::FrontendIsBroadcast {

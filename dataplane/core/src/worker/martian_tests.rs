@@ -317,6 +317,27 @@ fn directed_broadcasts_are_no_hosts() {
     }
     assert_eq!(w.counters().resets_sent.get(), 1);
     assert_eq!(w.counters().local_replies.get(), 1);
+    // Nor through one: a request whose spent source route sends the reply
+    // back by 10.0.0.255 (by 10.0.0.254, a host, it is answered).
+    for (hop, answered) in [(255, false), (254, true)] {
+        let mut f = echo4_from("10.0.0.2", "10.0.0.1");
+        // Loose source route, one hop recorded, then end of options.
+        f.splice(34..34, [0x83, 7, 8, 10, 0, 0, hop, 0]);
+        f[14] = 0x47;
+        let total = u16::from_be_bytes([f[16], f[17]]) + 8;
+        f[16..18].copy_from_slice(&total.to_be_bytes());
+        f[24..26].fill(0);
+        let sum = f[14..42]
+            .chunks(2)
+            .fold(0u32, |s, w| s + u32::from(u16::from_be_bytes([w[0], w[1]])));
+        let sum = (sum & 0xffff) + (sum >> 16);
+        f[24..26].copy_from_slice(&(!(((sum & 0xffff) + (sum >> 16)) as u16)).to_be_bytes());
+        let v = run(&mut w, &snap, 0, &mut f, 0);
+        match answered {
+            true => assert!(matches!(v, Verdict::Transmit { port: 0, .. }), "{v:?}"),
+            false => assert_eq!(v, Verdict::Drop(DropReason::LocalUnhandled)),
+        }
+    }
     // Hosts: they open, and a packet to one that misses is a reply of no
     // connection.
     let hosts = [
