@@ -150,9 +150,47 @@ fn mode_test(tag: &str, net: u8, mode: &str) {
     if mode == "fullnat" {
         expiry_sweeps(&lab);
     }
+    broadcasts_are_not_unicast(&lab);
 
     let (code, _) = lbd.signal_and_wait(15, Duration::from_secs(10));
     assert_eq!(code, Some(0), "{}", lbd.log_text());
+}
+
+/// The client's kernel broadcasting on its segment, to the prefix's
+/// broadcast address (a broadcast frame, as NetBIOS and Wake-on-LAN do,
+/// and a `ping -b`): lbd counts it as `not_unicast`, not as replies of no
+/// connection or pings through it.
+fn broadcasts_are_not_unicast(lab: &Lab) {
+    let bcast = lab.client_addr().replace(".1.2", ".1.255");
+    let before = |r| drops(lab, r);
+    let (unicast, no_reply, no_frontend) = (
+        before("not_unicast"),
+        before("no_conntrack_reply"),
+        before("no_frontend"),
+    );
+    lab.client(&format!(
+        "python3 -c \"
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+for _ in range(3):
+    s.sendto(b'netbios', ('{bcast}', 138))
+\""
+    ));
+    // No answer: ping fails, which is the point.
+    let _ = lab.exec("c", &format!("ping -b -c 2 -i 0.2 -W 1 {bcast}"));
+    // Every worker's counters reach GetStats at its next housekeeping pass.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while drops(lab, "not_unicast") < unicast + 5 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        drops(lab, "not_unicast") >= unicast + 5,
+        "{}",
+        lab.lbctl_ok(&["stats"])
+    );
+    assert_eq!(drops(lab, "no_conntrack_reply"), no_reply);
+    assert_eq!(drops(lab, "no_frontend"), no_frontend);
 }
 
 /// Through the VIP: a 3 MB body checked byte for byte, a UDP exchange
