@@ -12,8 +12,8 @@
 //!   another address → `Drop(ArpNotForUs)`. ARP reply, or an
 //!   announcement (sender == target address) of an address not ours →
 //!   [`LocalVerdict::Neighbor`] (sender IP/MAC; the frame is not sent back);
-//!   an announcement or reply for one of our addresses (a conflict) →
-//!   `LocalUnhandled`.
+//!   an announcement, request or reply from one of our addresses (a
+//!   conflict) → `LocalUnhandled`.
 //! - ICMP/ICMPv6 echo request to an owned address → echo reply (addresses
 //!   swapped, TTL/hop limit 64, checksums updated incrementally). An IPv4
 //!   request's options come back as RFC 1122 §3.2.2.6 asks
@@ -337,6 +337,9 @@ fn arp_in(frame: &mut [u8], parsed: &Parsed, local: &LocalAddrs) -> Result<Local
                 })
             }
         }
+        // Another station using one of our addresses as its own (RFC 5227
+        // §2.4), or our own request come back: a conflict, never answered.
+        arp::OP_REQUEST if local.owns_ipv4(req.sender_ip) => Err(DropReason::LocalUnhandled),
         arp::OP_REQUEST if local.owns_ipv4(req.target_ip) => {
             arp.set_operation(arp::OP_REPLY);
             arp.set_sender_mac(local.mac);

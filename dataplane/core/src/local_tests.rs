@@ -192,10 +192,11 @@ fn arp_other_outcomes() {
         };
         assert_eq!(handle_local(Tick::ZERO, &mut f, &l), want, "op {op}");
     }
-    // Another station announcing, or answering for, one of our
-    // addresses: a conflict.
+    // Another station announcing, asking from, or answering for, one of
+    // our addresses: a conflict.
     for (op, target) in [
         (arp::OP_REQUEST, OUR_V4),
+        (arp::OP_REQUEST, PEER_V4),
         (arp::OP_REPLY, OUR_V4),
         (arp::OP_REPLY, PEER_V4),
     ] {

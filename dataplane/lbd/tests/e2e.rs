@@ -179,7 +179,7 @@ for _ in range(3):
     ));
     // No answer: ping fails, which is the point.
     let _ = lab.exec("c", &format!("ping -b -c 2 -i 0.2 -W 1 {bcast}"));
-    // Every worker's counters reach GetStats at its next housekeeping pass.
+    // The frames may reach lbd a little after the commands return.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while drops(lab, "not_unicast") < unicast + 5 && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));

@@ -558,8 +558,6 @@ impl Worker {
     }
 }
 
-/// Returns a finished (expired or evicted) connection's SNAT pair, if it
-/// had one, to the pool.
 /// Whether the echo reply `local` wrote into `frame` for the IPv4 request
 /// `p` answers, or goes to, a connected prefix's broadcast address (its
 /// destination is the requester's, or a spent source route's last hop).
@@ -576,6 +574,8 @@ fn echo_to_broadcast(snap: &Snapshot, frame: &[u8], p: &wire::Parsed) -> bool {
     snap.is_directed_broadcast(p.src) || to.is_some_and(|a| snap.is_directed_broadcast(a))
 }
 
+/// Returns a finished (expired or evicted) connection's SNAT pair, if it
+/// had one, to the pool.
 fn release_snat(snat: &mut SnatPorts, pair: Option<Endpoint>, proto: Proto) {
     if let Some(ep) = pair {
         // A port that is not in use cannot be freed twice; nothing to count.
