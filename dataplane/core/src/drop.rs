@@ -101,10 +101,11 @@ pub enum DropReason {
     /// An ICMPv4 redirect or source quench: advice for the router that
     /// forwarded the packet (lbd), never translated or passed on.
     IcmpNotTranslated,
-    /// A new DNAT connection from one of the balancer's own addresses
-    /// (interface, VIP or SNAT): its replies would come back addressed to
-    /// the balancer (and may hold a full-NAT connection's reply port). Only
-    /// spoofed or looping traffic does this.
+    /// A new connection from one of the balancer's own addresses
+    /// (interface, VIP or SNAT): under DNAT its replies would come back
+    /// addressed to the balancer (and may hold a full-NAT connection's
+    /// reply port), under full-NAT the balancer would send its answers to
+    /// itself. Only spoofed or looping traffic does this.
     OwnSource,
     /// IPv6 link control lbd takes no part in: router solicitations and
     /// advertisements, redirects, multicast listener discovery (MLD

@@ -327,6 +327,10 @@ impl Worker {
             if !opens_from_v4(snap, k.src) || to_link_group(frame) {
                 return None;
             }
+            // Nor from one of lbd's own addresses (`own_source`).
+            if snap.owner_kind_v4(u32::from_be_bytes(k.src)).is_some() {
+                return None;
+            }
             let Some(pk) = pick else {
                 let fe = self.fast_v4_dispatch(snap, k)??;
                 let opened = self.fast_open_v4(now, snap, frame, meta, k, fe, None, TAG != 0)?;

@@ -120,10 +120,6 @@ impl Worker {
         if k.proto == Proto::Tcp && full_nat && !k.is_syn() {
             return None;
         }
-        // The general path drops a DNAT client that is lbd itself.
-        if !full_nat && snap.owner_kind_v4(u32::from(client)).is_some() {
-            return None;
-        }
         let (backend, be_addr) = match picked {
             Some(p) => (p.backend, p.addr),
             None => pick_v4(svc, k)?,

@@ -236,8 +236,9 @@ impl Worker {
         if proto == Proto::Tcp && full_nat && !opens_connection(p.tcp_flags) {
             return Err(DropReason::TcpNotSyn.into());
         }
-        // A DNAT client is the replies' destination: never lbd itself.
-        if !full_nat && snap.is_owned(p.src) {
+        // A client is the replies' destination (DNAT's backends', or lbd's
+        // own past the SNAT translation): never lbd itself.
+        if snap.is_owned(p.src) {
             return Err(DropReason::OwnSource.into());
         }
         // The destination's family ring: never translate across families.

@@ -747,27 +747,44 @@ fn a_syn_on_an_expired_unswept_connection_picks_again() {
     }
 }
 
-/// A DNAT connection whose client would be one of lbd's own addresses
-/// (spoofed: its replies would come back to lbd, to a full-NAT
-/// connection's reply port if it is an SNAT address) is dropped.
+/// A connection whose client would be one of lbd's own addresses
+/// (spoofed, or looping: a DNAT connection's replies would come back to
+/// lbd, to a full-NAT connection's reply port if it is an SNAT address; a
+/// full-NAT one's answers would go to lbd itself, a neighbor that never
+/// resolves) is dropped, in both modes, packet by packet and in a burst
+/// (the fast path declines it).
 #[test]
-fn dnat_from_an_own_address_is_dropped() {
+fn connections_from_an_own_address_are_dropped() {
     let snap = snapshot();
-    let mut w = worker(1, 0);
-    for own in ["10.1.0.100", "10.0.0.100", "10.0.0.1"] {
-        let mut q = udp4((own, 1030), ("10.0.0.101", 53), b"query");
-        assert_eq!(
-            run(&mut w, &snap, 0, &mut q, 0),
-            Verdict::Drop(DropReason::OwnSource),
-            "{own}"
-        );
+    let mut frames = Vec::new();
+    for own in ["10.1.0.100", "10.0.0.100", "10.0.0.1", "10.1.0.1"] {
+        frames.push(udp4((own, 1030), ("10.0.0.101", 53), b"query"));
+        frames.push(tcp4((own, 1030), ("10.0.0.100", 80), "S", 64, b""));
     }
+    let mut w = worker(1, 0);
+    for f in &frames {
+        let v = run(&mut w, &snap, 0, &mut f.clone(), 0);
+        assert_eq!(v, Verdict::Drop(DropReason::OwnSource), "{f:02x?}");
+    }
+    let mut copies = frames.clone();
+    let metas = vec![meta(0); frames.len()];
+    let mut burst = vec![Verdict::ToHost; frames.len()];
+    w.handle_burst(Tick(0), &snap, &mut copies, &metas, &mut burst);
+    assert!(
+        burst.iter().all(|v| *v == Verdict::Drop(DropReason::OwnSource)),
+        "{burst:?}"
+    );
     assert_eq!(w.conntrack().len(), 0);
-    let mut q = udp4(("10.0.0.2", 1030), ("10.0.0.101", 53), b"query");
-    assert!(matches!(
-        run(&mut w, &snap, 0, &mut q, 0),
-        Verdict::Transmit { port: 1, .. }
-    ));
+    assert_eq!(w.counters().new_connections.get(), 0);
+    for mut f in [
+        udp4(("10.0.0.2", 1030), ("10.0.0.101", 53), b"query"),
+        tcp4(("10.0.0.2", 1030), ("10.0.0.100", 80), "S", 64, b""),
+    ] {
+        assert!(matches!(
+            run(&mut w, &snap, 0, &mut f, 0),
+            Verdict::Transmit { port: 1, .. }
+        ));
+    }
 }
 
 #[test]
