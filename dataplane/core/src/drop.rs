@@ -39,7 +39,10 @@ pub enum DropReason {
     UnsupportedProtocol,
     /// L4 checksum wrong on a packet the balancer must answer itself.
     BadChecksum,
-    /// Addressed to the balancer (interface address) but nothing answers it.
+    /// For the balancer itself (an interface, VIP or SNAT address, or its
+    /// link) but nothing answers it: TCP/UDP to an interface address, ICMP
+    /// other than echo, an address conflict (ARP or neighbor discovery from
+    /// or for one of its addresses), an echo it must not answer.
     LocalUnhandled,
     /// Not addressed to the balancer nor to any frontend.
     NoFrontend,
@@ -88,8 +91,8 @@ pub enum DropReason {
     /// A new connection whose reply tuple is already a tracked connection's,
     /// so the two connections' replies could not be told apart: e.g. one
     /// client address and port DNATed by two VIPs to the same backend
-    /// address and port, or a client sending from one of this worker's SNAT
-    /// address and port pairs.
+    /// address and port. (A client sending from one of lbd's SNAT address
+    /// and port pairs is `OwnSource` first.)
     ConntrackConflict,
     /// A received frame spread over several mbufs (larger than one mbuf's
     /// data room): lbd handles single-segment frames only. lbd counts it.

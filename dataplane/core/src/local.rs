@@ -6,7 +6,8 @@
 //! drops it with a reason. It never allocates and never panics, whatever the
 //! frame holds. What it answers:
 //!
-//! - ARP request for an owned IPv4 address → ARP reply from our MAC, as
+//! - ARP request for an owned IPv4 address (from an address not ours) →
+//!   ARP reply from our MAC, as
 //!   [`LocalVerdict::ReplyToNeighbor`] when the request names its sender's
 //!   address (a neighbor table may refresh that entry). ARP request for
 //!   another address → `Drop(ArpNotForUs)`. ARP reply, or an
@@ -686,8 +687,10 @@ fn neighbor_solicit(
     if !dad && (src.is_multicast() || !slla.unwrap_or(eth_src).is_unicast()) {
         return Err(DropReason::MalformedIcmp);
     }
-    // Nor one no answer may go to (loopback, IPv4-mapped), as for echo.
-    if !dad && !crate::reject::names_one_host(IpAddr::V6(src)) {
+    // Nor one no answer may go to (loopback, IPv4-mapped), as for echo,
+    // nor one of our own addresses (another node using it, or our own
+    // solicitation come back: a conflict, as with ARP).
+    if !dad && (!crate::reject::names_one_host(IpAddr::V6(src)) || local.owns_ipv6(&src)) {
         return Err(DropReason::LocalUnhandled);
     }
     // A DAD probe is answered to all-nodes so the prober sees the conflict.

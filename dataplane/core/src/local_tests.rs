@@ -383,6 +383,23 @@ fn neighbor_solicit_with_slla_becomes_advert() {
     );
 }
 
+/// A solicitation from one of our own addresses (another node using it,
+/// or ours come back) is a conflict, as the ARP request is: not answered.
+#[test]
+fn neighbor_solicit_from_our_address_is_a_conflict() {
+    let mut f = ns_frame(our_v6(), our_v6(), our_v6(), true, 255);
+    assert_eq!(
+        handle_local(Tick::ZERO, &mut f, &local()),
+        LocalVerdict::Drop(DropReason::LocalUnhandled)
+    );
+    // From a peer, the same solicitation is answered.
+    let mut f = ns_frame(peer_v6(), our_v6(), our_v6(), true, 255);
+    assert!(matches!(
+        handle_local(Tick::ZERO, &mut f, &local()),
+        LocalVerdict::ReplyToNeighbor { .. }
+    ));
+}
+
 #[test]
 fn neighbor_solicit_without_slla_uses_tailroom_if_any() {
     let orig = ns_frame(peer_v6(), our_v6(), our_v6(), false, 255);

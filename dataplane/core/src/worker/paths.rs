@@ -151,15 +151,18 @@ impl Worker {
             {
                 // The checks of the packet itself that a new connection's
                 // first packet passes, before the old one ends: a SYN from a
-                // martian source or in a group frame ends nothing. (Those of
-                // the service, in `open`, come after: a SYN it refuses has
-                // still ended the old connection, as after the entry's
-                // expiry.)
+                // martian source, in a group frame or from lbd's own
+                // address ends nothing. (Those of the service, in `open`,
+                // come after: a SYN it refuses has still ended the old
+                // connection, as after the entry's expiry.)
                 if !opens_from(snap, p.src) {
                     return self.drop(DropReason::MartianSource);
                 }
                 if to_link_group(frame) {
                     return self.drop(DropReason::LinkBroadcast);
+                }
+                if snap.is_owned(p.src) {
+                    return self.drop(DropReason::OwnSource);
                 }
                 self.end_reopened(id);
                 found = None;
@@ -172,6 +175,9 @@ impl Worker {
             },
             None if !opens_from(snap, p.src) => return self.drop(DropReason::MartianSource),
             None if to_link_group(frame) => return self.drop(DropReason::LinkBroadcast),
+            // A client is the replies' destination (DNAT's backends', or
+            // lbd's own past the SNAT translation): never lbd itself.
+            None if snap.is_owned(p.src) => return self.drop(DropReason::OwnSource),
             None => match self.open(now, snap, p, proto, key, svc, fe_slot) {
                 Ok(opened) => opened,
                 Err(NotOpened::Drop(reason)) => return self.drop(reason),
@@ -235,11 +241,6 @@ impl Worker {
         let full_nat = svc.mode() == ForwardMode::FullNat;
         if proto == Proto::Tcp && full_nat && !opens_connection(p.tcp_flags) {
             return Err(DropReason::TcpNotSyn.into());
-        }
-        // A client is the replies' destination (DNAT's backends', or lbd's
-        // own past the SNAT translation): never lbd itself.
-        if snap.is_owned(p.src) {
-            return Err(DropReason::OwnSource.into());
         }
         // The destination's family ring: never translate across families.
         let family = Family::of(p.dst);

@@ -776,15 +776,54 @@ fn connections_from_an_own_address_are_dropped() {
     );
     assert_eq!(w.conntrack().len(), 0);
     assert_eq!(w.counters().new_connections.get(), 0);
+    // IPv6 (the general path): lbd's SNAT and interface addresses.
+    for own in ["fd01::100", "fd00::1"] {
+        let mut f = tcp6((own, 1030), ("fd00::100", 80), "S", b"");
+        assert_eq!(
+            run(&mut w, &snap, 0, &mut f, 0),
+            Verdict::Drop(DropReason::OwnSource)
+        );
+    }
+    assert_eq!(w.conntrack().len(), 0);
     for mut f in [
         udp4(("10.0.0.2", 1030), ("10.0.0.101", 53), b"query"),
         tcp4(("10.0.0.2", 1030), ("10.0.0.100", 80), "S", 64, b""),
+        tcp6(("fd00::2", 1030), ("fd00::100", 80), "S", b""),
     ] {
         assert!(matches!(
             run(&mut w, &snap, 0, &mut f, 0),
             Verdict::Transmit { port: 1, .. }
         ));
     }
+}
+
+/// A client whose address became one of lbd's own (a new snapshot) after
+/// its connection closed: its SYN reusing the ports is `own_source` and
+/// ends nothing, the TIME_WAIT entry stays.
+#[test]
+fn an_own_source_syn_ends_no_closing_connection() {
+    let snap = snapshot();
+    let mut w = worker(1, 0);
+    let (client, vip) = (("10.0.0.2", 40000), ("10.0.0.100", 80));
+    open_and_exchange(&mut w, &snap, (client, vip), &CLOSED_BY_CLIENT, b"");
+    let key = crate::flow::FlowKey::new((v4("10.0.0.2"), 40000), (v4("10.0.0.100"), 80), Proto::Tcp).unwrap();
+    let (id, _) = w.conntrack().lookup(&key).unwrap();
+    assert_eq!(w.conntrack().state(id), Some(ConnState::TcpTimeWait));
+    let owned = snapshot_with(|b| {
+        let s = b.service(ServiceSpec::new("default/other")).unwrap();
+        b.frontend(
+            s,
+            FrontendSpec::new(v4("10.0.0.2"), 8080, Proto::Tcp, FrontendKind::ClusterIp),
+        )
+        .unwrap();
+    });
+    let mut f = tcp4(client, vip, "S", 64, b"");
+    assert_eq!(
+        run(&mut w, &owned, 20, &mut f, 0),
+        Verdict::Drop(DropReason::OwnSource)
+    );
+    assert_eq!(w.conntrack().state(id), Some(ConnState::TcpTimeWait));
+    assert_eq!(w.counters().conntrack_expirations.get(), 0);
 }
 
 #[test]

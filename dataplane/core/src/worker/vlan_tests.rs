@@ -66,6 +66,30 @@ fn forwarded_frames_take_the_egress_ports_vlan_both_ways() {
     assert_eq!((r.src, r.src_port, r.dst), (v4("10.0.0.100"), 80, v4("10.0.0.2")));
 }
 
+/// A new connection from one of lbd's own addresses on a tagged port is
+/// `own_source`, frame by frame and in a burst (the tagged fast path
+/// declines it), in both modes.
+#[test]
+fn own_sources_are_refused_on_tagged_ports() {
+    let snap = tagged_snapshot();
+    let frames = [
+        tag(tcp4(("10.1.0.100", 40000), ("10.0.0.100", 80), "S", 64, b""), 10),
+        tag(udp4(("10.0.0.1", 40000), ("10.0.0.101", 53), b"query"), 10),
+    ];
+    let mut w = worker(1, 0);
+    for f in &frames {
+        assert_eq!(
+            run(&mut w, &snap, 0, &mut f.clone(), 0),
+            Verdict::Drop(DropReason::OwnSource)
+        );
+    }
+    let mut copies = frames.to_vec();
+    let mut out = [Verdict::ToHost; 2];
+    w.handle_burst(Tick(0), &snap, &mut copies, &[meta(0); 2], &mut out);
+    assert_eq!(out, [Verdict::Drop(DropReason::OwnSource); 2]);
+    assert_eq!(w.conntrack().len(), 0);
+}
+
 #[test]
 fn frames_without_their_ports_vlan_are_dropped_on_both_paths() {
     let snap = tagged_snapshot();
