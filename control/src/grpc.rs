@@ -51,7 +51,9 @@ pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 const WATCH_QUEUE: usize = 64;
 
 mod info;
+mod write_limit;
 pub use info::{AffinityInfo, ControlCounters, PortCounters, PortInfo, PortSample, PortStatus, ServerInfo};
+pub use write_limit::{WriteLimit, MAX_CONCURRENT_WRITES};
 
 /// A random UUID from the kernel; if that is unreadable (no procfs), one
 /// made of the time and the process id, which is unique enough to tell
@@ -453,7 +455,10 @@ pub async fn router(
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
     let (svc, closer) = LoadBalancerService::new(plane, info);
-    let lb = LoadBalancerServer::new(svc).max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let lb = WriteLimit::new(
+        LoadBalancerServer::new(svc).max_decoding_message_size(MAX_MESSAGE_BYTES),
+        MAX_CONCURRENT_WRITES,
+    );
     let router = builder
         .add_service(health)
         .add_service(reflection_v1)
