@@ -5,7 +5,8 @@
 //! maps by its [`ErrorKind`]: INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS,
 //! FAILED_PRECONDITION (also a stale `expected_revision` and a resync
 //! conflict with another source), UNAVAILABLE (the commit could not be
-//! persisted; nothing changed, retrying may work), INTERNAL (lbd's own state
+//! persisted, or [`MAX_CONCURRENT_WRITES`] other bulk writes are in
+//! progress: [`WriteLimit`]; nothing changed, retrying may work), INTERNAL (lbd's own state
 //! is broken, or the plane's lock was poisoned by a panic). The message is
 //! the error's one-line text, naming the object and the field.
 //!
@@ -53,7 +54,7 @@ const WATCH_QUEUE: usize = 64;
 mod info;
 mod write_limit;
 pub use info::{AffinityInfo, ControlCounters, PortCounters, PortInfo, PortSample, PortStatus, ServerInfo};
-pub use write_limit::{WriteLimit, MAX_CONCURRENT_WRITES};
+pub use write_limit::{BulkWritePermit, WriteLimit, MAX_CONCURRENT_WRITES};
 
 /// A random UUID from the kernel; if that is unreadable (no procfs), one
 /// made of the time and the process id, which is unique enough to tell
@@ -195,6 +196,8 @@ type WatchStream = Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::WatchEvent
 #[tonic::async_trait]
 impl LoadBalancer for LoadBalancerService {
     async fn apply(&self, request: Request<pb::ApplyRequest>) -> Result<Response<pb::ApplyResponse>, Status> {
+        // Kept through the commit, even if the client goes away.
+        let permit = request.extensions().get::<BulkWritePermit>().cloned();
         let req = request.into_inner();
         let source = request_source(req.source)?;
         if req.changes.len() > MAX_CHANGES {
@@ -207,7 +210,10 @@ impl LoadBalancer for LoadBalancerService {
         let expected = (req.expected_revision != 0).then_some(req.expected_revision);
         let n = changes.len();
         let o = self
-            .write(move |p| p.apply_counted(source, changes, expected))
+            .write(move |p| {
+                let _permit = permit;
+                p.apply_counted(source, changes, expected)
+            })
             .await?;
         tracing::info!(
             revision = o.revision,
@@ -232,6 +238,7 @@ impl LoadBalancer for LoadBalancerService {
         &self,
         request: Request<pb::ResyncRequest>,
     ) -> Result<Response<pb::ResyncResponse>, Status> {
+        let permit = request.extensions().get::<BulkWritePermit>().cloned();
         let req = request.into_inner();
         // A resync deletes what its source owns and does not list: a
         // forgotten field must not mean "api" here, as it does in Apply.
@@ -245,7 +252,10 @@ impl LoadBalancer for LoadBalancerService {
         let source = request_source(req.source)?;
         let o = convert::resync_from_proto(&req, source).map_err(invalid)?;
         let out = self
-            .write(move |p| p.resync(source, o.services, o.frontends, o.backends))
+            .write(move |p| {
+                let _permit = permit;
+                p.resync(source, o.services, o.frontends, o.backends)
+            })
             .await?;
         tracing::info!(
             revision = out.revision,

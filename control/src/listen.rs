@@ -377,6 +377,16 @@ pub fn check(cfg: &ListenConfig) -> Result<(), ListenError> {
     }
 }
 
+/// The gRPC server's settings: HTTP/2 keepalive pings, so that a client
+/// that went away (its host died mid-upload) is noticed within a minute
+/// and its calls dropped, and a bulk write's permit
+/// ([`grpc::MAX_CONCURRENT_WRITES`]) with them.
+fn server_builder() -> Server {
+    Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+}
+
 /// Binds the listener; must run inside a tokio runtime.
 pub async fn bind(cfg: &ListenConfig) -> Result<Listener, ListenError> {
     match &cfg.addr {
@@ -389,13 +399,13 @@ pub async fn bind(cfg: &ListenConfig) -> Result<Listener, ListenError> {
             Ok(Listener {
                 socket: bind_unix(path)?,
                 addr: cfg.addr.clone(),
-                server: Server::builder(),
+                server: server_builder(),
                 tls: false,
             })
         }
         ListenAddr::Tcp(addr) => {
             let tls = cfg.tls.as_ref().map(tls_config).transpose()?;
-            let mut server = Server::builder();
+            let mut server = server_builder();
             if let Some(tls) = tls.clone() {
                 // Parses the certificate and key: a file that is readable
                 // but not PEM of its kind fails here, not once lbd forwards.

@@ -1,24 +1,34 @@
-//! At most [`MAX_CONCURRENT_WRITES`] Apply and Resync calls decode and run
-//! at once; the others wait, unread, their senders held back by HTTP/2 flow
-//! control.
+//! At most [`MAX_CONCURRENT_WRITES`] Apply and Resync calls are read,
+//! decoded and run at once; one more is refused at once with UNAVAILABLE
+//! (retry), unread.
 //!
 //! Each request is bounded before it is decoded (`lb_proto::bounded`:
 //! ~0.6 GB at most while its lists grow, plus its strings), but requests
 //! decode concurrently: a client retrying a big Resync on several
 //! connections at once could otherwise make lbd, data plane included, take
-//! several times that and be killed. The writes run one after another on
-//! the plane's lock anyway, so the wait costs them nothing; reads
-//! (GetStats, List, Watch, ...) never wait here. Two at once, not one, so
-//! that one stalled upload does not hold every other write back.
+//! several times that and be killed. The writes commit one after another
+//! on the plane's lock anyway. Two at once, not one, so that one stalled
+//! upload does not refuse every other write.
+//!
+//! Refused, not queued: a call waiting here unread would keep up to a
+//! stream window of its body in HTTP/2's buffers, counted against its
+//! connection's window, and on a connection shared with the calls that
+//! hold the permits (one client sending three big writes at once) it could
+//! leave them no window to finish their bodies in: a deadlock. Refused, its
+//! stream ends and its window comes back.
+//!
+//! The permit travels with the request ([`BulkWritePermit`] in its
+//! extensions): the handler moves it into the blocking task that commits,
+//! so a call its client cancels keeps its permit until that work ends.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::codegen::{http, BoxFuture, Service};
 use tonic::server::NamedService;
 
-/// Apply and Resync calls that may decode and run at once.
+/// Apply and Resync calls that may be read, decoded and run at once.
 pub const MAX_CONCURRENT_WRITES: usize = 2;
 
 /// The methods that take a request of any size.
@@ -26,29 +36,39 @@ fn is_bulk_write(path: &str) -> bool {
     matches!(path, "/lb.v1.LoadBalancer/Apply" | "/lb.v1.LoadBalancer/Resync")
 }
 
-/// `S` (the `lb.v1.LoadBalancer` server) with its bulk writes limited to
-/// `permits` at once.
+/// A bulk write's share of [`MAX_CONCURRENT_WRITES`], in its request's
+/// extensions; held until every clone is dropped.
+#[derive(Debug, Clone)]
+pub struct BulkWritePermit(#[allow(dead_code)] Arc<OwnedSemaphorePermit>);
+
+/// `S` (the `lb.v1.LoadBalancer` server) with at most `limit` bulk writes
+/// at once.
 #[derive(Debug, Clone)]
 pub struct WriteLimit<S> {
     inner: S,
     permits: Arc<Semaphore>,
+    limit: usize,
 }
 
 impl<S> WriteLimit<S> {
     /// `inner` with at most `limit` (at least 1) bulk writes at once.
     pub fn new(inner: S, limit: usize) -> Self {
+        let limit = limit.max(1);
         WriteLimit {
             inner,
-            permits: Arc::new(Semaphore::new(limit.max(1))),
+            permits: Arc::new(Semaphore::new(limit)),
+            limit,
         }
     }
 }
 
-impl<S, B> Service<http::Request<B>> for WriteLimit<S>
+impl<S, B, R> Service<http::Request<B>> for WriteLimit<S>
 where
-    S: Service<http::Request<B>> + Clone + Send + 'static,
+    S: Service<http::Request<B>, Response = http::Response<R>> + Clone + Send + 'static,
     S::Future: Send + 'static,
+    S::Error: Send + 'static,
     B: Send + 'static,
+    R: Default + Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
@@ -58,7 +78,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut req: http::Request<B>) -> Self::Future {
         // The instance polled ready takes the call; a clone stays for the
         // next one.
         let clone = self.inner.clone();
@@ -66,12 +86,20 @@ where
         if !is_bulk_write(req.uri().path()) {
             return Box::pin(inner.call(req));
         }
-        let permits = Arc::clone(&self.permits);
+        let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() else {
+            let status = tonic::Status::unavailable(format!(
+                "{} Apply/Resync calls are being read or committed, the most lbd takes at once; retry",
+                self.limit
+            ));
+            return Box::pin(std::future::ready(Ok(status.into_http())));
+        };
+        let permit = BulkWritePermit(Arc::new(permit));
+        req.extensions_mut().insert(permit.clone());
         Box::pin(async move {
-            // The semaphore is never closed: a permit always comes.
-            let _permit = permits.acquire_owned().await;
-            // Held until the response is built: the body is read and
-            // decoded inside `inner`'s future.
+            // Held while the body is read and decoded (inside `inner`'s
+            // future) and the response built; the handler's clone keeps it
+            // through the commit if the call is cancelled.
+            let _permit = permit;
             inner.call(req).await
         })
     }
@@ -89,19 +117,19 @@ mod tests {
 
     use super::*;
 
-    /// A service whose calls run until `release` is notified, counting how
-    /// many run at once (`now`) and the most that ever did (`most`).
-    #[derive(Clone)]
+    /// A service whose writes run until `release` is notified, counting
+    /// how many run at once (`now`) and how many saw their permit.
+    #[derive(Clone, Default)]
     struct Slow {
         now: Arc<AtomicUsize>,
-        most: Arc<AtomicUsize>,
+        with_permit: Arc<AtomicUsize>,
         release: Arc<tokio::sync::Notify>,
     }
 
     impl Service<http::Request<()>> for Slow {
-        type Response = &'static str;
+        type Response = http::Response<String>;
         type Error = Infallible;
-        type Future = BoxFuture<&'static str, Infallible>;
+        type Future = BoxFuture<http::Response<String>, Infallible>;
 
         fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
             Poll::Ready(Ok(()))
@@ -110,20 +138,21 @@ mod tests {
         fn call(&mut self, req: http::Request<()>) -> Self::Future {
             let s = self.clone();
             Box::pin(async move {
-                let n = s.now.fetch_add(1, Ordering::SeqCst) + 1;
-                s.most.fetch_max(n, Ordering::SeqCst);
                 if req.uri().path().ends_with("/GetStats") {
-                    s.now.fetch_sub(1, Ordering::SeqCst);
-                    return Ok("stats");
+                    return Ok(http::Response::new("stats".into()));
                 }
+                if req.extensions().get::<BulkWritePermit>().is_some() {
+                    s.with_permit.fetch_add(1, Ordering::SeqCst);
+                }
+                s.now.fetch_add(1, Ordering::SeqCst);
                 s.release.notified().await;
                 s.now.fetch_sub(1, Ordering::SeqCst);
-                Ok("written")
+                Ok(http::Response::new("written".into()))
             })
         }
     }
 
-    fn call(svc: &mut WriteLimit<Slow>, method: &str) -> BoxFuture<&'static str, Infallible> {
+    fn call(svc: &mut WriteLimit<Slow>, method: &str) -> BoxFuture<http::Response<String>, Infallible> {
         let req = http::Request::builder()
             .uri(format!("/lb.v1.LoadBalancer/{method}"))
             .body(())
@@ -131,42 +160,74 @@ mod tests {
         svc.call(req)
     }
 
-    /// Five writes at once: two run, three wait, each starting as one
-    /// ends; a GetStats meanwhile is answered at once.
+    /// The gRPC status of a response: "0" (its header absent) for OK.
+    fn grpc_status(r: &http::Response<String>) -> String {
+        r.headers()
+            .get("grpc-status")
+            .map_or("0".into(), |v| v.to_str().unwrap().to_string())
+    }
+
+    /// Two writes run; a third is refused at once with UNAVAILABLE (14),
+    /// a read is answered meanwhile, and once a write ends another is
+    /// taken.
     #[tokio::test]
-    async fn bulk_writes_wait_for_a_permit_and_reads_do_not() {
-        let slow = Slow {
-            now: Arc::default(),
-            most: Arc::default(),
-            release: Arc::default(),
-        };
+    async fn a_third_bulk_write_is_refused_and_reads_pass() {
+        let slow = Slow::default();
         let mut svc = WriteLimit::new(slow.clone(), MAX_CONCURRENT_WRITES);
-        let writes: Vec<_> = ["Apply", "Resync", "Apply", "Resync", "Apply"]
+        let running: Vec<_> = ["Apply", "Resync"]
             .into_iter()
             .map(|m| tokio::spawn(call(&mut svc, m)))
             .collect();
-        // Bounded: the spawned calls get going.
-        for _ in 0..100 {
-            if slow.now.load(Ordering::SeqCst) == MAX_CONCURRENT_WRITES {
+        for _ in 0..200 {
+            if slow.now.load(Ordering::SeqCst) == 2 {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        assert_eq!(slow.now.load(Ordering::SeqCst), MAX_CONCURRENT_WRITES);
-        assert_eq!(call(&mut svc, "GetStats").await, Ok("stats"));
-        for w in writes {
-            // Each release lets a running write end and a waiting one in.
+        assert_eq!(slow.now.load(Ordering::SeqCst), 2);
+        assert_eq!(slow.with_permit.load(Ordering::SeqCst), 2);
+        let within = |f| tokio::time::timeout(Duration::from_secs(5), f);
+        for m in ["Apply", "Resync"] {
+            let r = within(call(&mut svc, m)).await.expect("refused at once").unwrap();
+            assert_eq!(grpc_status(&r), "14", "{m}");
+            assert!(
+                r.headers()["grpc-message"].to_str().unwrap().contains("retry"),
+                "{:?}",
+                r.headers()
+            );
+        }
+        let r = within(call(&mut svc, "GetStats"))
+            .await
+            .expect("a read never waits")
+            .unwrap();
+        assert_eq!(r.body(), "stats");
+        assert_eq!(slow.now.load(Ordering::SeqCst), 2, "the refused ones never ran");
+        for w in running {
             while !w.is_finished() {
                 slow.release.notify_waiters();
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
-            assert_eq!(w.await.unwrap(), Ok("written"));
+            assert_eq!(w.await.unwrap().unwrap().body(), "written");
         }
-        assert_eq!(
-            slow.most.load(Ordering::SeqCst),
-            MAX_CONCURRENT_WRITES + 1,
-            "the read ran beside two writes"
-        );
+        // The permits came back.
+        let next = tokio::spawn(call(&mut svc, "Apply"));
+        while !next.is_finished() {
+            slow.release.notify_waiters();
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        assert_eq!(grpc_status(&next.await.unwrap().unwrap()), "0");
+    }
+
+    /// A handler's clone of the permit keeps it after the call is gone
+    /// (the client cancelled while the commit runs).
+    #[tokio::test]
+    async fn the_handlers_clone_keeps_the_permit() {
+        let permits = Arc::new(Semaphore::new(1));
+        let p = BulkWritePermit(Arc::new(Arc::clone(&permits).try_acquire_owned().unwrap()));
+        let kept = p.clone();
+        drop(p);
+        assert_eq!(permits.available_permits(), 0);
+        drop(kept);
+        assert_eq!(permits.available_permits(), 1);
     }
 }
