@@ -788,3 +788,62 @@ async fn requests_over_the_codec_bounds_are_refused_before_decoding() {
     )
     .await;
 }
+
+/// At most two Apply/Resync calls at once, through a real server: while
+/// a long commit holds the plane's lock, of three writes sent together on
+/// one channel exactly one is refused at once with UNAVAILABLE (retry),
+/// and the two others commit once the lock is free; the next write is
+/// taken again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_third_concurrent_write_is_refused_at_once() {
+    let s = Server::start();
+    let c = client(&s).await;
+    let plane = std::sync::Arc::clone(&s.plane);
+    let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let _commit = plane.lock().unwrap();
+        locked_tx.send(()).unwrap();
+        // Bounded, should the test fail before it lets go.
+        let _ = go_rx.recv_timeout(std::time::Duration::from_secs(20));
+    });
+    locked_rx.recv().unwrap();
+    let writes: Vec<_> = (0..3)
+        .map(|i| {
+            let mut c = c.clone();
+            tokio::spawn(async move {
+                c.apply(apply_req(vec![up(C::UpsertService(service(&format!(
+                    "default/w{i}"
+                ))))]))
+                .await
+            })
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !writes.iter().any(|w| w.is_finished()) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // The two others wait on the lock.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let (done, waiting): (Vec<_>, Vec<_>) = writes.into_iter().partition(|w| w.is_finished());
+    assert_eq!((done.len(), waiting.len()), (1, 2));
+    let refused = done
+        .into_iter()
+        .next()
+        .unwrap()
+        .await
+        .unwrap()
+        .expect_err("refused");
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert!(refused.message().contains("retry"), "{refused:?}");
+    go_tx.send(()).unwrap();
+    holder.join().unwrap();
+    for w in waiting {
+        w.await.unwrap().expect("committed once the lock was free");
+    }
+    let mut c = c.clone();
+    c.apply(apply_req(vec![up(C::UpsertService(service("default/after")))]))
+        .await
+        .expect("the shares came back");
+    assert_eq!(s.state().services.len(), 3);
+}
