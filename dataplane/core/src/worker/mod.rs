@@ -453,6 +453,14 @@ impl Worker {
                     self.counters.local_replies.inc();
                     return Verdict::Transmit { port: meta.port, len };
                 }
+                // An ARP request from a connected prefix's broadcast
+                // address gets no answer, and an ARP answer from one is no
+                // host's news (`local` knows no prefixes).
+                LocalVerdict::ReplyToNeighbor { ip, .. } | LocalVerdict::Neighbor { ip, .. }
+                    if snap.is_directed_broadcast(ip) =>
+                {
+                    return self.drop(DropReason::LocalUnhandled);
+                }
                 LocalVerdict::ReplyToNeighbor { len, ip, mac } => {
                     self.counters.local_replies.inc();
                     // News only for a neighbor published at another MAC:

@@ -1089,6 +1089,14 @@ fn local_answers_still_work() {
     );
     assert_eq!(&arp[..6], &ROUTER_MAC[..]);
     assert_eq!(w.counters().local_replies.get(), replies + 3);
+    // From the port prefix's broadcast address: no answer (no host asks
+    // from it), and nothing learned.
+    let mut arp = arp_request([10, 0, 0, 255], ROUTER_MAC);
+    assert_eq!(
+        run(&mut w, &snap, 0, &mut arp, 0),
+        Verdict::Drop(DropReason::LocalUnhandled)
+    );
+    assert_eq!(w.counters().local_replies.get(), replies + 3);
     // TCP to an interface address that is not a frontend goes to the host.
     let mut bgp = tcp4(("10.0.0.2", 50000), ("10.0.0.1", 179), "S", 64, b"");
     assert_eq!(run(&mut w, &snap, 0, &mut bgp, 0), Verdict::ToHost);
