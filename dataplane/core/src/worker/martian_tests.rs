@@ -365,11 +365,8 @@ fn directed_broadcasts_are_no_hosts() {
 fn a_broadcast_syn_ends_no_closing_connection() {
     let snap = snapshot();
     let mut w = worker(1, 0);
-    let (client, vip) = (("10.0.0.2", 40000), ("10.0.0.100", 80));
-    open_and_exchange(&mut w, &snap, (client, vip), &CLOSED_BY_CLIENT, b"");
-    let key = crate::flow::FlowKey::new((v4("10.0.0.2"), 40000), (v4("10.0.0.100"), 80), Proto::Tcp).unwrap();
-    let (id, _) = w.conntrack().lookup(&key).unwrap();
-    assert_eq!(w.conntrack().state(id), Some(ConnState::TcpTimeWait));
+    let (client, vip) = (TW_CLIENT, TW_VIP);
+    let (_, key, id) = in_time_wait(&mut w, &snap);
     for burst in [false, true] {
         let mut f = broadcast(tcp4(client, vip, "S", 64, b""));
         let v = if burst {

@@ -656,21 +656,37 @@ fn open_and_exchange(
 /// A handshake, then the client closes first: TIME_WAIT.
 const CLOSED_BY_CLIENT: [(&str, u16); 5] = [("SA", 1), ("A", 0), ("FA", 0), ("FA", 1), ("A", 0)];
 
+/// The client and the VIP of [`in_time_wait`].
+const TW_CLIENT: (&str, u16) = ("10.0.0.2", 40000);
+const TW_VIP: (&str, u16) = ("10.0.0.100", 80);
+
+/// A full-NAT connection from [`TW_CLIENT`] to [`TW_VIP`] that the client
+/// closed first, left in TIME_WAIT: its SYN as forwarded, its key and its
+/// entry.
+fn in_time_wait(w: &mut Worker, snap: &Snapshot) -> (wire::Parsed, crate::flow::FlowKey, conntrack::EntryId) {
+    let sent = open_and_exchange(w, snap, (TW_CLIENT, TW_VIP), &CLOSED_BY_CLIENT, b"");
+    let key = crate::flow::FlowKey::new(
+        (v4(TW_CLIENT.0), TW_CLIENT.1),
+        (v4(TW_VIP.0), TW_VIP.1),
+        Proto::Tcp,
+    )
+    .unwrap();
+    let (id, _) = w.conntrack().lookup(&key).unwrap();
+    assert_eq!(w.conntrack().state(id), Some(ConnState::TcpTimeWait));
+    (sent, key, id)
+}
+
 #[test]
 fn a_syn_on_a_finished_connection_picks_again() {
     let snap = snapshot();
     let mut w = worker(1, 0);
-    let client = ("10.0.0.2", 40000);
-    let vip = ("10.0.0.100", 80);
-    let sent = open_and_exchange(&mut w, &snap, (client, vip), &CLOSED_BY_CLIENT, b"");
+    let (client, vip) = (TW_CLIENT, TW_VIP);
+    let (sent, key, _) = in_time_wait(&mut w, &snap);
     let (IpAddr::V4(backend), IpAddr::V4(snat)) = (sent.dst, sent.src) else {
         panic!("{sent:?}")
     };
     let (b, s) = (backend.to_string(), snat.to_string());
     let from_backend = |flags: &str| tcp4((&b, 8080), (&s, sent.src_port), flags, 64, b"");
-    let key = crate::flow::FlowKey::new((v4("10.0.0.2"), 40000), (v4("10.0.0.100"), 80), Proto::Tcp).unwrap();
-    let (id, _) = w.conntrack().lookup(&key).unwrap();
-    assert_eq!(w.conntrack().state(id), Some(ConnState::TcpTimeWait));
     // The backend is drained; the client reuses its port.
     let drained = snapshot_web_draining(backend);
     let mut again = tcp4(client, vip, "S", 64, b"");
@@ -804,11 +820,7 @@ fn connections_from_an_own_address_are_dropped() {
 fn an_own_source_syn_ends_no_closing_connection() {
     let snap = snapshot();
     let mut w = worker(1, 0);
-    let (client, vip) = (("10.0.0.2", 40000), ("10.0.0.100", 80));
-    open_and_exchange(&mut w, &snap, (client, vip), &CLOSED_BY_CLIENT, b"");
-    let key = crate::flow::FlowKey::new((v4("10.0.0.2"), 40000), (v4("10.0.0.100"), 80), Proto::Tcp).unwrap();
-    let (id, _) = w.conntrack().lookup(&key).unwrap();
-    assert_eq!(w.conntrack().state(id), Some(ConnState::TcpTimeWait));
+    let (_, _, id) = in_time_wait(&mut w, &snap);
     let owned = snapshot_with(|b| {
         let s = b.service(ServiceSpec::new("default/other")).unwrap();
         b.frontend(
@@ -817,7 +829,7 @@ fn an_own_source_syn_ends_no_closing_connection() {
         )
         .unwrap();
     });
-    let mut f = tcp4(client, vip, "S", 64, b"");
+    let mut f = tcp4(TW_CLIENT, TW_VIP, "S", 64, b"");
     assert_eq!(
         run(&mut w, &owned, 20, &mut f, 0),
         Verdict::Drop(DropReason::OwnSource)
