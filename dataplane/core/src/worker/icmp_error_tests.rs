@@ -26,6 +26,17 @@ fn icmp4_error(
     err
 }
 
+/// [`icmp4_error`] "fragmentation needed", next-hop MTU 1,400.
+fn frag_needed4(macs: ([u8; 6], [u8; 6]), src: [u8; 4], dst: [u8; 4], quote: &[u8]) -> Vec<u8> {
+    icmp4_error(
+        macs,
+        src,
+        dst,
+        DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
+        quote,
+    )
+}
+
 /// An ICMPv6 packet too big (MTU 1,400) from `src` to `dst` in a frame
 /// between `macs`, quoting `quote`.
 fn too_big6(macs: ([u8; 6], [u8; 6]), src: [u8; 16], dst: [u8; 16], quote: &[u8]) -> Vec<u8> {
@@ -50,13 +61,7 @@ fn icmp_frag_needed_reaches_the_client_translated() {
     let sent = wire::parse(&syn).unwrap();
     // The quote: the translated packet's IP header and first 8 L4 bytes.
     let ip_and_8 = &syn[14..14 + 20 + 8];
-    let mut err = icmp4_error(
-        (BACKEND_MAC, MAC1),
-        [10, 1, 0, 254],
-        [10, 1, 0, 100],
-        DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
-        ip_and_8,
-    );
+    let mut err = frag_needed4((BACKEND_MAC, MAC1), [10, 1, 0, 254], [10, 1, 0, 100], ip_and_8);
     assert!(
         matches!(
             run(&mut w, &snap, 5, &mut err, 1),
@@ -280,11 +285,10 @@ fn icmp_error_to_an_unresolved_client_is_resolve() {
         run(&mut w, &snap, 0, &mut syn, 0),
         Verdict::Transmit { port: 1, .. }
     ));
-    let mut err = icmp4_error(
+    let mut err = frag_needed4(
         (ROUTER_MAC, MAC1),
         [10, 1, 0, 254],
         [10, 1, 0, 100],
-        DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
         &syn[14..14 + 28],
     );
     assert_eq!(
@@ -312,11 +316,10 @@ fn an_error_from_a_link_local_router_is_sent_from_lbd() {
     let mut w = worker(1, 0);
     let mut syn = tcp4(("10.0.0.2", 40000), ("10.0.0.100", 80), "S", 64, b"");
     run(&mut w, &snap, 0, &mut syn, 0);
-    let mut err = icmp4_error(
+    let mut err = frag_needed4(
         (BACKEND_MAC, MAC1),
         [169, 254, 0, 1],
         [10, 1, 0, 100],
-        DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
         &syn[14..14 + 28],
     );
     assert!(matches!(
@@ -362,11 +365,10 @@ fn an_error_from_a_link_local_router_is_sent_from_lbd() {
         run(&mut w, &snap, 1, &mut answer, 1),
         Verdict::Transmit { port: 0, .. }
     ));
-    let mut err = icmp4_error(
+    let mut err = frag_needed4(
         (CLIENT_MAC, MAC0),
         [169, 254, 0, 9],
         [10, 0, 0, 101],
-        DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
         &answer[14..14 + 28],
     );
     assert!(
@@ -401,11 +403,10 @@ fn an_error_about_the_hosts_own_traffic_goes_to_the_host() {
     let snap = snapshot();
     let mut w = worker(2, 1);
     let own = tcp4(("10.0.0.1", 179), ("10.0.0.254", 50000), "A", 64, b"");
-    let err = icmp4_error(
+    let err = frag_needed4(
         (ROUTER_MAC, MAC0),
         [10, 0, 0, 254],
         [10, 0, 0, 1],
-        DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
         &own[14..14 + 28],
     );
     assert_eq!(run(&mut w, &snap, 5, &mut err.clone(), 0), Verdict::ToHost);
