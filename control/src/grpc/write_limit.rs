@@ -218,16 +218,56 @@ mod tests {
         assert_eq!(grpc_status(&next.await.unwrap().unwrap()), "0");
     }
 
-    /// A handler's clone of the permit keeps it after the call is gone
-    /// (the client cancelled while the commit runs).
-    #[tokio::test]
-    async fn the_handlers_clone_keeps_the_permit() {
+    /// An Apply whose client goes away while its commit waits for the
+    /// plane's lock keeps its permit until that commit has run: the
+    /// handler moved it into the blocking task.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cancelled_apply_keeps_its_permit_through_the_commit() {
+        use crate::grpc::{LoadBalancerService, ServerInfo};
+        use lb_proto::v1 as pb;
+        use pb::load_balancer_server::LoadBalancer;
+
+        let plane = crate::plane::ControlPlane::open(crate::plane::tests::node(), None).unwrap();
+        let plane = Arc::new(std::sync::Mutex::new(plane));
+        let (svc, _closer) = LoadBalancerService::new(Arc::clone(&plane), ServerInfo::new(Vec::new(), 1));
         let permits = Arc::new(Semaphore::new(1));
-        let p = BulkWritePermit(Arc::new(Arc::clone(&permits).try_acquire_owned().unwrap()));
-        let kept = p.clone();
-        drop(p);
-        assert_eq!(permits.available_permits(), 0);
-        drop(kept);
-        assert_eq!(permits.available_permits(), 1);
+        let mut req = tonic::Request::new(pb::ApplyRequest {
+            changes: vec![pb::Change {
+                change: Some(pb::change::Change::UpsertService(pb::Service {
+                    name: "default/web".into(),
+                    ..Default::default()
+                })),
+            }],
+            ..Default::default()
+        });
+        let permit = Arc::clone(&permits).try_acquire_owned().unwrap();
+        req.extensions_mut().insert(BulkWritePermit(Arc::new(permit)));
+        let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn({
+            let plane = Arc::clone(&plane);
+            move || {
+                let _commit = plane.lock().unwrap();
+                locked_tx.send(()).unwrap();
+                let _ = go_rx.recv_timeout(Duration::from_secs(20));
+            }
+        });
+        locked_rx.recv().unwrap();
+        let call = tokio::spawn(async move { svc.apply(req).await.map(drop) });
+        // The call reaches the blocking task, which waits for the lock.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        call.abort();
+        let _ = call.await;
+        assert_eq!(permits.available_permits(), 0, "kept while the commit waits");
+        go_tx.send(()).unwrap();
+        holder.join().unwrap();
+        for _ in 0..200 {
+            if permits.available_permits() == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(permits.available_permits(), 1, "given back once the commit ran");
+        assert_eq!(plane.lock().unwrap().revision(), 1, "the commit ran");
     }
 }

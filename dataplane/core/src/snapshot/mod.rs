@@ -972,9 +972,9 @@ impl Snapshot {
     /// prefix of /30 or shorter: its host bits all ones (RFC 919, RFC 1812
     /// §4.2.3.1), one address that names every host of the prefix. The
     /// worker neither opens a connection from it nor forwards to it.
-    /// IPv6 has no broadcast. Out of line: the general path asks it off
-    /// its hot paths, and inlined there it moved the fast path's code
-    /// (+20 instructions a new flow).
+    /// IPv6 has no broadcast. Out of line: only the general path asks it,
+    /// off its hot paths (the fast path has
+    /// [`is_directed_broadcast_v4`](Self::is_directed_broadcast_v4)).
     #[inline(never)]
     pub fn is_directed_broadcast(&self, ip: IpAddr) -> bool {
         match ip {

@@ -322,7 +322,7 @@ impl Worker {
         let Some((id, dir)) = hit else {
             // A new connection to a frontend (`paths::open`), but for what
             // the general path drops before it (`martian_source`,
-            // `link_broadcast`); checked here, outside `fast_open_v4`,
+            // `link_broadcast`, `own_source`); checked here, outside `fast_open_v4`,
             // whose inlining it changed (+130 instructions a new flow).
             if !opens_from_v4(snap, k.src) || to_link_group(frame) {
                 return None;

@@ -569,7 +569,8 @@ impl Worker {
 /// Whether the echo reply `local` wrote into `frame` for the IPv4 request
 /// `p` answers, or goes to, a connected prefix's broadcast address (its
 /// destination is the requester's, or a spent source route's last hop).
-/// Out of line: inlined into the burst loop, such a check moved the fast
+/// Asked in the arm of the reply `local` made, out of line: the same check
+/// before the local answer, inlined into the burst loop, moved the fast
 /// path's code (+22 instructions a new flow).
 #[cold]
 #[inline(never)]

@@ -150,19 +150,12 @@ impl Worker {
             if proto == Proto::Tcp && opens_connection(p.tcp_flags) && self.conntrack.reopened_by_syn(id, now)
             {
                 // The checks of the packet itself that a new connection's
-                // first packet passes, before the old one ends: a SYN from a
-                // martian source, in a group frame or from lbd's own
-                // address ends nothing. (Those of the service, in `open`,
+                // first packet passes, before the old one ends: a SYN they
+                // refuse ends nothing. (Those of the service, in `open`,
                 // come after: a SYN it refuses has still ended the old
                 // connection, as after the entry's expiry.)
-                if !opens_from(snap, p.src) {
-                    return self.drop(DropReason::MartianSource);
-                }
-                if to_link_group(frame) {
-                    return self.drop(DropReason::LinkBroadcast);
-                }
-                if snap.is_owned(p.src) {
-                    return self.drop(DropReason::OwnSource);
+                if let Some(reason) = refused_opener(snap, frame, p) {
+                    return self.drop(reason);
                 }
                 self.end_reopened(id);
                 found = None;
@@ -173,15 +166,13 @@ impl Worker {
                 Some(rw) => (Account::Entry(id, dir), rw),
                 None => return self.drop(DropReason::NoConntrackReply),
             },
-            None if !opens_from(snap, p.src) => return self.drop(DropReason::MartianSource),
-            None if to_link_group(frame) => return self.drop(DropReason::LinkBroadcast),
-            // A client is the replies' destination (DNAT's backends', or
-            // lbd's own past the SNAT translation): never lbd itself.
-            None if snap.is_owned(p.src) => return self.drop(DropReason::OwnSource),
-            None => match self.open(now, snap, p, proto, key, svc, fe_slot) {
-                Ok(opened) => opened,
-                Err(NotOpened::Drop(reason)) => return self.drop(reason),
-                Err(NotOpened::TooBig(mtu)) => return self.too_big(snap, frame, p, meta, mtu),
+            None => match refused_opener(snap, frame, p) {
+                Some(reason) => return self.drop(reason),
+                None => match self.open(now, snap, p, proto, key, svc, fe_slot) {
+                    Ok(opened) => opened,
+                    Err(NotOpened::Drop(reason)) => return self.drop(reason),
+                    Err(NotOpened::TooBig(mtu)) => return self.too_big(snap, frame, p, meta, mtu),
+                },
             },
         };
         self.translate(now, snap, frame, p, account, &rw, meta)
@@ -713,6 +704,23 @@ fn verdict(route: &Route, len: usize) -> Verdict {
             len,
             via: u.via,
         },
+    }
+}
+
+/// Why the first packet `p` (in `frame`) of a new connection may open none,
+/// whatever its service says: a martian source, a link-layer group frame,
+/// or a client at one of lbd's own addresses (the replies' destination:
+/// DNAT's backends', or lbd's own past the SNAT translation).
+#[inline]
+fn refused_opener(snap: &Snapshot, frame: &[u8], p: &Parsed) -> Option<DropReason> {
+    if !opens_from(snap, p.src) {
+        Some(DropReason::MartianSource)
+    } else if to_link_group(frame) {
+        Some(DropReason::LinkBroadcast)
+    } else if snap.is_owned(p.src) {
+        Some(DropReason::OwnSource)
+    } else {
+        None
     }
 }
 
