@@ -973,8 +973,7 @@ impl Snapshot {
     /// §4.2.3.1), one address that names every host of the prefix. The
     /// worker neither opens a connection from it nor forwards to it.
     /// IPv6 has no broadcast. Out of line: only the general path asks it,
-    /// off its hot paths (the fast path has
-    /// [`is_directed_broadcast_v4`](Self::is_directed_broadcast_v4)).
+    /// off its hot paths (the fast path has an IPv4 form of its own).
     #[inline(never)]
     pub fn is_directed_broadcast(&self, ip: IpAddr) -> bool {
         match ip {
