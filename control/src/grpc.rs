@@ -6,9 +6,12 @@
 //! FAILED_PRECONDITION (also a stale `expected_revision` and a resync
 //! conflict with another source), UNAVAILABLE (the commit could not be
 //! persisted, or [`MAX_CONCURRENT_WRITES`] other bulk writes are in
-//! progress: [`WriteLimit`]; nothing changed, retrying may work), INTERNAL (lbd's own state
-//! is broken, or the plane's lock was poisoned by a panic). The message is
-//! the error's one-line text, naming the object and the field.
+//! progress: [`RequestLimits`]; nothing changed, retrying may work),
+//! RESOURCE_EXHAUSTED (a request other than Apply and Resync larger than
+//! [`MAX_SMALL_REQUEST_BYTES`]), DEADLINE_EXCEEDED (a request whose bytes
+//! stopped arriving for [`REQUEST_IDLE_TIMEOUT`]), INTERNAL (lbd's own
+//! state is broken, or the plane's lock was poisoned by a panic). The
+//! message is the error's one-line text, naming the object and the field.
 //!
 //! Every call that takes the plane's lock runs on tokio's blocking pool:
 //! writes because a commit persists (fsync) and compiles a snapshot, reads
@@ -52,9 +55,12 @@ pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 const WATCH_QUEUE: usize = 64;
 
 mod info;
-mod write_limit;
+mod limits;
 pub use info::{AffinityInfo, ControlCounters, PortCounters, PortInfo, PortSample, PortStatus, ServerInfo};
-pub use write_limit::{BulkWritePermit, WriteLimit, MAX_CONCURRENT_WRITES};
+pub use limits::{
+    BulkWritePermit, LimitedBody, RequestLimits, MAX_CONCURRENT_WRITES, MAX_SMALL_REQUEST_BYTES,
+    REQUEST_IDLE_TIMEOUT,
+};
 
 /// A random UUID from the kernel; if that is unreadable (no procfs), one
 /// made of the time and the process id, which is unique enough to tell
@@ -85,12 +91,41 @@ pub fn code_of(kind: ErrorKind) -> tonic::Code {
 
 /// The status of a rejected conversion.
 pub fn status_from_validation(e: &ValidationError) -> Status {
-    Status::new(code_of(e.kind), e.to_string())
+    Status::new(code_of(e.kind), clip_message(e.to_string()))
 }
 
 /// The status of a failed plane operation.
 pub fn status_from_plane(e: &PlaneError) -> Status {
-    Status::new(code_of(e.kind()), e.to_string())
+    Status::new(code_of(e.kind()), clip_message(e.to_string()))
+}
+
+/// The longest status message lbd sends, in bytes (before the
+/// percent-encoding of `grpc-message`).
+pub const MAX_STATUS_MESSAGE: usize = 1024;
+
+/// `msg`, its middle left out if it is longer than [`MAX_STATUS_MESSAGE`]:
+/// an error quotes what it refuses, and a name of 60 kB quoted whole made
+/// a header that clients refuse (h2's header list limit, 16 KiB by
+/// default), so the caller saw a protocol error instead of the reason. The
+/// start (the object and field) and the end (the rule) are kept.
+pub fn clip_message(msg: String) -> String {
+    if msg.len() <= MAX_STATUS_MESSAGE {
+        return msg;
+    }
+    let mut head = MAX_STATUS_MESSAGE * 5 / 8;
+    while !msg.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = msg.len() - MAX_STATUS_MESSAGE / 4;
+    while !msg.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!(
+        "{} [... {} bytes left out ...] {}",
+        &msg[..head],
+        tail - head,
+        &msg[tail..]
+    )
 }
 
 /// The `lb.v1.LoadBalancer` implementation.
@@ -465,7 +500,7 @@ pub async fn router(
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
     let (svc, closer) = LoadBalancerService::new(plane, info);
-    let lb = WriteLimit::new(
+    let lb = RequestLimits::new(
         LoadBalancerServer::new(svc).max_decoding_message_size(MAX_MESSAGE_BYTES),
         MAX_CONCURRENT_WRITES,
     );

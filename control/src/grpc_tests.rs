@@ -217,6 +217,37 @@ fn codes_by_kind() {
     assert_eq!(s.message(), "changes[1] frontend: port: bad");
 }
 
+/// A message over the bound keeps its start and end, is at most the
+/// bound, and is cut on character boundaries (a name of `é`s).
+#[test]
+fn long_messages_lose_their_middle() {
+    let short = "changes[0] service \"a/b\": name: bad".to_string();
+    assert_eq!(clip_message(short.clone()), short);
+    let at = "x".repeat(MAX_STATUS_MESSAGE);
+    assert_eq!(clip_message(at.clone()), at);
+    for fill in ["a", "é", "日本"] {
+        let long = format!(
+            "changes[3] service: name: {:?} must be short",
+            fill.repeat(30_000)
+        );
+        let clipped = clip_message(long.clone());
+        assert!(clipped.len() <= MAX_STATUS_MESSAGE, "{}", clipped.len());
+        assert!(clipped.starts_with("changes[3] service: name: \""), "{clipped}");
+        assert!(clipped.ends_with("\" must be short"), "{clipped}");
+        assert!(clipped.contains(" bytes left out ...] "), "{clipped}");
+        let left_out: usize = clipped
+            .split("[... ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .unwrap()
+            .parse()
+            .unwrap();
+        let kept =
+            clipped.len() - " [... ".len() - left_out.to_string().len() - " bytes left out ...] ".len();
+        assert_eq!(kept + left_out, long.len(), "the count is exact");
+    }
+}
+
 #[test]
 fn instance_ids_differ() {
     assert_ne!(new_instance_id(), new_instance_id());

@@ -789,6 +789,73 @@ async fn requests_over_the_codec_bounds_are_refused_before_decoding() {
     .await;
 }
 
+/// Methods other than Apply and Resync read at most 64 KiB of request:
+/// a GetService or SetBackendState past that is refused with
+/// RESOURCE_EXHAUSTED naming the method, one under it is decoded (the
+/// plane answers it), and an Apply of more than that is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_methods_take_small_requests_only() {
+    let s = Server::start();
+    let mut c = client(&s).await;
+    c.apply(apply_req(web_changes())).await.unwrap();
+    let long = format!(
+        "default/{}",
+        "a".repeat(lb_control::grpc::MAX_SMALL_REQUEST_BYTES)
+    );
+    let words = [
+        "request larger than 65536 bytes",
+        "only Apply and Resync take big requests",
+    ];
+    let get = pb::GetServiceRequest { name: long.clone() };
+    rejected(
+        &s,
+        Code::ResourceExhausted,
+        &[&["GetService"], &words[..]].concat(),
+        c.get_service(get),
+    )
+    .await;
+    let set = pb::SetBackendStateRequest {
+        address: "10.1.0.11".into(),
+        port: 8080,
+        service: long,
+        state: pb::BackendState::Maintenance.into(),
+    };
+    rejected(
+        &s,
+        Code::ResourceExhausted,
+        &[&["SetBackendState"], &words[..]].concat(),
+        c.set_backend_state(set),
+    )
+    .await;
+    // Under the bound: decoded, and the plane names what is wrong.
+    let get = pb::GetServiceRequest {
+        name: format!("default/{}", "a".repeat(1000)),
+    };
+    rejected(&s, Code::InvalidArgument, &["1-63 lowercase"], c.get_service(get)).await;
+    // An error that quotes a long name leaves out its middle (quoted
+    // whole it made a header the client refused: an h2 protocol error).
+    let get = pb::GetServiceRequest {
+        name: format!("default/{}", "a".repeat(60_000)),
+    };
+    rejected(
+        &s,
+        Code::InvalidArgument,
+        &["name \"aaa", "bytes left out", "must be 1-63 lowercase"],
+        c.get_service(get),
+    )
+    .await;
+    // An Apply past the bound (3,000 backends, ~100 KB) is taken.
+    let mut changes = vec![up(C::UpsertService(service("default/big")))];
+    for i in 0..3000u32 {
+        let addr = format!("10.2.{}.{}", i / 250, i % 250 + 1);
+        changes.push(up(C::UpsertBackend(backend("default/big", &addr, 8080))));
+    }
+    let req = apply_req(changes);
+    assert!(prost::Message::encoded_len(&req) > lb_control::grpc::MAX_SMALL_REQUEST_BYTES);
+    c.apply(req).await.expect("Apply takes big requests");
+    assert_eq!(s.state().backends.len(), 3002);
+}
+
 /// At most two Apply/Resync calls at once, through a real server: while
 /// a long commit holds the plane's lock, of three writes sent together on
 /// one channel exactly one is refused at once with UNAVAILABLE (retry),
