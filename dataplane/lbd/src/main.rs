@@ -49,8 +49,8 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use dpdk::flow::{FlowRule, L4};
 use dpdk::ring::Consumer;
-use dpdk::{Eal, Port};
-use lb_control::grpc::{ControlCounters, PortInfo, PortStatus, ServerInfo};
+use dpdk::{Eal, Mempool, Port};
+use lb_control::grpc::{ControlCounters, PortInfo, PortStatus, ServerInfo, SharedPlane};
 use lb_control::listen::{ListenConfig, ListenError, TlsPaths};
 use lb_control::metrics::MetricsListener;
 use lb_control::model::Source;
@@ -60,7 +60,7 @@ use lb_dataplane::conntrack;
 use lb_dataplane::flow::WorkerId;
 use lb_dataplane::worker::{Worker, WorkerConfig};
 
-use crate::cli::{vdev_name, Cli};
+use crate::cli::{vdev_name, Cli, Lcores};
 use crate::config::Config;
 use crate::control::Control;
 use crate::worker::{Clock, Links, Offloads, Shared, Wiring, WorkerIo};
@@ -129,8 +129,43 @@ fn init_logging() {
         .init();
 }
 
+/// Starts lbd, runs it until SIGINT/SIGTERM (or a thread's failure), and
+/// shuts it down, one phase after the other (see the module doc). Returns
+/// the first error of start-up, or after the summary what ended abnormally.
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let lcores = cli.lcores.clone();
+    let (checked, metrics) = check_before_eal(&cli)?;
+    let stop = stop_on_signals()?;
+    let (eal, nports) = init_eal(&cli, &checked.config, &checked.pci)?;
+    let (dpdk, node) = configure_ports(eal, nports, &cli, &checked.config)?;
+    let plane = open_plane(&cli, &checked.config, node)?;
+    let built = build(&cli, &checked, metrics, &dpdk, plane, &stop)?;
+    let (running, ios) = start(&dpdk, &checked.config, built.rt, built.control, &stop)?;
+    let lanes = Lanes {
+        ios,
+        pipeline: built.pipeline,
+        links: built.links,
+    };
+    let ended = run_workers(&dpdk.eal, &cli.lcores, &stop, lanes, built.shared);
+    shutdown(running, ended, &built.ctl_stats, built.plane, dpdk)
+}
+
+/// What the checks before EAL load.
+struct Checked {
+    /// The config file (the defaults without `--config`).
+    config: Config,
+    /// The gRPC listener's address and TLS files, checked, not bound yet.
+    listen: ListenConfig,
+    /// The `--pci` devices, in canonical form.
+    pci: Vec<String>,
+}
+
+/// Phase 1, before EAL: warns of lcores that share a CPU, loads the
+/// config, checks what the gRPC listener would refuse, binds `--metrics`,
+/// and checks the PCI devices, hugepages and the conntrack tables' memory.
+/// Returns what was loaded, and `--metrics`'s listener, bound; an error is
+/// one line (exit 1).
+fn check_before_eal(cli: &Cli) -> anyhow::Result<(Checked, Option<MetricsListener>)> {
+    let lcores = &cli.lcores;
     for (cpu, on_it) in lcores.crowded_cpus() {
         tracing::warn!(
             cpu,
@@ -142,10 +177,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Some(p) => Config::load(p)?,
         None => Config::default(),
     };
-    let listen = listen_config(&cli)?;
+    let listen = listen_config(cli)?;
     // What the listener would refuse (files, the socket), found before
     // EAL, the ports or the state file are touched; bound for real later.
-    lb_control::listen::check(&listen).map_err(|e| anyhow::anyhow!("{}: {e}", listen_flag(&cli, &e)))?;
+    lb_control::listen::check(&listen).map_err(|e| anyhow::anyhow!("{}: {e}", listen_flag(cli, &e)))?;
     // Bound now, so an address in use is found before EAL; served by the
     // control thread.
     let metrics = cli
@@ -162,7 +197,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     // The affinity table comes from the same memory as the connection tables.
     let affinity_mib = preflight::affinity_bytes(cli.affinity_size).div_ceil(1 << 20);
     preflight::check_conntrack_memory(cli.conntrack_size, lcores.workers(), dpdk_mib + affinity_mib)?;
+    Ok((Checked { config, listen, pci }, metrics))
+}
 
+/// Installs the SIGINT/SIGTERM handlers. Returns `stop`, the flag they set.
+fn stop_on_signals() -> anyhow::Result<Arc<AtomicBool>> {
     // Signals first: a SIGTERM during start-up must still stop us cleanly.
     // A second SIGINT/SIGTERM while stopping exits at once with status 1.
     // "Second" counts signals only (`signalled`), not a stop that a failed
@@ -176,8 +215,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         signal_hook::flag::register(sig, signalled.clone()).context("installing signal handler")?;
         signal_hook::flag::register(sig, stop.clone()).context("installing signal handler")?;
     }
+    Ok(stop)
+}
 
-    let eal_args = cli.eal_args(&lcores, &pci);
+/// Phase 2: initialises EAL with `pci`'s devices, then checks that it
+/// runs workers on the lcores of `--lcores`, that every `--pci`/`--vdev`
+/// became a port, that the ports are numbered from 0 without gaps, and
+/// that the config has one `[[interface]]` per port (or none). Returns EAL
+/// and its number of ports.
+fn init_eal(cli: &Cli, config: &Config, pci: &[String]) -> anyhow::Result<(Eal, u16)> {
+    let lcores = &cli.lcores;
+    let eal_args = cli.eal_args(lcores, pci);
     tracing::debug!(?eal_args, "initialising EAL");
     let eal = Eal::init(&eal_args)?;
     // Queues, workers and rings are sized for `--lcores`. EAL arguments
@@ -196,7 +244,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 
     // Every requested device must have become a port.
-    for bdf in &pci {
+    for bdf in pci {
         if eal.port_by_name(bdf).is_none() {
             let now = preflight::pci_driver(bdf)
                 .map(|d| format!(" (it is bound to {d})"))
@@ -228,17 +276,42 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             config.interfaces.len()
         );
     }
+    Ok((eal, nports))
+}
 
-    let workers = lcores.workers();
+/// EAL, the mbuf pool and the ports, configured with one queue pair per
+/// worker. The fields are declared in the order they must be released
+/// (on an early error they drop in that order; at exit, [`shutdown`] drops
+/// them one by one): the ports, then the pool, and EAL, which must outlive
+/// everything DPDK, last.
+struct Dpdk {
+    /// Configured; started by [`start`].
+    ports: Vec<Port>,
+    /// The one mbuf pool of the ports, the rings and the control thread.
+    pool: Arc<Mempool>,
+    /// The initialised EAL.
+    eal: Eal,
+    /// Queues per port: one per worker.
+    queues: u16,
+    /// The IPv4 header checksum offloads the workers use.
+    offloads: Offloads,
+}
+
+/// Phase 2, continued: makes the mbuf pool and configures `nports` ports
+/// with one rx and one tx queue per worker, adding their prefixes to the
+/// node configuration; logs when tx checksum offload is left unused.
+/// Returns EAL, the pool and the ports, and the node configuration.
+fn configure_ports(eal: Eal, nports: u16, cli: &Cli, config: &Config) -> anyhow::Result<(Dpdk, NodeConfig)> {
+    let workers = cli.lcores.workers();
     let queues = u16::try_from(workers).context("too many workers")?;
-    let pool = ports::mbuf_pool(&eal, &cli, &config, nports, workers)?;
+    let pool = ports::mbuf_pool(&eal, cli, config, nports, workers)?;
 
     let mut node = NodeConfig {
         node_name: cli.node_name.clone().or_else(|| config.node.clone()),
         snat_addresses: config.services.snat.clone(),
         ..NodeConfig::default()
     };
-    let ports = ports::configure(&eal, &cli, &config, &pool, nports, queues, &mut node)?;
+    let ports = ports::configure(&eal, cli, config, &pool, nports, queues, &mut node)?;
 
     let per_port: Vec<_> = ports.iter().map(Port::checksum_offload).collect();
     let offloads = Offloads::of_ports(&per_port);
@@ -247,7 +320,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             "tx IPv4 checksum offload not used: not every port has it (lbd sums headers in software)"
         );
     }
+    let dpdk = Dpdk {
+        ports,
+        pool,
+        eal,
+        queues,
+        offloads,
+    };
+    Ok((dpdk, node))
+}
 
+/// Phase 3: opens the control plane for `node`: restores `--state-file`
+/// with the config file's services resynced into it before the first
+/// compile, and logs the node name and what the resync changed. Returns
+/// the plane.
+fn open_plane(cli: &Cli, config: &Config, node: NodeConfig) -> anyhow::Result<ControlPlane> {
     // The desired state before anything forwards: the state file, then the
     // config file's services (the `config` source).
     match &node.node_name {
@@ -270,7 +357,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         frontends: sf.frontends.clone(),
         backends: sf.backends.clone(),
     };
-    let (mut plane, out) =
+    let (plane, out) =
         ControlPlane::open_with(node, cli.state_file.as_deref(), Some(initial)).map_err(|e| match e {
             // A state file that cannot be loaded, or does not compile even
             // with the config's objects replaced, is the file's fault.
@@ -294,7 +381,107 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             "no --config: the state file's config-source services, frontends and backends were removed (restart with --config to restore them)"
         );
     }
+    Ok(plane)
+}
 
+/// The workers' pipelines and the control thread, built and wired to each
+/// other; nothing runs yet.
+struct Built {
+    /// Worker `i`'s pipeline, at `i`.
+    pipeline: Vec<Worker>,
+    /// Worker `i`'s rings, at `i`.
+    links: Vec<Links>,
+    /// What every worker shares.
+    shared: Shared,
+    /// The control thread's runtime, with the gRPC listener bound on it.
+    rt: tokio::runtime::Runtime,
+    /// What the control thread owns.
+    control: Control,
+    /// The control thread's counters: it updates them, GetStats and the
+    /// exit summary read them.
+    ctl_stats: Arc<ControlCounters>,
+    /// The control plane, shared with the control thread.
+    plane: SharedPlane,
+    /// The client-IP affinity table the pipelines and GetStats share, held
+    /// until `run` returns.
+    _affinity: Arc<AffinityTable>,
+}
+
+/// Phase 4: builds the pipelines ([`build_pipelines`]) and registers their
+/// counters with `plane`; builds GetInfo's answer ([`server_info`]), the
+/// control thread's runtime with the gRPC listener bound on it, and the
+/// rings between the lcores ([`worker::wire`]). Returns them, with the
+/// plane now shared.
+fn build(
+    cli: &Cli,
+    checked: &Checked,
+    metrics: Option<MetricsListener>,
+    dpdk: &Dpdk,
+    mut plane: ControlPlane,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<Built> {
+    let config = &checked.config;
+    let (affinity, pipeline) = build_pipelines(cli, config, dpdk.queues)?;
+    plane.register_workers(pipeline.iter().map(|w| Arc::clone(w.counters())).collect());
+    let snapshot = plane.snapshot_handle();
+    let plane = Arc::new(Mutex::new(plane));
+
+    let Served {
+        info,
+        ports: port_status,
+        ctl_stats,
+        clock,
+    } = server_info(dpdk, config, &affinity);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the control thread's runtime")?;
+    let listener = rt.block_on(lb_control::listen::bind(&checked.listen))?;
+
+    let Wiring {
+        links,
+        held_in,
+        to_worker: ctl_p,
+        news: news_rx,
+    } = worker::wire(&dpdk.eal, cli.lcores.workers())?;
+
+    let control = Control {
+        plane: Arc::clone(&plane),
+        info,
+        listener,
+        metrics,
+        stop: stop.clone(),
+        pool: dpdk.pool.clone(),
+        to_worker: ctl_p,
+        held_in,
+        news: news_rx,
+        ports: port_status,
+    };
+    let shared = Shared {
+        snapshot,
+        stop: stop.clone(),
+        clock,
+    };
+    Ok(Built {
+        pipeline,
+        links,
+        shared,
+        rt,
+        control,
+        ctl_stats,
+        plane,
+        _affinity: affinity,
+    })
+}
+
+/// Logs THP's mode and the conntrack timeouts, makes the client-IP
+/// affinity table (logging its size) and one pipeline per queue. Returns
+/// the table and the pipelines, in worker order.
+fn build_pipelines(
+    cli: &Cli,
+    config: &Config,
+    queues: u16,
+) -> anyhow::Result<(Arc<AffinityTable>, Vec<Worker>)> {
     preflight::report_thp();
     match config::timeouts::non_default(&config.conntrack_timeouts) {
         Some(changed) => tracing::info!("conntrack timeouts: {changed}, the others default"),
@@ -319,11 +506,27 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         wc.snat_addresses = config.services.snat.clone();
         pipeline.push(Worker::new(wc).with_context(|| format!("worker {w}"))?);
     }
-    plane.register_workers(pipeline.iter().map(|w| Arc::clone(w.counters())).collect());
-    let snapshot = plane.snapshot_handle();
-    let plane = Arc::new(Mutex::new(plane));
+    Ok((affinity, pipeline))
+}
 
-    let port_status: Vec<(Port, Arc<PortStatus>)> = ports
+/// What GetInfo and GetStats report, made before the ports start.
+struct Served {
+    /// GetInfo's answer, with the control counters and the affinity table.
+    info: ServerInfo,
+    /// Each port with its link status as GetInfo and GetStats report it.
+    ports: Vec<(Port, Arc<PortStatus>)>,
+    /// The control thread's counters.
+    ctl_stats: Arc<ControlCounters>,
+    /// The workers' clock.
+    clock: Clock,
+}
+
+/// Reads each port's link and describes the ports for GetInfo; makes the
+/// control thread's counters and the workers' clock. Returns them with
+/// GetInfo's answer.
+fn server_info(dpdk: &Dpdk, config: &Config, affinity: &Arc<AffinityTable>) -> Served {
+    let port_status: Vec<(Port, Arc<PortStatus>)> = dpdk
+        .ports
         .iter()
         .map(|p| {
             let l = p.link();
@@ -337,7 +540,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             name: p.info().name.clone(),
             driver: p.info().driver.clone(),
             mac: p.mac().0,
-            ipv4_checksum_offload: (p.checksum_offload().rx_ipv4, offloads.tx_ipv4),
+            ipv4_checksum_offload: (p.checksum_offload().rx_ipv4, dpdk.offloads.tx_ipv4),
             vlan: config.interfaces.get(usize::from(p.id())).and_then(|i| i.vlan),
             mtu: p.mtu().unwrap_or(0),
             status: Arc::clone(status),
@@ -347,24 +550,39 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     // exit summary read them.
     let ctl_stats = Arc::new(ControlCounters::default());
     // The workers' clock: pins expire by it, and GetStats counts live ones.
-    let clock = Clock::new(eal.tsc_hz());
-    let info = ServerInfo::new(port_infos, workers as u32)
+    let clock = Clock::new(dpdk.eal.tsc_hz());
+    let info = ServerInfo::new(port_infos, u32::from(dpdk.queues))
         .with_control(Arc::clone(&ctl_stats))
-        .with_affinity(Arc::clone(&affinity), move || clock.now());
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the control thread's runtime")?;
-    let listener = rt.block_on(lb_control::listen::bind(&listen))?;
+        .with_affinity(Arc::clone(affinity), move || clock.now());
+    Served {
+        info,
+        ports: port_status,
+        ctl_stats,
+        clock,
+    }
+}
 
-    let Wiring {
-        mut links,
-        held_in,
-        to_worker: ctl_p,
-        news: news_rx,
-    } = worker::wire(&eal, workers)?;
+/// What [`start`] started, for [`shutdown`] to end.
+struct Running {
+    /// The control thread; returns the held-frame rings and its outcome.
+    control_thread: std::thread::JoinHandle<(Vec<Consumer>, anyhow::Result<()>)>,
+    /// The rte_flow rules steering full-NAT replies (none: software rings).
+    steering: Vec<FlowRule>,
+}
 
-    for p in &ports {
+/// Phase 5: starts the ports (logging each link), steers full-NAT replies
+/// to their owner's queue where the ports allow it ([`steer_replies`]),
+/// claims each worker's queues, and spawns the control thread with
+/// `control` on `rt`. Returns the thread and the steering rules, and
+/// worker `i`'s queues at `i`.
+fn start(
+    dpdk: &Dpdk,
+    config: &Config,
+    rt: tokio::runtime::Runtime,
+    control: Control,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<(Running, Vec<WorkerIo>)> {
+    for p in &dpdk.ports {
         p.start()?;
         let l = p.link();
         tracing::info!(
@@ -375,15 +593,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         );
     }
 
-    let steering = steer_replies(&ports, &config.services.snat, queues);
+    let steering = steer_replies(&dpdk.ports, &config.services.snat, dpdk.queues);
 
     let mut ios = Vec::new();
-    for q in 0..queues {
-        let rx = ports
+    for q in 0..dpdk.queues {
+        let rx = dpdk
+            .ports
             .iter()
             .map(|p| p.rx_queue(q))
             .collect::<Result<Vec<_>, _>>()?;
-        let tx = ports
+        let tx = dpdk
+            .ports
             .iter()
             .map(|p| p.tx_queue(q))
             .collect::<Result<Vec<_>, _>>()?;
@@ -391,22 +611,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             index: q as usize,
             rx,
             tx,
-            offloads,
+            offloads: dpdk.offloads,
         });
     }
 
-    let control = Control {
-        plane: Arc::clone(&plane),
-        info,
-        listener,
-        metrics,
-        stop: stop.clone(),
-        pool: pool.clone(),
-        to_worker: ctl_p,
-        held_in,
-        news: news_rx,
-        ports: port_status,
-    };
     // Spawned from the main thread, it inherits the main lcore's CPU. If
     // it ends before `stop` (an error, a panic), lbd stops: without it
     // nothing answers the API or resolves next hops.
@@ -418,95 +626,181 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             control::run(rt, control)
         })
         .context("starting the control thread")?;
+    Ok((
+        Running {
+            control_thread,
+            steering,
+        },
+        ios,
+    ))
+}
 
-    let shared = Shared {
-        snapshot,
-        stop: stop.clone(),
-        clock,
+/// What each worker is handed, by worker index.
+struct Lanes {
+    /// Its queue on every port.
+    ios: Vec<WorkerIo>,
+    /// Its pipeline.
+    pipeline: Vec<Worker>,
+    /// Its rings to and from the other lcores.
+    links: Vec<Links>,
+}
+
+/// How the workers ended.
+struct Ended {
+    /// The pipeline and rings of each worker that stopped normally.
+    finals: Vec<(Worker, Links)>,
+    /// Workers started: fewer than `workers` when one could not be launched.
+    started: usize,
+    /// What ended abnormally: lbd exits non-zero after its summary.
+    failures: Vec<String>,
+}
+
+/// Phase 5, continued: runs the workers until `stop`, on the main lcore
+/// when it is the only one ([`forward_on_main_lcore`]), otherwise one per
+/// worker lcore while the main thread waits ([`launch_workers`]). Returns
+/// how they ended.
+fn run_workers(eal: &Eal, lcores: &Lcores, stop: &Arc<AtomicBool>, lanes: Lanes, shared: Shared) -> Ended {
+    if eal.worker_lcores().is_empty() {
+        forward_on_main_lcore(lcores, stop, lanes, shared)
+    } else {
+        launch_workers(eal, lcores.workers(), stop, lanes, shared)
+    }
+}
+
+/// Forwards on the main lcore (the single lcore, the single worker) until
+/// `stop`. Returns its pipeline and rings, or, when it panicked, none and
+/// the failure.
+fn forward_on_main_lcore(lcores: &Lcores, stop: &Arc<AtomicBool>, mut lanes: Lanes, shared: Shared) -> Ended {
+    // What ended abnormally: lbd exits non-zero after its summary.
+    let mut failures: Vec<String> = Vec::new();
+    tracing::info!(
+        lcore = lcores.main(),
+        "forwarding on the main lcore (single lcore)"
+    );
+    tracing::info!("lbd running; SIGINT or SIGTERM stops it");
+    let io = lanes.ios.pop().expect("one worker");
+    let w = lanes.pipeline.pop().expect("one worker");
+    let l = lanes.links.pop().expect("one worker");
+    // As a worker lcore's panic is (EAL's trampoline, `StopOnExit`): a
+    // panic here must not unwind out of main, past the control
+    // thread's stop, the ports' stop and the summary.
+    let run = std::panic::AssertUnwindSafe(|| worker::run(w, io, l, shared));
+    let finals = match std::panic::catch_unwind(run) {
+        Ok(w) => vec![w],
+        Err(_) => {
+            stop.store(true, Ordering::Relaxed);
+            tracing::error!("the worker on the main lcore ended abnormally");
+            failures.push("a worker panicked".to_string());
+            Vec::new()
+        }
     };
+    Ended {
+        finals,
+        started: lcores.workers(),
+        failures,
+    }
+}
+
+/// Launches `workers` workers, one per EAL worker lcore, waits for `stop`
+/// and joins them. A worker that cannot be launched sets `stop` and is
+/// a failure, as is one that panicked. Returns the pipelines and rings of
+/// those that stopped normally.
+fn launch_workers(eal: &Eal, workers: usize, stop: &Arc<AtomicBool>, lanes: Lanes, shared: Shared) -> Ended {
     // What ended abnormally: lbd exits non-zero after its summary.
     let mut failures: Vec<String> = Vec::new();
     // Workers started: fewer than `workers` when one could not be launched.
     let mut started = workers;
-    let finals: Vec<(Worker, Links)> = if eal.worker_lcores().is_empty() {
-        tracing::info!(
-            lcore = lcores.main(),
-            "forwarding on the main lcore (single lcore)"
-        );
-        tracing::info!("lbd running; SIGINT or SIGTERM stops it");
-        let io = ios.pop().expect("one worker");
-        let w = pipeline.pop().expect("one worker");
-        let l = links.pop().expect("one worker");
-        // As a worker lcore's panic is (EAL's trampoline, `StopOnExit`): a
-        // panic here must not unwind out of main, past the control
-        // thread's stop, the ports' stop and the summary.
-        let run = std::panic::AssertUnwindSafe(|| worker::run(w, io, l, shared));
-        match std::panic::catch_unwind(run) {
-            Ok(w) => vec![w],
-            Err(_) => {
+    let mut handles = Vec::new();
+    let results: Vec<WorkerSlot> = (0..workers).map(|_| Arc::new(Mutex::new(None))).collect();
+    let lcores_w = eal.worker_lcores().to_vec();
+    let each = lanes
+        .ios
+        .into_iter()
+        .zip(lanes.pipeline)
+        .zip(lanes.links)
+        .zip(&results)
+        .zip(&lcores_w);
+    for ((((io, w), l), slot), lcore) in each {
+        let shared = shared.clone();
+        let slot = Arc::clone(slot);
+        let index = io.index;
+        let worker_stop = stop.clone();
+        let launched = eal.launch(*lcore, move || {
+            // A worker that panics stops lbd: its queues would
+            // otherwise go unpolled while the others run on.
+            let _stop = StopOnExit::new(worker_stop, "a worker");
+            let w = worker::run(w, io, l, shared);
+            if let Ok(mut s) = slot.lock() {
+                *s = Some(w);
+            }
+            0
+        });
+        match launched {
+            Ok(h) => handles.push(h),
+            Err(e) => {
+                // The workers already running loop until `stop`: stop
+                // them, then shut down as on any stop (workers and the
+                // control thread joined, ports stopped, the summary
+                // printed), and fail.
+                tracing::error!(worker = index, lcore = lcore.0, "cannot start the worker: {e}");
+                failures.push(format!("starting worker {index} on lcore {}: {e}", lcore.0));
                 stop.store(true, Ordering::Relaxed);
-                tracing::error!("the worker on the main lcore ended abnormally");
-                failures.push("a worker panicked".to_string());
-                Vec::new()
+                started = handles.len();
+                break;
             }
         }
-    } else {
-        let mut handles = Vec::new();
-        let results: Vec<WorkerSlot> = (0..workers).map(|_| Arc::new(Mutex::new(None))).collect();
-        let lcores_w = eal.worker_lcores().to_vec();
-        let each = ios
-            .into_iter()
-            .zip(pipeline)
-            .zip(links)
-            .zip(&results)
-            .zip(&lcores_w);
-        for ((((io, w), l), slot), lcore) in each {
-            let shared = shared.clone();
-            let slot = Arc::clone(slot);
-            let index = io.index;
-            let worker_stop = stop.clone();
-            let launched = eal.launch(*lcore, move || {
-                // A worker that panics stops lbd: its queues would
-                // otherwise go unpolled while the others run on.
-                let _stop = StopOnExit::new(worker_stop, "a worker");
-                let w = worker::run(w, io, l, shared);
-                if let Ok(mut s) = slot.lock() {
-                    *s = Some(w);
-                }
-                0
-            });
-            match launched {
-                Ok(h) => handles.push(h),
-                Err(e) => {
-                    // The workers already running loop until `stop`: stop
-                    // them, then shut down as on any stop (workers and the
-                    // control thread joined, ports stopped, the summary
-                    // printed), and fail.
-                    tracing::error!(worker = index, lcore = lcore.0, "cannot start the worker: {e}");
-                    failures.push(format!("starting worker {index} on lcore {}: {e}", lcore.0));
-                    stop.store(true, Ordering::Relaxed);
-                    started = handles.len();
-                    break;
-                }
-            }
-            tracing::info!(worker = index, lcore = lcore.0, "worker started");
+        tracing::info!(worker = index, lcore = lcore.0, "worker started");
+    }
+    if !stop.load(Ordering::Relaxed) {
+        tracing::info!("lbd running; SIGINT or SIGTERM stops it");
+    }
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for h in handles {
+        let rc = h.join();
+        if rc != 0 {
+            tracing::error!(rc, "a worker ended abnormally");
+            failures.push("a worker panicked".to_string());
         }
-        if !stop.load(Ordering::Relaxed) {
-            tracing::info!("lbd running; SIGINT or SIGTERM stops it");
-        }
-        while !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        for h in handles {
-            let rc = h.join();
-            if rc != 0 {
-                tracing::error!(rc, "a worker ended abnormally");
-                failures.push("a worker panicked".to_string());
-            }
-        }
-        results.iter().filter_map(|r| r.lock().ok()?.take()).collect()
-    };
+    }
+    let finals = results.iter().filter_map(|r| r.lock().ok()?.take()).collect();
+    Ended {
+        finals,
+        started,
+        failures,
+    }
+}
 
+/// Phase 6: joins the control thread, counts and frees what is left in
+/// the rings, removes the steering rules, stops the ports, prints the
+/// summary, and releases the workers, the plane, the ports, the pool and
+/// EAL, in that order. Returns the failures of the run, joined, as the
+/// error.
+fn shutdown(
+    running: Running,
+    ended: Ended,
+    ctl_stats: &ControlCounters,
+    plane: SharedPlane,
+    dpdk: Dpdk,
+) -> anyhow::Result<()> {
+    let Running {
+        control_thread,
+        steering,
+    } = running;
+    let Ended {
+        finals,
+        started,
+        mut failures,
+    } = ended;
+    let Dpdk {
+        ports,
+        pool,
+        eal,
+        queues,
+        ..
+    } = dpdk;
+    let workers = usize::from(queues);
     tracing::info!("stopping");
     let mut rings_in: Vec<Consumer> = Vec::new();
     let mut control_panicked = false;
@@ -542,7 +836,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             failures.push(format!("stopping port {}: {e}", p.id()));
         }
     }
-    print_summary(&ports, &finals, &ctl_stats, left_in_rings);
+    print_summary(&ports, &finals, ctl_stats, left_in_rings);
     if finals.len() < started {
         // Its hand-over rings went with it: their frames were freed, not
         // counted in `left_at_exit`.
