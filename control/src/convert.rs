@@ -21,7 +21,7 @@ use pb::change::Change as PbChange;
 
 use crate::model::{
     Backend, BackendKey, BackendState, Change, Cidr, Frontend, FrontendKey, FrontendType, Mode, Protocol,
-    Service, Source, TrafficPolicy, ValidationError, MAX_WEIGHT,
+    Quoted, Service, Source, TrafficPolicy, ValidationError, MAX_QUOTED, MAX_WEIGHT,
 };
 
 /// A request-level error for `field` (no object).
@@ -160,8 +160,13 @@ pub fn addr_from_proto(s: &str, object: &str, field: &str) -> Result<IpAddr, Val
     if s.is_empty() {
         return Err(bad(object, field, "must be set"));
     }
-    s.parse()
-        .map_err(|_| bad(object, field, format!("{s:?} is not an IPv4 or IPv6 address")))
+    s.parse().map_err(|_| {
+        bad(
+            object,
+            field,
+            format!("{} is not an IPv4 or IPv6 address", Quoted(s)),
+        )
+    })
 }
 
 /// A port from a proto `uint32`: 1-65535.
@@ -178,7 +183,7 @@ fn label(s: &str) -> Option<String> {
 
 /// A service; its source from the message (`UNSPECIFIED`: api). Validated.
 pub fn service_from_proto(p: &pb::Service) -> Result<Service, ValidationError> {
-    let obj = format!("service {:?}", p.name);
+    let obj = format!("service {}", Quoted(&p.name));
     let mut source_ranges = Vec::with_capacity(p.source_ranges.len());
     for (i, r) in p.source_ranges.iter().enumerate() {
         let c: Cidr = r
@@ -222,13 +227,13 @@ pub fn frontend_key_from_proto(p: &pb::FrontendKey, object: &str) -> Result<Fron
 
 /// An address from a request as an error's object names it: as given
 /// when it is printable ASCII without spaces (every address, and most
-/// typos), quoted and escaped otherwise, so that the message stays one
-/// line whatever the client sent.
+/// typos) and not long, [`Quoted`] otherwise, so that the message stays
+/// one line, and short, whatever the client sent.
 fn shown(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_graphic()) {
+    if !text.is_empty() && text.len() <= MAX_QUOTED && text.bytes().all(|b| b.is_ascii_graphic()) {
         text.into()
     } else {
-        format!("{text:?}").into()
+        Quoted(text).to_string().into()
     }
 }
 
@@ -303,9 +308,9 @@ pub fn backend_key_to_proto(k: &BackendKey) -> pb::BackendKey {
 /// (see [`change_from_proto`], [`resync_from_proto`]).
 pub fn backend_from_proto(p: &pb::Backend) -> Result<Backend, ValidationError> {
     let obj = format!(
-        "backend {} of {:?}",
+        "backend {} of {}",
         shown_endpoint(&p.address, p.port),
-        p.service
+        Quoted(&p.service)
     );
     let weight = p.weight.unwrap_or(1);
     if weight > MAX_WEIGHT {
@@ -389,9 +394,9 @@ pub fn change_from_proto(p: &pb::Change, source: Source) -> Result<Change, Valid
         }
         Some(PbChange::DeleteBackend(k)) => {
             let obj = format!(
-                "delete_backend {} of {:?}",
+                "delete_backend {} of {}",
                 shown_endpoint(&k.address, k.port),
-                k.service
+                Quoted(&k.service)
             );
             Change::DeleteBackend(backend_key_from_proto(k, &obj)?)
         }

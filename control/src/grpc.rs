@@ -104,10 +104,11 @@ pub fn status_from_plane(e: &PlaneError) -> Status {
 pub const MAX_STATUS_MESSAGE: usize = 1024;
 
 /// `msg`, its middle left out if it is longer than [`MAX_STATUS_MESSAGE`]:
-/// an error quotes what it refuses, and a name of 60 kB quoted whole made
-/// a header that clients refuse (h2's header list limit, 16 KiB by
-/// default), so the caller saw a protocol error instead of the reason. The
-/// start (the object and field) and the end (the rule) are kept.
+/// a message that quoted a name of 60 kB whole made a header that clients
+/// refuse (h2's header list limit, 16 KiB by default), so the caller saw a
+/// protocol error instead of the reason. Errors quote long names in part
+/// ([`Quoted`](crate::model::Quoted)); this is the backstop for any other
+/// long message. Its start and end are kept.
 pub fn clip_message(msg: String) -> String {
     if msg.len() <= MAX_STATUS_MESSAGE {
         return msg;
@@ -170,7 +171,7 @@ impl LoadBalancerService {
             f(&mut p).map_err(|e| status_from_plane(&e))
         })
         .await
-        .map_err(|e| Status::internal(format!("control plane task failed: {e}")))?
+        .map_err(|e| Status::internal(clip_message(format!("control plane task failed: {e}"))))?
     }
 }
 

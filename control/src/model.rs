@@ -35,6 +35,32 @@ pub const MAX_LABEL_LEN: usize = 253;
 /// (`session_affinity_timeout`) instead.
 pub const AFFINITY_FIELD: &str = "session_affinity_timeout_seconds";
 
+/// The most bytes of a request's text that an error quotes whole: more
+/// than any valid name or label (a service name is at most 127 bytes, a
+/// label [`MAX_LABEL_LEN`]).
+pub const MAX_QUOTED: usize = 256;
+
+/// Text from a request as an error quotes it: `{:?}` (quoted, escaped:
+/// one line whatever it holds), and past [`MAX_QUOTED`] bytes its start
+/// only, with its length: `"default/aaaa"... (60008 bytes)`. A name of
+/// 60 kB quoted whole, twice, made a message no gRPC client reads.
+#[derive(Debug, Clone, Copy)]
+pub struct Quoted<'a>(pub &'a str);
+
+impl fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.0;
+        if s.len() <= MAX_QUOTED {
+            return write!(f, "{s:?}");
+        }
+        let mut head = MAX_QUOTED * 3 / 4;
+        while !s.is_char_boundary(head) {
+            head -= 1;
+        }
+        write!(f, "{:?}... ({} bytes)", &s[..head], s.len())
+    }
+}
+
 /// Who wrote an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -348,7 +374,11 @@ impl TryFrom<StateLists> for DesiredState {
             Ok(m)
         }
         Ok(DesiredState {
-            services: map(l.services, |s| s.name.clone(), |n| format!("service {n:?}"))?,
+            services: map(
+                l.services,
+                |s| s.name.clone(),
+                |n| format!("service {}", Quoted(n)),
+            )?,
             frontends: map(l.frontends, |f| f.key, |k| format!("frontend {k}"))?,
             backends: map(l.backends, |b| b.key.clone(), |k| format!("backend {k}"))?,
         })
@@ -412,7 +442,7 @@ impl ValidationError {
 /// Checks a Kubernetes-style `namespace/name`: two DNS-1123 labels.
 pub fn check_service_name(name: &str) -> Result<(), String> {
     let Some((ns, n)) = name.split_once('/') else {
-        return Err(format!("{name:?} is not of the form namespace/name"));
+        return Err(format!("{} is not of the form namespace/name", Quoted(name)));
     };
     for (what, part) in [("namespace", ns), ("name", n)] {
         let ok = !part.is_empty()
@@ -424,7 +454,9 @@ pub fn check_service_name(name: &str) -> Result<(), String> {
             && !part.ends_with('-');
         if !ok {
             return Err(format!(
-                "{what} {part:?} in {name:?} must be 1-63 lowercase letters, digits or '-', not starting or ending with '-'"
+                "{what} {} in {} must be 1-63 lowercase letters, digits or '-', not starting or ending with '-'",
+                Quoted(part),
+                Quoted(name)
             ));
         }
     }
@@ -475,7 +507,7 @@ pub fn parse_socket_addr(s: &str) -> Option<std::net::SocketAddr> {
 impl Service {
     /// Checks the service on its own.
     pub fn validate(&self) -> Result<(), ValidationError> {
-        let obj = format!("service {:?}", self.name);
+        let obj = format!("service {}", Quoted(&self.name));
         check_service_name(&self.name).map_err(|m| ValidationError::invalid(&obj, "name", m))?;
         if let Some(t) = self.affinity_timeout_seconds {
             if t == 0 || t > MAX_AFFINITY_SECONDS {
@@ -563,11 +595,12 @@ impl Backend {
 /// trailing white space, no control characters.
 pub fn check_label(s: &str) -> Result<(), String> {
     if s.is_empty() || s.len() > MAX_LABEL_LEN {
-        return Err(format!("{s:?} must be 1-{MAX_LABEL_LEN} bytes"));
+        return Err(format!("{} must be 1-{MAX_LABEL_LEN} bytes", Quoted(s)));
     }
     if s.trim() != s || s.chars().any(char::is_control) {
         return Err(format!(
-            "{s:?} has leading or trailing white space or control characters"
+            "{} has leading or trailing white space or control characters",
+            Quoted(s)
         ));
     }
     Ok(())
@@ -579,8 +612,8 @@ impl Change {
     /// 10.1.0.1:8080 of default/web`).
     pub fn object_name(&self) -> String {
         match self {
-            Change::UpsertService(s) => format!("service {:?}", s.name),
-            Change::DeleteService(n) => format!("service {n:?}"),
+            Change::UpsertService(s) => format!("service {}", Quoted(&s.name)),
+            Change::DeleteService(n) => format!("service {}", Quoted(n)),
             Change::UpsertFrontend(f) => format!("frontend {}", f.key),
             Change::DeleteFrontend(k) => format!("frontend {k}"),
             Change::UpsertBackend(b) => format!("backend {}", b.key),
@@ -595,7 +628,7 @@ impl Change {
             Change::UpsertFrontend(f) => f.validate(),
             Change::UpsertBackend(b) => b.validate(),
             Change::DeleteService(n) => check_service_name(n)
-                .map_err(|m| ValidationError::invalid(format!("service {n:?}"), "name", m)),
+                .map_err(|m| ValidationError::invalid(format!("service {}", Quoted(n)), "name", m)),
             Change::DeleteFrontend(k) => {
                 if k.port == 0 {
                     Err(ValidationError::invalid(

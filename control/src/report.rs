@@ -29,7 +29,11 @@ where
         f(&p)
     })
     .await
-    .map_err(|e| Status::internal(format!("control plane task failed: {e}")))?
+    .map_err(|e| {
+        Status::internal(crate::grpc::clip_message(format!(
+            "control plane task failed: {e}"
+        )))
+    })?
 }
 
 /// GetStats' answer: the plane's counters, the ports' (as last read), the

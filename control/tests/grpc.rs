@@ -832,18 +832,31 @@ async fn small_methods_take_small_requests_only() {
         name: format!("default/{}", "a".repeat(1000)),
     };
     rejected(&s, Code::InvalidArgument, &["1-63 lowercase"], c.get_service(get)).await;
-    // An error that quotes a long name leaves out its middle (quoted
-    // whole it made a header the client refused: an h2 protocol error).
-    let get = pb::GetServiceRequest {
-        name: format!("default/{}", "a".repeat(60_000)),
-    };
+    // An error quotes the start of a long name and its length (quoted
+    // whole, it made a header the client refused: an h2 protocol error),
+    // so the object and field stay in the message.
+    let long = format!("default/{}", "a".repeat(60_000));
+    let get = pb::GetServiceRequest { name: long.clone() };
     rejected(
         &s,
         Code::InvalidArgument,
-        &["name \"aaa", "bytes left out", "must be 1-63 lowercase"],
+        &[
+            "name \"aaa",
+            "\"... (60000 bytes) in \"default/aaa",
+            "(60008 bytes) must be 1-63 lowercase",
+        ],
         c.get_service(get),
     )
     .await;
+    let status = c
+        .apply(apply_req(vec![up(C::UpsertService(service(&long)))]))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    let m = status.message();
+    assert!(m.starts_with("changes[0] service \"default/aaa"), "{m}");
+    assert!(m.contains("\"... (60008 bytes): name: name \"aaa"), "{m}");
+    assert!(m.len() < 1024, "{m}");
     // An Apply past the bound (3,000 backends, ~100 KB) is taken.
     let mut changes = vec![up(C::UpsertService(service("default/big")))];
     for i in 0..3000u32 {

@@ -164,8 +164,12 @@ pub struct LimitedBody<B> {
     max_bytes: usize,
     read: usize,
     idle: Duration,
-    /// Armed while the body waits for bytes; pushed back by each frame.
+    /// Armed while the body waits for bytes.
     timer: Option<Pin<Box<Sleep>>>,
+    /// A frame came since the timer was armed: the next wait starts it
+    /// again (from then, not from the frame: the reader may take its time
+    /// before it asks for more).
+    rearm: bool,
 }
 
 impl<B> LimitedBody<B> {
@@ -177,6 +181,7 @@ impl<B> LimitedBody<B> {
             read: 0,
             idle,
             timer: None,
+            rearm: false,
         }
     }
 }
@@ -193,9 +198,7 @@ where
         let this = self.get_mut();
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
-                if let Some(t) = this.timer.as_mut() {
-                    t.as_mut().reset(Instant::now() + this.idle);
-                }
+                this.rearm = true;
                 if let Some(data) = frame.data_ref() {
                     this.read = this.read.saturating_add(data.len());
                     if this.read > this.max_bytes {
@@ -211,9 +214,15 @@ where
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => {
                 let idle = this.idle;
-                let timer = this
-                    .timer
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+                let timer = match &mut this.timer {
+                    Some(t) => {
+                        if std::mem::take(&mut this.rearm) {
+                            t.as_mut().reset(Instant::now() + idle);
+                        }
+                        t
+                    }
+                    None => this.timer.insert(Box::pin(tokio::time::sleep(idle))),
+                };
                 match timer.as_mut().poll(cx) {
                     Poll::Ready(()) => Poll::Ready(Some(Err(Status::deadline_exceeded(format!(
                         "{} request: no byte of it arrived for {} s (after {} bytes); send it again",
@@ -398,12 +407,14 @@ mod tests {
         assert_eq!(plane.lock().unwrap().revision(), 1, "the commit ran");
     }
 
-    /// A body of `frames` one-byte frames, each `every` after the last
-    /// (the first after `every` too).
+    /// A body of `frames` one-byte frames, each `every` after the reader
+    /// asks for it.
     struct Trickle {
         frames: usize,
         every: Duration,
         next: Pin<Box<Sleep>>,
+        /// `next` is set for the frame being asked for.
+        asked: bool,
     }
 
     impl Trickle {
@@ -412,6 +423,7 @@ mod tests {
                 frames,
                 every,
                 next: Box::pin(tokio::time::sleep(every)),
+                asked: false,
             }
         }
     }
@@ -427,12 +439,15 @@ mod tests {
             if self.frames == 0 {
                 return Poll::Ready(None);
             }
+            if !std::mem::replace(&mut self.asked, true) {
+                let every = self.every;
+                self.next.as_mut().reset(Instant::now() + every);
+            }
             if self.next.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
             self.frames -= 1;
-            let every = self.every;
-            self.next.as_mut().reset(Instant::now() + every);
+            self.asked = false;
             Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"x")))))
         }
     }
@@ -498,5 +513,122 @@ mod tests {
         let read = slow.collect().await.expect("never idle for the timeout");
         assert_eq!(read.to_bytes().len(), 3);
         assert_eq!(start.elapsed(), idle * 2);
+
+        // A reader that takes longer than the timeout between two frames
+        // (a long decode) does not count against the sender: the wait
+        // starts when it asks.
+        let mut body = limited(Trickle::new(2, idle * 2 / 3), usize::MAX);
+        assert!(body.frame().await.unwrap().is_ok());
+        tokio::time::sleep(idle * 2).await;
+        assert!(
+            body.frame().await.unwrap().is_ok(),
+            "the sender was idle 2/3 of the timeout"
+        );
+    }
+
+    /// A body that sends `first` and then nothing, ever.
+    struct Stall(Option<Bytes>);
+
+    impl Body for Stall {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            match self.0.take() {
+                Some(b) => Poll::Ready(Some(Ok(Frame::data(b)))),
+                None => Poll::Pending,
+            }
+        }
+    }
+
+    /// Through a real server with one write share: an Apply whose client
+    /// stops sending mid-message (its HTTP/2 connection alive) holds the
+    /// share, so another Apply is refused, until the idle timeout ends it
+    /// with DEADLINE_EXCEEDED; then the share is back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stalled_apply_ends_and_gives_its_share_back() {
+        use crate::grpc::{LoadBalancerService, ServerInfo};
+        use lb_proto::v1 as pb;
+        use pb::load_balancer_client::LoadBalancerClient;
+        use pb::load_balancer_server::LoadBalancerServer;
+
+        let plane = crate::plane::ControlPlane::open(crate::plane::tests::node(), None).unwrap();
+        let plane = Arc::new(std::sync::Mutex::new(plane));
+        let (svc, _closer) = LoadBalancerService::new(Arc::clone(&plane), ServerInfo::new(Vec::new(), 1));
+        let idle = Duration::from_secs(2);
+        let lb = RequestLimits::new(LoadBalancerServer::new(svc), 1).with_idle_timeout(idle);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(lb)
+                .serve_with_incoming(incoming),
+        );
+
+        // A gRPC message header announcing 100 bytes, and 3 of them.
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let io = hyper_util::rt::TokioIo::new(tcp);
+        let (mut h2, conn) = hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let stalled = http::Request::post(format!("http://{addr}/lb.v1.LoadBalancer/Apply"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(Stall(Some(Bytes::from_static(&[0, 0, 0, 0, 100, 10, 2, 10]))))
+            .unwrap();
+        let start = Instant::now();
+        let stalled = tokio::spawn(h2.send_request(stalled));
+
+        let apply = || {
+            tonic::Request::new(pb::ApplyRequest {
+                changes: vec![pb::Change {
+                    change: Some(pb::change::Change::UpsertService(pb::Service {
+                        name: "default/web".into(),
+                        ..Default::default()
+                    })),
+                }],
+                ..Default::default()
+            })
+        };
+        let mut client = LoadBalancerClient::connect(format!("http://{addr}"))
+            .await
+            .unwrap();
+        // Give the stalled call time to take the share.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let refused = client.apply(apply()).await.expect_err("the share is held");
+        assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+        assert!(start.elapsed() < idle, "the refusal came before the timeout");
+
+        let response = tokio::time::timeout(idle * 5, stalled)
+            .await
+            .expect("ended by the idle timeout")
+            .unwrap()
+            .expect("a response");
+        let (parts, body) = response.into_parts();
+        let trailers = body.collect().await.ok().and_then(|c| c.trailers().cloned());
+        let field = |name: &str| {
+            parts
+                .headers
+                .get(name)
+                .or_else(|| trailers.as_ref()?.get(name))
+                .map(|v| v.to_str().unwrap().to_string())
+        };
+        assert_eq!(
+            field("grpc-status").as_deref(),
+            Some("4"),
+            "{parts:?} {trailers:?}"
+        );
+        let message = field("grpc-message").unwrap();
+        assert!(message.contains("no%20byte%20of%20it%20arrived"), "{message}");
+        assert!(start.elapsed() >= idle);
+
+        client.apply(apply()).await.expect("the share came back");
+        assert_eq!(plane.lock().unwrap().revision(), 1);
+        server.abort();
     }
 }
