@@ -8,7 +8,6 @@
 
 use std::ffi::CString;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use dpdk_sys::rte_ring;
@@ -36,10 +35,10 @@ pub enum RingError {
 }
 
 #[derive(Debug)]
+/// Shared by the two halves through an `Arc`: dropped (the ring drained
+/// and freed) when the last of them goes.
 struct RingInner {
     ptr: NonNull<rte_ring>,
-    /// Halves still alive; the last one out drains and frees the ring.
-    halves: AtomicUsize,
     _eal: Eal,
 }
 
@@ -90,7 +89,6 @@ pub fn channel(eal: &Eal, name: &str, capacity: u32) -> Result<(Producer, Consum
     })?;
     let inner = Arc::new(RingInner {
         ptr,
-        halves: AtomicUsize::new(2),
         _eal: eal.clone(),
     });
     Ok((Producer(inner.clone()), Consumer(inner)))
@@ -140,12 +138,6 @@ impl Producer {
     }
 }
 
-impl Drop for Producer {
-    fn drop(&mut self) {
-        self.0.halves.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 /// The receiving half.
 #[derive(Debug)]
 pub struct Consumer(Arc<RingInner>);
@@ -175,11 +167,5 @@ impl Consumer {
     pub fn count(&self) -> u32 {
         // SAFETY: a racy read of ring indices, allowed from any thread.
         unsafe { dpdk_sys::lbd_rte_ring_count(self.0.ptr.as_ptr()) }
-    }
-}
-
-impl Drop for Consumer {
-    fn drop(&mut self) {
-        self.0.halves.fetch_sub(1, Ordering::AcqRel);
     }
 }

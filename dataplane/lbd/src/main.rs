@@ -177,7 +177,7 @@ fn check_before_eal(cli: &Cli) -> anyhow::Result<(Checked, Option<MetricsListene
         Some(p) => Config::load(p)?,
         None => Config::default(),
     };
-    let listen = listen_config(cli)?;
+    let listen = listen_config(cli);
     // What the listener would refuse (files, the socket), found before
     // EAL, the ports or the state file are touched; bound for real later.
     lb_control::listen::check(&listen).map_err(|e| anyhow::anyhow!("{}: {e}", listen_flag(cli, &e)))?;
@@ -959,7 +959,7 @@ fn steer_replies(ports: &[Port], snat: &[std::net::IpAddr], workers: u16) -> Vec
 }
 
 /// `--grpc` and the TLS flags.
-fn listen_config(cli: &Cli) -> anyhow::Result<ListenConfig> {
+fn listen_config(cli: &Cli) -> ListenConfig {
     let addr = cli.grpc.clone();
     let tls = match (&cli.grpc_tls_cert, &cli.grpc_tls_key) {
         (Some(cert), Some(key)) => Some(TlsPaths {
@@ -969,7 +969,7 @@ fn listen_config(cli: &Cli) -> anyhow::Result<ListenConfig> {
         }),
         _ => None,
     };
-    Ok(ListenConfig { addr, tls })
+    ListenConfig { addr, tls }
 }
 
 /// The flag a listener error is about: the TLS file's own flag when a file
