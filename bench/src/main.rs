@@ -203,7 +203,7 @@ fn main() -> ExitCode {
             ExitCode::from(3)
         }
         Err(e) => {
-            eprintln!("lb-bench: {e:#}");
+            eprintln!("lb-bench: {}", lb_control::cli::error_line(&*e));
             ExitCode::FAILURE
         }
     }

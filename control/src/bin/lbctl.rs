@@ -259,7 +259,7 @@ fn main() -> ExitCode {
             ExitCode::from(3)
         }
         Err(Failure::Local(e)) => {
-            eprintln!("lbctl: {}", one_line(&format!("{e:#}")));
+            eprintln!("lbctl: {}", one_line(&lb_control::cli::error_line(&*e)));
             ExitCode::from(2)
         }
         Err(Failure::Quiet) => ExitCode::SUCCESS,

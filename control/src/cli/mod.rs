@@ -130,6 +130,25 @@ pub fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     cur.to_string()
 }
 
+/// An error and its causes on one line, `what: why: why`, as `{:#}` of an
+/// `anyhow::Error` prints them, but without a cause whose text the line
+/// already ends with: most errors here quote their source in their own
+/// message (`config lbd.toml: No such file or directory (os error 2)`),
+/// and printing the chain as well said it twice.
+pub fn error_line(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !line.ends_with(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        cause = c.source();
+    }
+    line
+}
+
 /// Reads the PEM file of `flag`, which must hold a block of `kind`
 /// (`CERTIFICATE`, `PRIVATE KEY`): otherwise TLS would fail later with a
 /// message that names neither the flag nor the file, as if lbd were down.
@@ -346,6 +365,53 @@ pub fn parse_service_name(s: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cause the message already quotes is left out; one it does not is
+    /// added, each once, in order.
+    #[test]
+    fn error_lines_say_each_cause_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("config {path}: {source}")]
+        struct Quoting {
+            path: &'static str,
+            source: std::io::Error,
+        }
+        let io = || {
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "No such file or directory (os error 2)",
+            )
+        };
+        let e = anyhow::Error::new(Quoting {
+            path: "lbd.toml",
+            source: io(),
+        });
+        assert_eq!(
+            format!("{e:#}"),
+            "config lbd.toml: No such file or directory (os error 2): No such file or directory (os error 2)",
+            "anyhow says it twice"
+        );
+        assert_eq!(
+            error_line(&*e),
+            "config lbd.toml: No such file or directory (os error 2)"
+        );
+        let e = anyhow::Error::new(io())
+            .context("reading the services file")
+            .context("lbctl apply");
+        assert_eq!(
+            error_line(&*e),
+            "lbctl apply: reading the services file: No such file or directory (os error 2)"
+        );
+        let e = anyhow::Error::new(Quoting {
+            path: "lbd.toml",
+            source: io(),
+        })
+        .context("starting");
+        assert_eq!(
+            error_line(&*e),
+            "starting: config lbd.toml: No such file or directory (os error 2)"
+        );
+    }
 
     #[test]
     fn server_addresses() {

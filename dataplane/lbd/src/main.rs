@@ -8,7 +8,7 @@
 //! tx queue per worker, open the control plane (restoring `--state-file`,
 //! with the config file's services resynced into it before the first
 //! compile), bind the gRPC listener (and `--metrics`'s, before EAL), and only
-//! then start the ports, launch the workers and the control thread. The
+//! then start the ports, the control thread and the workers. The
 //! main thread forwards too when it is the only lcore; otherwise it waits
 //! for SIGINT/SIGTERM. Shutdown reverses it: workers stop and are joined,
 //! the control thread ends the gRPC server, ports stop, final counters are
@@ -111,7 +111,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            err_out!("lbd: {}", printable(&format!("{e:#}")));
+            err_out!("lbd: {}", printable(&lb_control::cli::error_line(&*e)));
             ExitCode::FAILURE
         }
     }
@@ -808,8 +808,9 @@ fn shutdown(
         Ok((held_in, r)) => {
             rings_in.extend(held_in);
             if let Err(e) = r {
-                tracing::error!("control thread: {e:#}");
-                failures.push(format!("control thread: {e:#}"));
+                let e = lb_control::cli::error_line(&*e);
+                tracing::error!("control thread: {e}");
+                failures.push(format!("control thread: {e}"));
             }
         }
         Err(_) => {
@@ -857,6 +858,9 @@ fn shutdown(
     drop(plane);
     drop(ports);
     drop(pool);
+    // The emptied rings hold the last handles on EAL (each DPDK object
+    // holds one): EAL is cleaned up when the last goes, here.
+    drop(rings_in);
     drop(eal);
     if !failures.is_empty() {
         bail!("{}", failures.join("; "));
