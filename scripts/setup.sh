@@ -19,13 +19,15 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # Build: DPDK and its headers, pkg-config, libclang for bindgen, protoc, a C compiler.
+# clang and linux-libc-dev also build the tc BPF programs that make the lab's
+# namespaces VLAN ports (dataplane/lbd/tests/common/vlan_tag.bpf.c).
 # Tests and demo: iproute2 (ip netns), ethtool (checksum offload off on veths),
 # iputils-ping, arping, tcpdump, curl, python3 (HTTP servers in namespaces),
 # socat (UDP echo), apache2-utils (ab), procps (pkill/pgrep), openssl (test CA
 # for lbctl over TLS), valgrind (callgrind instruction counts); dpdk-dev has
 # dpdk-testpmd, the io-forward baseline of bench/run.sh.
 PACKAGES=(
-    dpdk dpdk-dev libdpdk-dev pkg-config libclang-dev clang protobuf-compiler build-essential
+    dpdk dpdk-dev libdpdk-dev pkg-config libclang-dev clang linux-libc-dev protobuf-compiler build-essential
     iproute2 ethtool iputils-ping arping tcpdump curl python3 socat apache2-utils procps
     valgrind openssl ca-certificates
 )

@@ -1,7 +1,8 @@
 //! Tagged ports (`vlan` on every `[[interface]]`), end to end on net_pcap
 //! ports: frames read from a pcap file per port, what lbd sends written to
-//! another. (The development machines' kernels have no 802.1Q devices, so
-//! the veth lab of `e2e.rs` cannot carry VLANs.) Every frame lbd sends
+//! another, so every frame is seen. (`e2e.rs` runs real connections over
+//! tagged ports too, its namespaces tagging with tc BPF programs, since
+//! the development kernels have no 802.1Q devices.) Every frame lbd sends
 //! carries its port's VLAN id: the workers' ARP answer, the control
 //! thread's gratuitous ARPs and its ARP request for the backend a tagged
 //! datagram needs; an untagged frame is `vlan_mismatch`.

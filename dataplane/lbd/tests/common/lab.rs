@@ -115,6 +115,34 @@ impl Lab {
         s
     }
 
+    /// Makes the client's and the backends' side 802.1Q VLANs
+    /// `client_vid` and `server_vid`, with real kernels on both: a tc BPF
+    /// program (`vlan_tag.bpf.c`, built here with clang) on the client's
+    /// `eth0` and on the backends' bridge port towards lbd tags what they
+    /// send and takes the tag off what they receive, dropping any frame
+    /// not tagged with their VLAN. Removed with the namespaces.
+    pub fn tag_vlans(&self, client_vid: u16, server_vid: u16) {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/common/vlan_tag.bpf.c");
+        let t = &self.tag;
+        for (vid, ns, dev) in [
+            (client_vid, format!("{t}-c"), "eth0".to_string()),
+            (server_vid, format!("{t}-br"), format!("{t}s1")),
+        ] {
+            let obj = self.dir.join(format!("vid{vid}.o"));
+            super::sh(&format!(
+                "clang -O2 -target bpf -I/usr/include/$(gcc -print-multiarch) -DVID={vid} -c {} -o {}",
+                src.display(),
+                obj.display()
+            ));
+            super::sh(&format!(
+                "ip netns exec {ns} tc qdisc add dev {dev} clsact && \
+                 ip netns exec {ns} tc filter add dev {dev} egress bpf da obj {o} sec tag && \
+                 ip netns exec {ns} tc filter add dev {dev} ingress bpf da obj {o} sec untag",
+                o = obj.display()
+            ));
+        }
+    }
+
     /// Writes `name` in the lab's directory; returns its path.
     pub fn file(&self, name: &str, contents: &str) -> String {
         let p = self.dir.join(name);
