@@ -131,16 +131,17 @@ pub fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// An error and its causes on one line, `what: why: why`, as `{:#}` of an
-/// `anyhow::Error` prints them, but without a cause whose text the line
-/// already ends with: most errors here quote their source in their own
-/// message (`config lbd.toml: No such file or directory (os error 2)`),
-/// and printing the chain as well said it twice.
+/// `anyhow::Error` prints them, but without a cause the line already ends
+/// with as its last `: `-separated part: most errors here quote their
+/// source in their own message (`config lbd.toml: No such file or
+/// directory (os error 2)`), and printing the chain as well said it twice.
+/// (Only a whole part: "read timed out" keeps its cause "timed out".)
 pub fn error_line(e: &(dyn std::error::Error + 'static)) -> String {
     let mut line = e.to_string();
     let mut cause = e.source();
     while let Some(c) = cause {
         let text = c.to_string();
-        if !line.ends_with(&text) {
+        if line != text && !line.ends_with(&format!(": {text}")) {
             line.push_str(": ");
             line.push_str(&text);
         }
@@ -411,6 +412,10 @@ mod tests {
             error_line(&*e),
             "starting: config lbd.toml: No such file or directory (os error 2)"
         );
+        // A cause that is the end of the line but not a whole part of it.
+        let e = anyhow::Error::new(std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"))
+            .context("read timed out");
+        assert_eq!(error_line(&*e), "read timed out: timed out");
     }
 
     #[test]

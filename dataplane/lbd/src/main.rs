@@ -858,8 +858,8 @@ fn shutdown(
     drop(plane);
     drop(ports);
     drop(pool);
-    // The emptied rings hold the last handles on EAL (each DPDK object
-    // holds one): EAL is cleaned up when the last goes, here.
+    // The emptied rings hold the last handles on EAL besides `eal` (each
+    // DPDK object holds one): EAL is cleaned up when `eal` goes, next.
     drop(rings_in);
     drop(eal);
     if !failures.is_empty() {

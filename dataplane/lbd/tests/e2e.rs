@@ -878,31 +878,54 @@ fn get_200(addr: &str, path: &str) -> String {
 /// 802.1Q trunks with real kernels on both sides: the client's and the
 /// backends' frames are tagged VLAN 10 and 20 by the lab's tc programs,
 /// which drop whatever comes back untagged or with another id, and lbd's
-/// ports have `vlan = 10` and `vlan = 20`. ARP, full-NAT TCP and UDP work
-/// through them, and no frame is `vlan_mismatch`.
+/// dual-stack ports have `vlan = 10` and `vlan = 20`. ARP, neighbor
+/// discovery, full-NAT TCP over both families and UDP work through them,
+/// and no frame is `vlan_mismatch`.
 #[test]
 fn tagged_ports_carry_real_connections() {
     let _g = serial();
     let lab = Lab::new("evl", 72);
     lab.tag_vlans(10, 20);
     let n = lab.net;
-    let interfaces = format!(
-        "[[interface]]\naddress = \"10.{n}.1.1/24\"\nvlan = 10\n\n\
-         [[interface]]\naddress = \"10.{n}.2.1/24\"\nvlan = 20\n\n\
-         [snat]\naddresses = [\"10.{n}.2.100\"]\n"
+    let mut cfg = format!(
+        "[[interface]]\naddress = [\"10.{n}.1.1/24\", \"fd00:{n}:1::1/64\"]\nvlan = 10\n\n\
+         [[interface]]\naddress = [\"10.{n}.2.1/24\", \"fd00:{n}:2::1/64\"]\nvlan = 20\n\n\
+         [snat]\naddresses = [\"10.{n}.2.100\", \"fd00:{n}:2::100\"]\n{}\n\
+         [[service]]\nname = \"default/web6\"\nmode = \"fullnat\"\n\n\
+         [[service.frontend]]\naddress = \"[fd00:{n}:1::100]:80\"\nprotocol = \"tcp\"\n",
+        lab.services_toml("fullnat")
     );
-    let cfg = lab.file("lbd.toml", &(interfaces + &lab.services_toml("fullnat")));
+    for i in 1..=3 {
+        cfg += &format!("\n[[service.backend]]\naddress = \"[fd00:{n}:2::1{i}]:8080\"\n");
+    }
+    let cfg = lab.file("lbd.toml", &cfg);
     let _lbd = lab.start_lbd("0", 1, &["--config", &cfg]);
     lab.wait_for_service(Duration::from_secs(15));
     let answers = lab.requests(30);
-    let spread = common::lab::spread(&answers);
-    assert_eq!(spread.len(), 3, "all three backends answer: {spread:?}");
+    assert_eq!(
+        spread(&answers).len(),
+        3,
+        "all three backends answer: {answers:?}"
+    );
     assert!(
         answers.iter().all(|(_, src)| *src == lab.snat_addr()),
         "full-NAT: the backends see the SNAT address: {answers:?}"
     );
+    let (v6, out) = lab.requests_to(&format!("http://[fd00:{n}:1::100]/whoami"), 30);
+    assert_eq!(spread(&v6).len(), 3, "{out}");
+    assert!(
+        v6.iter().all(|(_, src)| *src == format!("fd00:{n}:2::100")),
+        "{out}"
+    );
     assert!(udp_echo(&lab, "tagged").contains("tagged"));
     assert_eq!(drops(&lab, "vlan_mismatch"), 0, "{}", lab.lbctl_ok(&["stats"]));
+
+    // The client on VLAN 11: its frames are not port 0's, and nothing
+    // answers it.
+    lab.retag_client(11);
+    let out = lab.client(&format!("curl -s -m 3 http://{}/whoami || echo FAIL", lab.vip()));
+    assert_eq!(out.trim(), "FAIL");
+    assert!(drops(&lab, "vlan_mismatch") > 0, "{}", lab.lbctl_ok(&["stats"]));
 }
 
 /// The packets of `reason` in `lbctl stats`' drop table (0 if absent).

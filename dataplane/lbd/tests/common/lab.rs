@@ -122,25 +122,34 @@ impl Lab {
     /// send and takes the tag off what they receive, dropping any frame
     /// not tagged with their VLAN. Removed with the namespaces.
     pub fn tag_vlans(&self, client_vid: u16, server_vid: u16) {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/common/vlan_tag.bpf.c");
         let t = &self.tag;
-        for (vid, ns, dev) in [
-            (client_vid, format!("{t}-c"), "eth0".to_string()),
-            (server_vid, format!("{t}-br"), format!("{t}s1")),
-        ] {
-            let obj = self.dir.join(format!("vid{vid}.o"));
-            super::sh(&format!(
-                "clang -O2 -target bpf -I/usr/include/$(gcc -print-multiarch) -DVID={vid} -c {} -o {}",
-                src.display(),
-                obj.display()
-            ));
-            super::sh(&format!(
-                "ip netns exec {ns} tc qdisc add dev {dev} clsact && \
-                 ip netns exec {ns} tc filter add dev {dev} egress bpf da obj {o} sec tag && \
-                 ip netns exec {ns} tc filter add dev {dev} ingress bpf da obj {o} sec untag",
-                o = obj.display()
-            ));
-        }
+        self.tag_vlan(&format!("{t}-c"), "eth0", client_vid);
+        self.tag_vlan(&format!("{t}-br"), &format!("{t}s1"), server_vid);
+    }
+
+    /// Puts the client on VLAN `vid` instead of the one
+    /// [`tag_vlans`](Lab::tag_vlans) gave it.
+    pub fn retag_client(&self, vid: u16) {
+        let ns = format!("{}-c", self.tag);
+        super::sh(&format!("ip netns exec {ns} tc qdisc del dev eth0 clsact"));
+        self.tag_vlan(&ns, "eth0", vid);
+    }
+
+    /// `dev` in namespace `ns` on VLAN `vid` (see [`tag_vlans`](Lab::tag_vlans)).
+    fn tag_vlan(&self, ns: &str, dev: &str, vid: u16) {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/common/vlan_tag.bpf.c");
+        let obj = self.dir.join(format!("vid{vid}.o"));
+        super::sh(&format!(
+            "clang -O2 -target bpf -I/usr/include/$(clang -print-multiarch) -DVID={vid} -c '{}' -o '{}'",
+            src.display(),
+            obj.display()
+        ));
+        super::sh(&format!(
+            "ip netns exec {ns} tc qdisc add dev {dev} clsact && \
+             ip netns exec {ns} tc filter add dev {dev} egress bpf da obj '{o}' sec tag && \
+             ip netns exec {ns} tc filter add dev {dev} ingress bpf da obj '{o}' sec untag",
+            o = obj.display()
+        ));
     }
 
     /// Writes `name` in the lab's directory; returns its path.
