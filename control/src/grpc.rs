@@ -49,10 +49,22 @@ pub type SharedPlane = Arc<Mutex<ControlPlane>>;
 /// The largest request the service decodes (a Resync of a big cluster).
 pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 
-/// Events a watcher may be behind before it is cut off (the plane's
-/// broadcast buffer decides the real limit; this is the per-watcher queue
-/// between the broadcast and the HTTP/2 stream).
-const WATCH_QUEUE: usize = 64;
+/// Events converted for one watcher and waiting for its HTTP/2 stream:
+/// few, since each is a copy that may be big (a Resync's), and the plane's
+/// broadcast buffer, shared by every watcher, holds the lag.
+const WATCH_QUEUE: usize = 4;
+
+/// The most changes a watcher may lag behind the plane (in events it has
+/// not yet received) before it is cut off with DATA_LOSS, however few
+/// events they are: the broadcast buffer keeps every event until its
+/// slowest watcher has it, so one watcher that stopped reading (its HTTP/2
+/// connection alive) under a controller's big, frequent writes would
+/// otherwise hold up to [`WATCH_CAPACITY`](crate::plane::WATCH_CAPACITY)
+/// of them, gigabytes.
+pub const MAX_WATCH_LAG_CHANGES: u64 = 1_000_000;
+
+/// How often a watcher whose stream is full checks its lag.
+const WATCH_LAG_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 mod info;
 mod limits;
@@ -191,13 +203,41 @@ fn event_to_proto(e: &CommitEvent) -> pb::WatchEvent {
     }
 }
 
-/// Forwards commits to one watcher until it goes away, falls behind, the
-/// server shuts down, or the plane is dropped.
+/// How far one watcher is behind the plane, in changes.
+#[derive(Debug)]
+struct WatchLag {
+    /// The changes of every event the plane has sent.
+    committed: Arc<std::sync::atomic::AtomicU64>,
+    /// `committed` when the watcher subscribed, plus the changes of every
+    /// event it has received since.
+    received: u64,
+    /// The most it may be behind ([`MAX_WATCH_LAG_CHANGES`]).
+    max: u64,
+}
+
+impl WatchLag {
+    /// The changes sent and not yet received, if more than the bound.
+    fn over(&self) -> Option<u64> {
+        let behind = self
+            .committed
+            .load(std::sync::atomic::Ordering::Acquire)
+            .saturating_sub(self.received);
+        (behind > self.max).then_some(behind)
+    }
+}
+
+/// Forwards commits to one watcher until it goes away, falls behind (by
+/// [`WATCH_CAPACITY`](crate::plane::WATCH_CAPACITY) events, or by more
+/// than `lag.max` changes), the server shuts down, or the plane is
+/// dropped.
 async fn pump_watch(
     mut rx: broadcast::Receiver<Arc<CommitEvent>>,
     tx: mpsc::Sender<Result<pb::WatchEvent, Status>>,
     mut closing: watch::Receiver<bool>,
+    mut lag: WatchLag,
 ) {
+    let mut tick = tokio::time::interval(WATCH_LAG_CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let item = tokio::select! {
             _ = tx.closed() => return,
@@ -209,8 +249,32 @@ async fn pump_watch(
         };
         match item {
             Ok(ev) => {
-                if tx.send(Ok(event_to_proto(&ev))).await.is_err() {
-                    return;
+                lag.received += ev.changes.len() as u64;
+                if let Some(behind) = lag.over() {
+                    return cut_off(rx, tx, behind, lag.max).await;
+                }
+                let event = event_to_proto(&ev);
+                drop(ev);
+                // Room in the stream, or the lag past its bound while the
+                // watcher does not read.
+                let behind = loop {
+                    tokio::select! {
+                        p = tx.reserve() => match p {
+                            Ok(p) => {
+                                p.send(Ok(event));
+                                break None;
+                            }
+                            Err(_) => return,
+                        },
+                        _ = tick.tick() => {
+                            if let Some(behind) = lag.over() {
+                                break Some(behind);
+                            }
+                        }
+                    }
+                };
+                if let Some(behind) = behind {
+                    return cut_off(rx, tx, behind, lag.max).await;
                 }
             }
             Err(broadcast::error::RecvError::Lagged(n)) => {
@@ -224,6 +288,27 @@ async fn pump_watch(
             }
             Err(broadcast::error::RecvError::Closed) => return,
         }
+    }
+}
+
+/// Ends a watcher `behind` changes behind (more than `max`): its place in
+/// the broadcast buffer is given up first, so the events only it still
+/// needed are freed, then its stream gets DATA_LOSS after what it holds
+/// (or ends when the watcher goes away).
+async fn cut_off(
+    rx: broadcast::Receiver<Arc<CommitEvent>>,
+    tx: mpsc::Sender<Result<pb::WatchEvent, Status>>,
+    behind: u64,
+    max: u64,
+) {
+    drop(rx);
+    tracing::warn!(behind, "gRPC watcher fell behind; ending its stream");
+    let status = Status::data_loss(format!(
+        "watcher fell {behind} changes behind, more than the {max} lbd keeps for it; List and Watch again"
+    ));
+    tokio::select! {
+        _ = tx.closed() => {}
+        _ = tx.send(Err(status)) => {}
     }
 }
 
@@ -429,9 +514,14 @@ impl LoadBalancer for LoadBalancerService {
         &self,
         _request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let rx = self.read(|p| Ok(p.subscribe())).await?;
+        let (rx, committed, now) = self.read(|p| Ok(p.subscribe_counted())).await?;
         let (tx, out) = mpsc::channel(WATCH_QUEUE);
-        tokio::spawn(pump_watch(rx, tx, self.closing.clone()));
+        let lag = WatchLag {
+            committed,
+            received: now,
+            max: MAX_WATCH_LAG_CHANGES,
+        };
+        tokio::spawn(pump_watch(rx, tx, self.closing.clone(), lag));
         Ok(Response::new(Box::pin(
             tokio_stream::wrappers::ReceiverStream::new(out),
         )))

@@ -1,11 +1,25 @@
 use super::*;
 
 fn event(revision: u64) -> Arc<CommitEvent> {
+    event_of(revision, 1)
+}
+
+/// An event of `n` changes.
+fn event_of(revision: u64, n: usize) -> Arc<CommitEvent> {
     Arc::new(CommitEvent {
         revision,
         source: Source::Api,
-        changes: vec![crate::model::Change::DeleteService("default/web".into())],
+        changes: vec![crate::model::Change::DeleteService("default/web".into()); n],
     })
+}
+
+/// A lag bound the tests never reach.
+fn no_lag_bound() -> WatchLag {
+    WatchLag {
+        committed: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        received: 0,
+        max: u64::MAX,
+    }
 }
 
 #[tokio::test]
@@ -16,7 +30,7 @@ async fn a_lagging_watcher_is_cut_off_with_data_loss() {
     }
     let (tx, mut out) = mpsc::channel(8);
     let (_closer, closing) = watch::channel(false);
-    pump_watch(rx, tx, closing).await;
+    pump_watch(rx, tx, closing, no_lag_bound()).await;
     let status = out.recv().await.unwrap().unwrap_err();
     assert_eq!(status.code(), tonic::Code::DataLoss);
     assert!(
@@ -32,7 +46,7 @@ async fn watchers_get_events_in_order_then_unavailable_at_shutdown() {
     let (events, rx) = broadcast::channel(16);
     let (tx, mut out) = mpsc::channel(8);
     let (closer, closing) = watch::channel(false);
-    let pump = tokio::spawn(pump_watch(rx, tx, closing));
+    let pump = tokio::spawn(pump_watch(rx, tx, closing, no_lag_bound()));
     events.send(event(1)).unwrap();
     events.send(event(2)).unwrap();
     let a = out.recv().await.unwrap().unwrap();
@@ -47,6 +61,57 @@ async fn watchers_get_events_in_order_then_unavailable_at_shutdown() {
     closer.send_replace(true);
     let end = out.recv().await.unwrap().unwrap_err();
     assert_eq!(end.code(), tonic::Code::Unavailable);
+    pump.await.unwrap();
+}
+
+/// A watcher that stops reading while the plane commits more changes than
+/// its bound is cut off within a check: it gives up its place in the
+/// broadcast buffer (the events only it needed are freed), and its stream
+/// ends with DATA_LOSS after the events it already held. One that reads
+/// gets an event of more changes than the bound.
+#[tokio::test(start_paused = true)]
+async fn a_watcher_too_many_changes_behind_is_cut_off() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let (events, rx) = broadcast::channel(1024);
+    let committed = Arc::new(AtomicU64::new(0));
+    let send = |r: u64, n: usize| {
+        committed.fetch_add(n as u64, Ordering::AcqRel);
+        events.send(event_of(r, n)).unwrap();
+    };
+    let (tx, mut out) = mpsc::channel(2);
+    let (_closer, closing) = watch::channel(false);
+    let lag = WatchLag {
+        committed: Arc::clone(&committed),
+        received: 0,
+        max: 10,
+    };
+    let pump = tokio::spawn(pump_watch(rx, tx, closing, lag));
+    // Read as it comes: 50 changes in one event are not a lag.
+    send(1, 50);
+    assert_eq!(out.recv().await.unwrap().unwrap().changes.len(), 50);
+    // Not read: two events fill the stream, the third waits in the pump.
+    for r in 2..=4 {
+        send(r, 1);
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(events.receiver_count(), 1, "within the bound");
+    // 11 more changes behind the pump's event: over the bound.
+    for r in 5..=15 {
+        send(r, 1);
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(events.receiver_count(), 0, "its place in the buffer given up");
+    assert_eq!(out.recv().await.unwrap().unwrap().revision, 2);
+    assert_eq!(out.recv().await.unwrap().unwrap().revision, 3);
+    let end = out.recv().await.unwrap().unwrap_err();
+    assert_eq!(end.code(), tonic::Code::DataLoss);
+    assert!(
+        end.message()
+            .starts_with("watcher fell 11 changes behind, more than the 10"),
+        "{}",
+        end.message()
+    );
+    assert!(out.recv().await.is_none(), "the stream ends after the status");
     pump.await.unwrap();
 }
 

@@ -44,6 +44,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -233,6 +234,9 @@ pub struct ControlPlane {
     published_revision: u64,
     last_publish: Duration,
     events: broadcast::Sender<Arc<CommitEvent>>,
+    /// Changes in all the events sent so far: a watcher's lag in changes
+    /// is this less what it has received ([`ControlPlane::subscribe_counted`]).
+    events_changes: Arc<AtomicU64>,
     workers: Vec<Arc<WorkerCounters>>,
     /// Counter values a reused slot had when it was given to its current
     /// object, subtracted in [`stats`](ControlPlane::stats).
@@ -742,6 +746,7 @@ impl ControlPlane {
             published_revision: next,
             last_publish: start.elapsed(),
             events,
+            events_changes: Arc::new(AtomicU64::new(0)),
             workers: Vec::new(),
             frontend_base: HashMap::new(),
             backend_base: HashMap::new(),
@@ -979,6 +984,17 @@ impl ControlPlane {
         self.events.subscribe()
     }
 
+    /// [`subscribe`](Self::subscribe), with the count of the changes in
+    /// every event sent so far (`committed`, which each commit raises by
+    /// its event's changes before it sends it) and its value now: the
+    /// changes a receiver has yet to receive are `committed` less that
+    /// value less the changes of the events it has received.
+    pub fn subscribe_counted(&self) -> (broadcast::Receiver<Arc<CommitEvent>>, Arc<AtomicU64>, u64) {
+        let committed = Arc::clone(&self.events_changes);
+        let now = committed.load(Ordering::Acquire);
+        (self.events.subscribe(), committed, now)
+    }
+
     /// Publishes `neighbors` (resolved next hops: address, MAC) into the
     /// snapshot the workers read, and makes every later compile carry them.
     /// They are the node's runtime state, not desired state: no revision,
@@ -1095,6 +1111,10 @@ impl ControlPlane {
             publish_us = self.last_publish.as_micros() as u64,
             "committed"
         );
+        // Raised first: a receiver never counts more changes received
+        // than sent.
+        self.events_changes
+            .fetch_add(changes.len() as u64, Ordering::AcqRel);
         // No receiver is not an error.
         let _ = self.events.send(Arc::new(CommitEvent {
             revision,
