@@ -21,7 +21,7 @@ use pb::change::Change as PbChange;
 
 use crate::model::{
     Backend, BackendKey, BackendState, Change, Cidr, Frontend, FrontendKey, FrontendType, Mode, Protocol,
-    Quoted, Service, Source, TrafficPolicy, ValidationError, MAX_QUOTED, MAX_WEIGHT,
+    Quoted, Service, Shown, Source, TrafficPolicy, ValidationError, MAX_WEIGHT,
 };
 
 /// A request-level error for `field` (no object).
@@ -225,16 +225,9 @@ pub fn frontend_key_from_proto(p: &pb::FrontendKey, object: &str) -> Result<Fron
     })
 }
 
-/// An address from a request as an error's object names it: as given
-/// when it is printable ASCII without spaces (every address, and most
-/// typos) and not long, [`Quoted`] otherwise, so that the message stays
-/// one line, and short, whatever the client sent.
-fn shown(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.is_empty() && text.len() <= MAX_QUOTED && text.bytes().all(|b| b.is_ascii_graphic()) {
-        text.into()
-    } else {
-        Quoted(text).to_string().into()
-    }
+/// An address from a request as an error's object names it ([`Shown`]).
+fn shown(text: &str) -> Shown<'_> {
+    Shown(text)
 }
 
 /// `ADDR:PORT` of a request's address text for an error message, the
@@ -776,6 +769,24 @@ mod tests {
                 }),
                 "address",
                 "delete_backend \"10.0.0.1 \\r\\n\":80",
+            ),
+            // A backend's service too, where the backend's key names it.
+            (
+                PbChange::UpsertBackend(pb::Backend {
+                    service: "default/web\nINJECTED".into(),
+                    ..be()
+                }),
+                "service",
+                "backend 10.1.0.11:8080 of \"default/web\\nINJECTED\"",
+            ),
+            (
+                PbChange::DeleteBackend(pb::BackendKey {
+                    service: "default/web\nINJECTED".into(),
+                    address: "10.1.0.11".into(),
+                    port: 8080,
+                }),
+                "service",
+                "of \"default/web\\nINJECTED\"",
             ),
         ];
         for (c, field, text) in cases {

@@ -61,6 +61,24 @@ impl fmt::Display for Quoted<'_> {
     }
 }
 
+/// Text from a request as an error names an object by it: as given when
+/// it is printable ASCII without spaces (every valid name and address, and
+/// most typos) of at most [`MAX_QUOTED`] bytes, [`Quoted`] otherwise, so
+/// that the message stays one line, and short, whatever the client sent.
+#[derive(Debug, Clone, Copy)]
+pub struct Shown<'a>(pub &'a str);
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.0;
+        if !s.is_empty() && s.len() <= MAX_QUOTED && s.bytes().all(|b| b.is_ascii_graphic()) {
+            f.write_str(s)
+        } else {
+            Quoted(s).fmt(f)
+        }
+    }
+}
+
 /// Who wrote an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -276,7 +294,12 @@ pub struct BackendKey {
 
 impl fmt::Display for BackendKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} of {}", endpoint(self.addr, self.port), self.service)
+        write!(
+            f,
+            "{} of {}",
+            endpoint(self.addr, self.port),
+            Shown(&self.service)
+        )
     }
 }
 
@@ -652,6 +675,36 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
+    }
+
+    /// A backend's service is shown in its key as given only when it is
+    /// plain text: otherwise quoted (one line), and past 256 bytes in part.
+    #[test]
+    fn backend_keys_show_odd_services_quoted() {
+        let key = |service: &str| BackendKey {
+            service: service.into(),
+            addr: ip("10.1.0.11"),
+            port: 8080,
+        };
+        assert_eq!(key("default/web").to_string(), "10.1.0.11:8080 of default/web");
+        assert_eq!(
+            key("default/web\nINJECTED").to_string(),
+            "10.1.0.11:8080 of \"default/web\\nINJECTED\""
+        );
+        let long = key(&"a".repeat(60_000)).to_string();
+        assert!(long.ends_with("\"... (60000 bytes)"), "{long}");
+        assert!(long.len() < 300, "{}", long.len());
+        let b = Backend {
+            key: key("a\nb"),
+            weight: 1,
+            state: BackendState::Active,
+            operator_state: None,
+            node: None,
+            zone: None,
+            source: Source::Api,
+        };
+        let e = b.validate().unwrap_err().to_string();
+        assert!(!e.contains('\n'), "one line: {e}");
     }
 
     pub(crate) fn service(name: &str) -> Service {
