@@ -54,16 +54,21 @@ pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 /// broadcast buffer, shared by every watcher, holds the lag.
 const WATCH_QUEUE: usize = 4;
 
-/// The most changes a watcher may lag behind the plane (in events it has
-/// not yet received) before it is cut off with DATA_LOSS, however few
-/// events they are: the broadcast buffer keeps every event until its
-/// slowest watcher has it, so one watcher that stopped reading (its HTTP/2
-/// connection alive) under a controller's big, frequent writes would
-/// otherwise hold up to [`WATCH_CAPACITY`](crate::plane::WATCH_CAPACITY)
-/// of them, gigabytes.
+/// The most changes a watcher may lag behind the plane (in events the
+/// broadcast buffer holds for it) once it has taken nothing from its
+/// stream for [`WATCH_STALL`]: it is then cut off with DATA_LOSS. The
+/// broadcast buffer keeps each event until its slowest watcher has it, so
+/// one watcher that stopped reading (its HTTP/2 connection alive) under a
+/// controller's big, frequent writes would otherwise hold up to
+/// [`WATCH_CAPACITY`](crate::plane::WATCH_CAPACITY) of them, gigabytes.
+/// A watcher that reads is never cut off by this, however big a commit.
 pub const MAX_WATCH_LAG_CHANGES: u64 = 1_000_000;
 
-/// How often a watcher whose stream is full checks its lag.
+/// How long a watcher may take nothing from its stream before its lag is
+/// held against it.
+pub const WATCH_STALL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How often a stalled watcher's lag is checked.
 const WATCH_LAG_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 mod info;
@@ -228,37 +233,37 @@ impl WatchLag {
 
 /// Forwards commits to one watcher until it goes away, falls behind (by
 /// [`WATCH_CAPACITY`](crate::plane::WATCH_CAPACITY) events, or by more
-/// than `lag.max` changes), the server shuts down, or the plane is
-/// dropped.
+/// than `lag.max` changes after taking nothing for [`WATCH_STALL`]), the
+/// server shuts down, or the plane is dropped.
 async fn pump_watch(
     mut rx: broadcast::Receiver<Arc<CommitEvent>>,
     tx: mpsc::Sender<Result<pb::WatchEvent, Status>>,
     mut closing: watch::Receiver<bool>,
     mut lag: WatchLag,
 ) {
+    let shutting_down = || Status::unavailable("lbd is shutting down; Watch again after it restarts");
     let mut tick = tokio::time::interval(WATCH_LAG_CHECK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let item = tokio::select! {
             _ = tx.closed() => return,
             _ = async { closing.wait_for(|&c| c).await.is_ok() } => {
-                let _ = tx.send(Err(Status::unavailable("lbd is shutting down; Watch again after it restarts"))).await;
-                return;
+                return end_watch(rx, tx, shutting_down()).await;
             }
             r = rx.recv() => r,
         };
         match item {
             Ok(ev) => {
                 lag.received += ev.changes.len() as u64;
-                if let Some(behind) = lag.over() {
-                    return cut_off(rx, tx, behind, lag.max).await;
-                }
                 let event = event_to_proto(&ev);
                 drop(ev);
-                // Room in the stream, or the lag past its bound while the
-                // watcher does not read.
-                let behind = loop {
+                // Room in the stream; or shutdown; or, once the watcher
+                // has taken nothing for WATCH_STALL, a lag past its bound.
+                let waiting = tokio::time::Instant::now();
+                tick.reset();
+                let end = loop {
                     tokio::select! {
+                        biased;
                         p = tx.reserve() => match p {
                             Ok(p) => {
                                 p.send(Ok(event));
@@ -266,46 +271,47 @@ async fn pump_watch(
                             }
                             Err(_) => return,
                         },
+                        _ = async { closing.wait_for(|&c| c).await.is_ok() } => break Some(shutting_down()),
                         _ = tick.tick() => {
-                            if let Some(behind) = lag.over() {
-                                break Some(behind);
+                            if waiting.elapsed() >= WATCH_STALL {
+                                if let Some(behind) = lag.over() {
+                                    tracing::warn!(behind, "gRPC watcher stopped reading and fell behind; ending its stream");
+                                    break Some(Status::data_loss(format!(
+                                        "watcher took nothing for {} s and fell {behind} changes behind, more than the {} lbd keeps for it; List and Watch again",
+                                        WATCH_STALL.as_secs(),
+                                        lag.max
+                                    )));
+                                }
                             }
                         }
                     }
                 };
-                if let Some(behind) = behind {
-                    return cut_off(rx, tx, behind, lag.max).await;
+                if let Some(status) = end {
+                    return end_watch(rx, tx, status).await;
                 }
             }
             Err(broadcast::error::RecvError::Lagged(n)) => {
                 tracing::warn!(lost = n, "gRPC watcher fell behind; ending its stream");
-                let _ = tx
-                    .send(Err(Status::data_loss(format!(
-                        "watcher fell behind and {n} commit events were lost; List and Watch again"
-                    ))))
-                    .await;
-                return;
+                let status = Status::data_loss(format!(
+                    "watcher fell behind and {n} commit events were lost; List and Watch again"
+                ));
+                return end_watch(rx, tx, status).await;
             }
             Err(broadcast::error::RecvError::Closed) => return,
         }
     }
 }
 
-/// Ends a watcher `behind` changes behind (more than `max`): its place in
-/// the broadcast buffer is given up first, so the events only it still
-/// needed are freed, then its stream gets DATA_LOSS after what it holds
-/// (or ends when the watcher goes away).
-async fn cut_off(
+/// Ends a watcher's stream with `status`: its place in the broadcast
+/// buffer is given up first, so the events only it still needed are
+/// freed, then `status` follows what its stream holds (or the stream ends
+/// when the watcher goes away).
+async fn end_watch(
     rx: broadcast::Receiver<Arc<CommitEvent>>,
     tx: mpsc::Sender<Result<pb::WatchEvent, Status>>,
-    behind: u64,
-    max: u64,
+    status: Status,
 ) {
     drop(rx);
-    tracing::warn!(behind, "gRPC watcher fell behind; ending its stream");
-    let status = Status::data_loss(format!(
-        "watcher fell {behind} changes behind, more than the {max} lbd keeps for it; List and Watch again"
-    ));
     tokio::select! {
         _ = tx.closed() => {}
         _ = tx.send(Err(status)) => {}

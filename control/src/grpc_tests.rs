@@ -64,11 +64,38 @@ async fn watchers_get_events_in_order_then_unavailable_at_shutdown() {
     pump.await.unwrap();
 }
 
+/// At shutdown a watcher that does not read, its stream full, gives up its
+/// place in the broadcast buffer at once, and gets UNAVAILABLE after what
+/// its stream holds.
+#[tokio::test]
+async fn a_watcher_that_does_not_read_ends_at_shutdown_too() {
+    let (events, rx) = broadcast::channel(16);
+    let (tx, mut out) = mpsc::channel(1);
+    let (closer, closing) = watch::channel(false);
+    let pump = tokio::spawn(pump_watch(rx, tx, closing, no_lag_bound()));
+    events.send(event(1)).unwrap();
+    events.send(event(2)).unwrap();
+    tokio::task::yield_now().await;
+    closer.send_replace(true);
+    for _ in 0..100 {
+        if events.receiver_count() == 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(events.receiver_count(), 0, "its place given up");
+    assert_eq!(out.recv().await.unwrap().unwrap().revision, 1);
+    let end = out.recv().await.unwrap().unwrap_err();
+    assert_eq!(end.code(), tonic::Code::Unavailable);
+    assert!(out.recv().await.is_none());
+    pump.await.unwrap();
+}
+
 /// A watcher that stops reading while the plane commits more changes than
-/// its bound is cut off within a check: it gives up its place in the
-/// broadcast buffer (the events only it needed are freed), and its stream
-/// ends with DATA_LOSS after the events it already held. One that reads
-/// gets an event of more changes than the bound.
+/// its bound is cut off once it has taken nothing for WATCH_STALL: it gives
+/// up its place in the broadcast buffer (the events only it needed are
+/// freed), and its stream ends with DATA_LOSS after the events it already
+/// held. One that reads is never cut off, however big the commits.
 #[tokio::test(start_paused = true)]
 async fn a_watcher_too_many_changes_behind_is_cut_off() {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -86,28 +113,39 @@ async fn a_watcher_too_many_changes_behind_is_cut_off() {
         max: 10,
     };
     let pump = tokio::spawn(pump_watch(rx, tx, closing, lag));
-    // Read as it comes: 50 changes in one event are not a lag.
-    send(1, 50);
-    assert_eq!(out.recv().await.unwrap().unwrap().changes.len(), 50);
+    let secs = std::time::Duration::from_secs;
+    // Read as it comes: commits of more changes than the bound, arriving
+    // while the pump still holds an earlier one, are not a lag.
+    for (r, n) in [(1, 1), (2, 50), (3, 50), (4, 50)] {
+        send(r, n);
+    }
+    for r in 1..=4 {
+        assert_eq!(out.recv().await.unwrap().unwrap().revision, r);
+        tokio::time::sleep(secs(4)).await;
+    }
+    assert_eq!(events.receiver_count(), 1, "never cut off while reading");
     // Not read: two events fill the stream, the third waits in the pump.
-    for r in 2..=4 {
+    for r in 5..=7 {
         send(r, 1);
     }
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    tokio::time::sleep(secs(3)).await;
     assert_eq!(events.receiver_count(), 1, "within the bound");
-    // 11 more changes behind the pump's event: over the bound.
-    for r in 5..=15 {
+    // 11 more changes behind the pump's event: over the bound, but cut
+    // off only once the watcher has taken nothing for WATCH_STALL.
+    for r in 8..=18 {
         send(r, 1);
     }
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    tokio::time::sleep(secs(5)).await;
+    assert_eq!(events.receiver_count(), 1, "not stalled for WATCH_STALL yet");
+    tokio::time::sleep(secs(3)).await;
     assert_eq!(events.receiver_count(), 0, "its place in the buffer given up");
-    assert_eq!(out.recv().await.unwrap().unwrap().revision, 2);
-    assert_eq!(out.recv().await.unwrap().unwrap().revision, 3);
+    assert_eq!(out.recv().await.unwrap().unwrap().revision, 5);
+    assert_eq!(out.recv().await.unwrap().unwrap().revision, 6);
     let end = out.recv().await.unwrap().unwrap_err();
     assert_eq!(end.code(), tonic::Code::DataLoss);
     assert!(
         end.message()
-            .starts_with("watcher fell 11 changes behind, more than the 10"),
+            .starts_with("watcher took nothing for 10 s and fell 11 changes behind, more than the 10"),
         "{}",
         end.message()
     );
