@@ -694,17 +694,21 @@ mod tests {
         let long = key(&"a".repeat(60_000)).to_string();
         assert!(long.ends_with("\"... (60000 bytes)"), "{long}");
         assert!(long.len() < 300, "{}", long.len());
-        let b = Backend {
-            key: key("a\nb"),
+        let e = backend(key("a\nb")).validate().unwrap_err().to_string();
+        assert!(!e.contains('\n'), "one line: {e}");
+    }
+
+    /// An active backend of weight 1 at `key`, written by the API.
+    fn backend(key: BackendKey) -> Backend {
+        Backend {
+            key,
             weight: 1,
             state: BackendState::Active,
             operator_state: None,
             node: None,
             zone: None,
             source: Source::Api,
-        };
-        let e = b.validate().unwrap_err().to_string();
-        assert!(!e.contains('\n'), "one line: {e}");
+        }
     }
 
     pub(crate) fn service(name: &str) -> Service {
@@ -825,19 +829,11 @@ mod tests {
             );
         }
         assert_eq!(e.kind, ErrorKind::Invalid);
-        let b = Backend {
-            key: BackendKey {
-                service: "default/web".into(),
-                addr: ip("224.0.0.1"),
-                port: 80,
-            },
-            weight: 1,
-            state: BackendState::Active,
-            operator_state: None,
-            node: None,
-            zone: None,
-            source: Source::Api,
-        };
+        let b = backend(BackendKey {
+            service: "default/web".into(),
+            addr: ip("224.0.0.1"),
+            port: 80,
+        });
         assert!(b
             .validate()
             .unwrap_err()
