@@ -569,3 +569,86 @@ fn tcp_with_tls_and_client_certificates() {
         "{err}"
     );
 }
+
+/// `lbctl watch` prints each commit as lbd makes it, as text or one JSON
+/// object a line, for longer than `--timeout` (a stream has no deadline),
+/// and exits 1 with lbd's UNAVAILABLE when lbd shuts down.
+#[test]
+fn watch_prints_commits_until_lbd_stops() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let mut s = Server::start();
+    let spawn = |format: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_lbctl"))
+            .args(["--server", &sock(&s), "--timeout", "1", "watch", "-o", format])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Lines as they come, read on a thread so the test's waits are bounded.
+        let (tx, rx) = mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for l in BufReader::new(stdout).lines() {
+                if tx.send(l.unwrap()).is_err() {
+                    break;
+                }
+            }
+        });
+        (child, rx)
+    };
+    let (text_child, text) = spawn("table");
+    let (json_child, json) = spawn("json");
+    // Both subscribed, and past the 1 s answer timeout.
+    std::thread::sleep(Duration::from_millis(1500));
+    let dir = tempfile::tempdir().unwrap();
+    ok(&s, &["apply", "-f", &write_file(dir.path(), "svc.toml", FILE)]);
+    ok(&s, &["delete", "backend", "default/web", "10.1.0.12:8080"]);
+    let next =
+        |rx: &mpsc::Receiver<String>| rx.recv_timeout(Duration::from_secs(10)).expect("a line in time");
+
+    let first = next(&text);
+    assert_eq!(first, "revision 1 (api): 7 changes");
+    let lines: Vec<String> = (0..7).map(|_| next(&text)).collect();
+    for want in [
+        "  upsert service default/web: fullnat, policy cluster, client-IP affinity 3h",
+        "  upsert frontend 10.0.0.100:80/tcp (load-balancer) of default/web",
+        "  upsert backend 10.1.0.11:8080 of default/web: weight 1, active, node node-1",
+        "  upsert backend 10.1.0.12:8080 of default/web: weight 2, active",
+        "  upsert service kube-system/dns: dnat, policy cluster",
+    ] {
+        assert!(lines.iter().any(|l| l == want), "{want:?} not in {lines:#?}");
+    }
+    assert_eq!(next(&text), "revision 2 (api): 1 change");
+    assert_eq!(next(&text), "  delete backend 10.1.0.12:8080 of default/web");
+
+    let v: serde_json::Value = serde_json::from_str(&next(&json)).unwrap();
+    assert_eq!(
+        (v["revision"].as_u64(), v["source"].as_str()),
+        (Some(1), Some("api"))
+    );
+    let changes = v["changes"].as_array().unwrap();
+    assert_eq!(changes.len(), 7);
+    assert!(
+        changes.iter().any(|c| c["upsert"] == "backend"
+            && c["backend"]["address"] == "10.1.0.12:8080"
+            && c["backend"]["weight"] == 2),
+        "{v}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&next(&json)).unwrap();
+    assert_eq!(
+        v["changes"][0],
+        serde_json::json!({"delete": "backend", "service": "default/web", "address": "10.1.0.12:8080"})
+    );
+
+    s.stop().unwrap();
+    for child in [text_child, json_child] {
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert_eq!(
+            err.trim(),
+            "lbctl: UNAVAILABLE: lbd is shutting down; Watch again after it restarts"
+        );
+    }
+}

@@ -113,6 +113,14 @@ enum Command {
         #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputArg::Table)]
         output: OutputArg,
     },
+    /// Print each commit (revision, source, changes) as lbd makes it,
+    /// until interrupted or lbd ends the stream.
+    Watch {
+        /// Output format: text, or one JSON object per line, or YAML
+        /// documents.
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputArg::Table)]
+        output: OutputArg,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -409,6 +417,25 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 ))?;
                 previous = Some((now, s));
                 tokio::time::sleep(Duration::from_secs(secs)).await;
+            }
+        }
+        Command::Watch { output } => {
+            let format = Format::from(output);
+            let mut events = c.watch(pb::WatchRequest {}).await?.into_inner();
+            while let Some(e) = events.message().await? {
+                let text = match format {
+                    Format::Table => output::watch_event_text(&e),
+                    Format::Json => {
+                        serde_json::to_string(&output::watch_event_value(&e)).map_err(anyhow::Error::from)?
+                            + "\n"
+                    }
+                    Format::Yaml => {
+                        "---\n".to_string()
+                            + &serde_yaml::to_string(&output::watch_event_value(&e))
+                                .map_err(anyhow::Error::from)?
+                    }
+                };
+                out(&text)?;
             }
         }
         Command::Info { output } => {

@@ -158,49 +158,173 @@ fn endpoint_text(addr: &str, port: u32) -> String {
 pub fn service_rows(l: &pb::ListResponse) -> Vec<ServiceRow> {
     l.services
         .iter()
-        .map(|s| ServiceRow {
-            name: s.name.clone(),
-            mode: Shown::of(s.mode, |v| convert::mode_from_proto(v, "")),
-            traffic_policy: Shown::of(s.traffic_policy, |v| convert::policy_from_proto(v, "")),
-            session_affinity_timeout: (s.session_affinity_timeout_seconds != 0)
-                .then(|| format_duration(s.session_affinity_timeout_seconds)),
-            source_ranges: s.source_ranges.clone(),
-            frontends: l.frontends.iter().filter(|f| f.service == s.name).count(),
-            backends: l.backends.iter().filter(|b| b.service == s.name).count(),
-            source: source(s.source),
+        .map(|s| {
+            service_row(
+                s,
+                l.frontends.iter().filter(|f| f.service == s.name).count(),
+                l.backends.iter().filter(|b| b.service == s.name).count(),
+            )
         })
         .collect()
+}
+
+/// The row of service `s`, with its counts of frontends and backends.
+fn service_row(s: &pb::Service, frontends: usize, backends: usize) -> ServiceRow {
+    ServiceRow {
+        name: s.name.clone(),
+        mode: Shown::of(s.mode, |v| convert::mode_from_proto(v, "")),
+        traffic_policy: Shown::of(s.traffic_policy, |v| convert::policy_from_proto(v, "")),
+        session_affinity_timeout: (s.session_affinity_timeout_seconds != 0)
+            .then(|| format_duration(s.session_affinity_timeout_seconds)),
+        source_ranges: s.source_ranges.clone(),
+        frontends,
+        backends,
+        source: source(s.source),
+    }
 }
 
 /// The frontend rows of a List response.
 pub fn frontend_rows(l: &pb::ListResponse) -> Vec<FrontendRow> {
-    l.frontends
-        .iter()
-        .map(|f| FrontendRow {
-            address: endpoint_text(&f.address, f.port),
-            protocol: Shown::of(f.protocol, |v| convert::protocol_from_proto(v, "")),
-            kind: Shown::of(f.r#type, |v| convert::frontend_type_from_proto(v, "")),
-            service: f.service.clone(),
-            source: source(f.source),
-        })
-        .collect()
+    l.frontends.iter().map(frontend_row).collect()
+}
+
+fn frontend_row(f: &pb::Frontend) -> FrontendRow {
+    FrontendRow {
+        address: endpoint_text(&f.address, f.port),
+        protocol: Shown::of(f.protocol, |v| convert::protocol_from_proto(v, "")),
+        kind: Shown::of(f.r#type, |v| convert::frontend_type_from_proto(v, "")),
+        service: f.service.clone(),
+        source: source(f.source),
+    }
 }
 
 /// The backend rows of a List response.
 pub fn backend_rows(l: &pb::ListResponse) -> Vec<BackendRow> {
-    l.backends
+    l.backends.iter().map(backend_row).collect()
+}
+
+fn backend_row(b: &pb::Backend) -> BackendRow {
+    BackendRow {
+        service: b.service.clone(),
+        address: endpoint_text(&b.address, b.port),
+        weight: b.weight.unwrap_or(1),
+        state: backend_state(b.state),
+        operator_state: (b.operator_state != 0).then(|| backend_state(b.operator_state)),
+        node: label(&b.node),
+        zone: label(&b.zone),
+        source: source(b.source),
+    }
+}
+
+/// One commit as `lbctl watch` prints it for people: its revision, source
+/// and number of changes, then a line per change as committed.
+pub fn watch_event_text(e: &pb::WatchEvent) -> String {
+    let n = e.changes.len();
+    let mut s = format!(
+        "revision {} ({}): {n} change{}\n",
+        e.revision,
+        name(&source(e.source)),
+        if n == 1 { "" } else { "s" }
+    );
+    for c in &e.changes {
+        let _ = writeln!(s, "  {}", change_text(c));
+    }
+    s
+}
+
+fn change_text(c: &pb::Change) -> String {
+    use pb::change::Change as C;
+    match &c.change {
+        Some(C::UpsertService(x)) => {
+            let r = service_row(x, 0, 0);
+            let mut t = format!(
+                "upsert service {}: {}, policy {}",
+                cell(&r.name),
+                name(&r.mode),
+                name(&r.traffic_policy)
+            );
+            if let Some(a) = &r.session_affinity_timeout {
+                let _ = write!(t, ", client-IP affinity {a}");
+            }
+            if !r.source_ranges.is_empty() {
+                let _ = write!(t, ", source ranges {}", cell(&r.source_ranges.join(",")));
+            }
+            t
+        }
+        Some(C::UpsertFrontend(x)) => {
+            let r = frontend_row(x);
+            format!(
+                "upsert frontend {}/{} ({}) of {}",
+                cell(&r.address),
+                name(&r.protocol),
+                name(&r.kind),
+                cell(&r.service)
+            )
+        }
+        Some(C::UpsertBackend(x)) => {
+            let r = backend_row(x);
+            let mut t = format!(
+                "upsert backend {} of {}: weight {}, {}",
+                cell(&r.address),
+                cell(&r.service),
+                r.weight,
+                name(&r.state)
+            );
+            if let Some(o) = &r.operator_state {
+                let _ = write!(t, " (operator: {})", name(o));
+            }
+            for (what, v) in [("node", &r.node), ("zone", &r.zone)] {
+                if let Some(v) = v {
+                    let _ = write!(t, ", {what} {}", cell(v));
+                }
+            }
+            t
+        }
+        Some(C::DeleteService(n)) => format!("delete service {}", cell(n)),
+        Some(C::DeleteFrontend(k)) => format!("delete frontend {}", key_text(&Some(k.clone()))),
+        Some(C::DeleteBackend(k)) => {
+            let (service, address) = backend_text(&Some(k.clone()));
+            format!("delete backend {} of {}", cell(&address), cell(&service))
+        }
+        None => "(an empty change)".to_string(),
+    }
+}
+
+/// One commit as `lbctl watch -o json|yaml` prints it: `revision`,
+/// `source` and `changes`, each `{"upsert"|"delete": kind, ...}` with the
+/// object as `get` prints it (without a service's counts) or its key.
+pub fn watch_event_value(e: &pb::WatchEvent) -> serde_json::Value {
+    use pb::change::Change as C;
+    use serde_json::json;
+    let changes: Vec<serde_json::Value> = e
+        .changes
         .iter()
-        .map(|b| BackendRow {
-            service: b.service.clone(),
-            address: endpoint_text(&b.address, b.port),
-            weight: b.weight.unwrap_or(1),
-            state: backend_state(b.state),
-            operator_state: (b.operator_state != 0).then(|| backend_state(b.operator_state)),
-            node: label(&b.node),
-            zone: label(&b.zone),
-            source: source(b.source),
+        .map(|c| match &c.change {
+            Some(C::UpsertService(x)) => {
+                let mut v = serde_json::to_value(service_row(x, 0, 0)).unwrap_or_default();
+                if let Some(o) = v.as_object_mut() {
+                    o.remove("frontends");
+                    o.remove("backends");
+                }
+                json!({"upsert": "service", "service": v})
+            }
+            Some(C::UpsertFrontend(x)) => json!({"upsert": "frontend", "frontend": frontend_row(x)}),
+            Some(C::UpsertBackend(x)) => json!({"upsert": "backend", "backend": backend_row(x)}),
+            Some(C::DeleteService(n)) => json!({"delete": "service", "name": n}),
+            Some(C::DeleteFrontend(k)) => json!({
+                "delete": "frontend",
+                "address": endpoint_text(&k.address, k.port),
+                "protocol": Shown::of(k.protocol, |v| convert::protocol_from_proto(v, "")),
+            }),
+            Some(C::DeleteBackend(k)) => json!({
+                "delete": "backend",
+                "service": k.service,
+                "address": endpoint_text(&k.address, k.port),
+            }),
+            None => json!({}),
         })
-        .collect()
+        .collect();
+    json!({"revision": e.revision, "source": source(e.source), "changes": changes})
 }
 
 /// Columns padded to their widest cell, two spaces apart, no trailing
