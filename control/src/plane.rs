@@ -984,6 +984,11 @@ impl ControlPlane {
         self.events.subscribe()
     }
 
+    /// Receivers subscribed now (gRPC watchers among them).
+    pub fn watchers(&self) -> usize {
+        self.events.receiver_count()
+    }
+
     /// [`subscribe`](Self::subscribe), with the count of the changes in
     /// every event sent so far (`committed`, which each commit raises by
     /// its event's changes before it sends it) and its value now: the

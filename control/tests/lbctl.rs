@@ -597,9 +597,19 @@ fn watch_prints_commits_until_lbd_stops() {
         });
         (child, rx)
     };
+    let base = s.plane.lock().unwrap().watchers();
     let (text_child, text) = spawn("table");
     let (json_child, json) = spawn("json");
-    // Both subscribed, and past the 1 s answer timeout.
+    // Both subscribed (bounded wait), then past the 1 s answer timeout.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while s.plane.lock().unwrap().watchers() < base + 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        s.plane.lock().unwrap().watchers(),
+        base + 2,
+        "both watchers subscribed"
+    );
     std::thread::sleep(Duration::from_millis(1500));
     let dir = tempfile::tempdir().unwrap();
     ok(&s, &["apply", "-f", &write_file(dir.path(), "svc.toml", FILE)]);

@@ -437,6 +437,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 };
                 out(&text)?;
             }
+            // lbd ends a Watch with a status (UNAVAILABLE at shutdown); one
+            // that just ends is not what a caller waits for either.
+            return Err(Failure::Status(tonic::Status::unavailable(
+                "lbd ended the Watch stream",
+            )));
         }
         Command::Info { output } => {
             let i = c.get_info(pb::GetInfoRequest {}).await?.into_inner();

@@ -184,7 +184,13 @@ pub async fn connect(
     let mut endpoint = Endpoint::from_shared(uri)
         .map_err(|e| ConnectError::Config(format!("{server}: {}", root_cause(&e))))?
         .connect_timeout(Duration::from_secs(5).min(timeout))
-        .timeout(timeout);
+        .timeout(timeout)
+        // A peer that went away without a word (its host died, the
+        // network dropped) ends `watch`'s idle stream too, as a lost
+        // connection, instead of leaving it waiting forever.
+        .http2_keep_alive_interval(Duration::from_secs(30))
+        .keep_alive_timeout(Duration::from_secs(10))
+        .keep_alive_while_idle(true);
     if let ServerAddr::Https(_) = server {
         let Some(ca) = &tls.ca else {
             return Err(ConnectError::Config(format!(

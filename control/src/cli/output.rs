@@ -281,12 +281,18 @@ fn change_text(c: &pb::Change) -> String {
             t
         }
         Some(C::DeleteService(n)) => format!("delete service {}", cell(n)),
-        Some(C::DeleteFrontend(k)) => format!("delete frontend {}", key_text(&Some(k.clone()))),
-        Some(C::DeleteBackend(k)) => {
-            let (service, address) = backend_text(&Some(k.clone()));
-            format!("delete backend {} of {}", cell(&address), cell(&service))
-        }
-        None => "(an empty change)".to_string(),
+        Some(C::DeleteFrontend(k)) => format!(
+            "delete frontend {}/{}",
+            cell(&endpoint_text(&k.address, k.port)),
+            name(&Shown::of(k.protocol, |v| convert::protocol_from_proto(v, "")))
+        ),
+        Some(C::DeleteBackend(k)) => format!(
+            "delete backend {} of {}",
+            cell(&endpoint_text(&k.address, k.port)),
+            cell(&k.service)
+        ),
+        // Also a kind of change a newer lbd added.
+        None => "(a change this lbctl does not know)".to_string(),
     }
 }
 
@@ -321,7 +327,8 @@ pub fn watch_event_value(e: &pb::WatchEvent) -> serde_json::Value {
                 "service": k.service,
                 "address": endpoint_text(&k.address, k.port),
             }),
-            None => json!({}),
+            // Also a kind of change a newer lbd added.
+            None => json!({"unknown": true}),
         })
         .collect();
     json!({"revision": e.revision, "source": source(e.source), "changes": changes})
@@ -868,6 +875,54 @@ pub fn parse_source(s: &str) -> Result<Source, String> {
 
 #[cfg(test)]
 mod tests {
+    /// `watch`'s lines for the kinds `lbctl watch`'s test does not send:
+    /// a service with ranges, a frontend delete, a name to escape, and a
+    /// change this lbctl does not know (a newer lbd's), in text and JSON.
+    #[test]
+    fn watch_events_in_text_and_json() {
+        use super::pb;
+        use pb::change::Change as C;
+        let e = pb::WatchEvent {
+            revision: 9,
+            source: pb::Source::K8s.into(),
+            changes: vec![
+                pb::Change {
+                    change: Some(C::UpsertService(pb::Service {
+                        name: "default/web".into(),
+                        source_ranges: vec!["10.0.0.0/8".into(), "fd00::/8".into()],
+                        ..Default::default()
+                    })),
+                },
+                pb::Change {
+                    change: Some(C::DeleteFrontend(pb::FrontendKey {
+                        address: "fd00::1".into(),
+                        port: 80,
+                        protocol: pb::Protocol::Udp.into(),
+                    })),
+                },
+                pb::Change {
+                    change: Some(C::DeleteService("a\nb".into())),
+                },
+                pb::Change { change: None },
+            ],
+        };
+        assert_eq!(
+            super::watch_event_text(&e),
+            "revision 9 (k8s): 4 changes\n  \
+             upsert service default/web: fullnat, policy cluster, source ranges 10.0.0.0/8,fd00::/8\n  \
+             delete frontend [fd00::1]:80/udp\n  \
+             delete service \"a\\nb\"\n  \
+             (a change this lbctl does not know)\n"
+        );
+        let v = super::watch_event_value(&e);
+        assert_eq!(
+            v["changes"][1],
+            serde_json::json!({"delete": "frontend", "address": "[fd00::1]:80", "protocol": "udp"})
+        );
+        assert_eq!(v["changes"][3], serde_json::json!({"unknown": true}));
+        assert!(v["changes"][0]["service"].get("frontends").is_none(), "{v}");
+    }
+
     #[test]
     fn applied_text_says_what_changed() {
         let mut r = super::pb::ApplyResponse {
