@@ -263,16 +263,17 @@ fn change_text(c: &pb::Change) -> String {
         }
         Some(C::UpsertBackend(x)) => {
             let r = backend_row(x);
+            // The state in effect, an operator's marked, as `get` shows it.
+            let state = match &r.operator_state {
+                Some(o) => format!("{} (operator)", name(o)),
+                None => name(&r.state),
+            };
             let mut t = format!(
-                "upsert backend {} of {}: weight {}, {}",
+                "upsert backend {} of {}: weight {}, {state}",
                 cell(&r.address),
                 cell(&r.service),
-                r.weight,
-                name(&r.state)
+                r.weight
             );
-            if let Some(o) = &r.operator_state {
-                let _ = write!(t, " (operator: {})", name(o));
-            }
             for (what, v) in [("node", &r.node), ("zone", &r.zone)] {
                 if let Some(v) = v {
                     let _ = write!(t, ", {what} {}", cell(v));
@@ -904,15 +905,26 @@ mod tests {
                     change: Some(C::DeleteService("a\nb".into())),
                 },
                 pb::Change { change: None },
+                pb::Change {
+                    change: Some(C::UpsertBackend(pb::Backend {
+                        service: "default/web".into(),
+                        address: "10.1.0.11".into(),
+                        port: 8080,
+                        operator_state: pb::BackendState::Maintenance.into(),
+                        zone: "z1".into(),
+                        ..Default::default()
+                    })),
+                },
             ],
         };
         assert_eq!(
             super::watch_event_text(&e),
-            "revision 9 (k8s): 4 changes\n  \
+            "revision 9 (k8s): 5 changes\n  \
              upsert service default/web: fullnat, policy cluster, source ranges 10.0.0.0/8,fd00::/8\n  \
              delete frontend [fd00::1]:80/udp\n  \
              delete service \"a\\nb\"\n  \
-             (a change this lbctl does not know)\n"
+             (a change this lbctl does not know)\n  \
+             upsert backend 10.1.0.11:8080 of default/web: weight 1, maintenance (operator), zone z1\n"
         );
         let v = super::watch_event_value(&e);
         assert_eq!(
