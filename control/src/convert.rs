@@ -225,18 +225,13 @@ pub fn frontend_key_from_proto(p: &pb::FrontendKey, object: &str) -> Result<Fron
     })
 }
 
-/// An address from a request as an error's object names it ([`Shown`]).
-fn shown(text: &str) -> Shown<'_> {
-    Shown(text)
-}
-
 /// `ADDR:PORT` of a request's address text for an error message, the
 /// address bracketed if it is IPv6 (`[fd00::1]:80`, not `fd00::1:80`).
 fn shown_endpoint(addr: &str, port: u32) -> String {
     if addr.parse::<std::net::Ipv6Addr>().is_ok() {
         format!("[{addr}]:{port}")
     } else {
-        format!("{}:{port}", shown(addr))
+        format!("{}:{port}", Shown(addr))
     }
 }
 

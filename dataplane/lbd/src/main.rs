@@ -671,7 +671,6 @@ fn run_workers(eal: &Eal, lcores: &Lcores, stop: &Arc<AtomicBool>, lanes: Lanes,
 /// `stop`. Returns its pipeline and rings, or, when it panicked, none and
 /// the failure.
 fn forward_on_main_lcore(lcores: &Lcores, stop: &Arc<AtomicBool>, mut lanes: Lanes, shared: Shared) -> Ended {
-    // What ended abnormally: lbd exits non-zero after its summary.
     let mut failures: Vec<String> = Vec::new();
     tracing::info!(
         lcore = lcores.main(),
@@ -706,7 +705,6 @@ fn forward_on_main_lcore(lcores: &Lcores, stop: &Arc<AtomicBool>, mut lanes: Lan
 /// a failure, as is one that panicked. Returns the pipelines and rings of
 /// those that stopped normally.
 fn launch_workers(eal: &Eal, workers: usize, stop: &Arc<AtomicBool>, lanes: Lanes, shared: Shared) -> Ended {
-    // What ended abnormally: lbd exits non-zero after its summary.
     let mut failures: Vec<String> = Vec::new();
     // Workers started: fewer than `workers` when one could not be launched.
     let mut started = workers;
