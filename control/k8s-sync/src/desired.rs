@@ -1,0 +1,534 @@
+//! What lbd should hold for the cluster: the Services and EndpointSlices
+//! the watches see, mapped to lbd's services, frontends and backends (the
+//! objects of one `Resync` of source `k8s`). Pure: no I/O, deterministic
+//! (sorted), so the same cluster state always gives the same request and
+//! an unchanged cluster is not pushed again.
+//!
+//! The mapping, per Kubernetes Service port (lbd's backends have one port,
+//! so a Service with several ports is several lbd services):
+//!
+//! - **name**: `namespace/name` for a Service with one port,
+//!   `namespace/name-PORTNAME` for each port of one with several
+//!   (Kubernetes requires their ports to be named);
+//! - **frontends**: the port on each address of the enabled types
+//!   ([`Options::types`]): `status.loadBalancer.ingress[].ip` of a
+//!   `LoadBalancer` Service of this sidecar's class, `spec.externalIPs`,
+//!   `spec.clusterIPs`;
+//! - **forwarding mode**: the annotation [`MODE_ANNOTATION`] (`dnat` or
+//!   `fullnat`), else [`Options::mode`];
+//! - **traffic policy**: `spec.externalTrafficPolicy` (`Local` → local);
+//! - **affinity**: `spec.sessionAffinity: ClientIP` with
+//!   `sessionAffinityConfig.clientIP.timeoutSeconds` (default 10800 s);
+//! - **source ranges**: `spec.loadBalancerSourceRanges`;
+//! - **backends**: the first address of each endpoint of the Service's
+//!   EndpointSlices (label `kubernetes.io/service-name`), on the slice port
+//!   with the Service port's name and protocol; ready → `active`,
+//!   terminating → `terminating` (established connections only), neither →
+//!   `quarantined`; `nodeName` and `zone` kept.
+//!
+//! What cannot be mapped is skipped and said why ([`Skip`]): an
+//! `ExternalName` Service, SCTP, an address that is not an IP, a name
+//! too long for lbd, a frontend two Services claim, a bad annotation, and
+//! each object lbd's own validation refuses.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::{Service, ServicePort};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use lb_control::convert;
+use lb_proto::v1 as pb;
+
+/// The annotation that picks a Service's forwarding mode: `dnat` or
+/// `fullnat` (`full-nat` too).
+pub const MODE_ANNOTATION: &str = "lbd.io/forwarding-mode";
+
+/// The label that ties an EndpointSlice to its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// Kubernetes' default client-IP affinity timeout (3 hours).
+pub const DEFAULT_AFFINITY_SECONDS: u32 = 10_800;
+
+/// Which addresses of a Service become lbd frontends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FrontendKind {
+    /// `status.loadBalancer.ingress[].ip` of a `LoadBalancer` Service.
+    LoadBalancer,
+    /// `spec.externalIPs`.
+    ExternalIp,
+    /// `spec.clusterIPs` (not `None`).
+    ClusterIp,
+}
+
+impl FrontendKind {
+    /// The flag's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            FrontendKind::LoadBalancer => "load-balancer",
+            FrontendKind::ExternalIp => "external-ip",
+            FrontendKind::ClusterIp => "cluster-ip",
+        }
+    }
+
+    fn to_proto(self) -> pb::FrontendType {
+        match self {
+            FrontendKind::LoadBalancer => pb::FrontendType::LoadBalancer,
+            FrontendKind::ExternalIp => pb::FrontendType::ExternalIp,
+            FrontendKind::ClusterIp => pb::FrontendType::ClusterIp,
+        }
+    }
+}
+
+impl std::str::FromStr for FrontendKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<FrontendKind, String> {
+        match s {
+            "load-balancer" => Ok(FrontendKind::LoadBalancer),
+            "external-ip" => Ok(FrontendKind::ExternalIp),
+            "cluster-ip" => Ok(FrontendKind::ClusterIp),
+            _ => Err(format!(
+                "{s:?} is not a frontend type (load-balancer, external-ip or cluster-ip)"
+            )),
+        }
+    }
+}
+
+/// How Services are mapped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// The addresses that become frontends.
+    pub types: BTreeSet<FrontendKind>,
+    /// The forwarding mode of a Service without [`MODE_ANNOTATION`].
+    pub mode: pb::ForwardingMode,
+    /// The `spec.loadBalancerClass` whose `LoadBalancer` Services are this
+    /// balancer's; `None`: those without a class (the cluster's default
+    /// load balancer). A `LoadBalancer` Service of another class gives no
+    /// load-balancer frontends (its external and cluster IPs still count).
+    pub load_balancer_class: Option<String>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            types: [FrontendKind::LoadBalancer, FrontendKind::ExternalIp].into(),
+            mode: pb::ForwardingMode::Fullnat,
+            load_balancer_class: None,
+        }
+    }
+}
+
+/// Something of the cluster that is not in lbd, and why.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Skip {
+    /// What: `Service default/web`, `Service default/web port "dns"`,
+    /// `EndpointSlice default/web-abc12 endpoint 10.0.0.7`.
+    pub object: String,
+    /// Why, on one line.
+    pub reason: String,
+}
+
+impl std::fmt::Display for Skip {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.object, self.reason)
+    }
+}
+
+/// The objects of one `Resync`, sorted by identity, and what was skipped.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Desired {
+    /// lbd services, by name.
+    pub services: Vec<pb::Service>,
+    /// Frontends, by (address, port, protocol).
+    pub frontends: Vec<pb::Frontend>,
+    /// Backends, by (service, address, port).
+    pub backends: Vec<pb::Backend>,
+    /// What could not be mapped.
+    pub skipped: Vec<Skip>,
+}
+
+impl Desired {
+    /// The request that makes lbd's `k8s` objects these.
+    pub fn request(&self) -> pb::ResyncRequest {
+        pb::ResyncRequest {
+            source: pb::Source::K8s as i32,
+            services: self.services.clone(),
+            frontends: self.frontends.clone(),
+            backends: self.backends.clone(),
+        }
+    }
+
+    /// Leaves out the lbd services `names`, their frontends and backends,
+    /// each said as skipped with `reason`.
+    pub fn without(&mut self, names: &BTreeSet<String>, reason: impl Fn(&str) -> String) {
+        if names.is_empty() {
+            return;
+        }
+        for s in self.services.iter().filter(|s| names.contains(&s.name)) {
+            self.skipped.push(Skip {
+                object: format!("lbd service {}", s.name),
+                reason: reason(&s.name),
+            });
+        }
+        self.services.retain(|s| !names.contains(&s.name));
+        self.frontends.retain(|f| !names.contains(&f.service));
+        self.backends.retain(|b| !names.contains(&b.service));
+        self.skipped.sort();
+    }
+}
+
+/// One lbd service being built, with its objects.
+struct Built {
+    service: pb::Service,
+    frontends: Vec<pb::Frontend>,
+    backends: BTreeMap<(IpAddr, u16), pb::Backend>,
+}
+
+/// Maps `services` and `slices` to lbd's objects.
+pub fn desired<'a>(
+    services: impl IntoIterator<Item = &'a Service>,
+    slices: impl IntoIterator<Item = &'a EndpointSlice>,
+    opts: &Options,
+) -> Desired {
+    let mut skipped = Vec::new();
+    // Slices by (namespace, service name).
+    let mut slices_of: BTreeMap<(String, String), Vec<&EndpointSlice>> = BTreeMap::new();
+    for s in slices {
+        let ns = s.metadata.namespace.clone().unwrap_or_default();
+        if let Some(svc) = s.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL)) {
+            slices_of.entry((ns, svc.clone())).or_default().push(s);
+        }
+    }
+    // Services in name order, so which of two claims wins is stable.
+    let mut services: Vec<&Service> = services.into_iter().collect();
+    services.sort_by_key(|s| key_of(s));
+    let mut built: BTreeMap<String, Built> = BTreeMap::new();
+    // Frontend keys taken, and by which lbd service.
+    let mut claimed: BTreeMap<(IpAddr, u32, i32), String> = BTreeMap::new();
+    for svc in services {
+        let (ns, name) = key_of(svc);
+        let what = format!("Service {ns}/{name}");
+        let Some(spec) = &svc.spec else { continue };
+        if spec.type_.as_deref() == Some("ExternalName") {
+            continue;
+        }
+        let mode = match svc
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(MODE_ANNOTATION))
+            .map(|v| v.trim().to_ascii_lowercase())
+        {
+            None => opts.mode,
+            Some(v) if v == "dnat" => pb::ForwardingMode::Dnat,
+            Some(v) if v == "fullnat" || v == "full-nat" => pb::ForwardingMode::Fullnat,
+            Some(v) => {
+                skipped.push(Skip {
+                    object: what,
+                    reason: format!("annotation {MODE_ANNOTATION}: {v:?} is not dnat or fullnat"),
+                });
+                continue;
+            }
+        };
+        let addrs = frontend_addresses(svc, opts, &what, &mut skipped);
+        if addrs.is_empty() {
+            continue;
+        }
+        let ports = spec.ports.as_deref().unwrap_or_default();
+        let policy = match spec.external_traffic_policy.as_deref() {
+            Some("Local") => pb::TrafficPolicy::Local,
+            _ => pb::TrafficPolicy::Cluster,
+        };
+        let affinity = match spec.session_affinity.as_deref() {
+            Some("ClientIP") => spec
+                .session_affinity_config
+                .as_ref()
+                .and_then(|c| c.client_ip.as_ref())
+                .and_then(|c| c.timeout_seconds)
+                .map_or(DEFAULT_AFFINITY_SECONDS, |t| u32::try_from(t).unwrap_or(0)),
+            _ => 0,
+        };
+        let source_ranges = spec.load_balancer_source_ranges.clone().unwrap_or_default();
+        for port in ports {
+            let what = match &port.name {
+                Some(p) if !p.is_empty() => format!("{what} port {p:?}"),
+                _ => format!("{what} port {}", port.port),
+            };
+            let protocol = match port.protocol.as_deref().unwrap_or("TCP") {
+                "TCP" => pb::Protocol::Tcp,
+                "UDP" => pb::Protocol::Udp,
+                other => {
+                    skipped.push(Skip {
+                        object: what,
+                        reason: format!("protocol {other} (lbd balances TCP and UDP)"),
+                    });
+                    continue;
+                }
+            };
+            let lbd_name = match lbd_name(&ns, &name, port, ports.len()) {
+                Ok(n) => n,
+                Err(reason) => {
+                    skipped.push(Skip { object: what, reason });
+                    continue;
+                }
+            };
+            if built.contains_key(&lbd_name) {
+                skipped.push(Skip {
+                    object: what,
+                    reason: format!("its lbd service name {lbd_name:?} is another Service port's"),
+                });
+                continue;
+            }
+            let service = pb::Service {
+                name: lbd_name.clone(),
+                mode: mode as i32,
+                traffic_policy: policy as i32,
+                session_affinity_timeout_seconds: affinity,
+                source_ranges: source_ranges.clone(),
+                source: pb::Source::K8s as i32,
+            };
+            if let Err(e) = convert::service_from_proto(&service) {
+                skipped.push(Skip {
+                    object: what,
+                    reason: e.to_string(),
+                });
+                continue;
+            }
+            let mut frontends = Vec::new();
+            for &(addr, kind) in &addrs {
+                let fe = pb::Frontend {
+                    service: lbd_name.clone(),
+                    address: addr.to_string(),
+                    port: u32::try_from(port.port).unwrap_or(0),
+                    protocol: protocol as i32,
+                    r#type: kind.to_proto() as i32,
+                    source: pb::Source::K8s as i32,
+                };
+                if let Err(e) = convert::frontend_from_proto(&fe) {
+                    skipped.push(Skip {
+                        object: format!("{what} frontend {addr}"),
+                        reason: e.to_string(),
+                    });
+                    continue;
+                }
+                let key = (addr, fe.port, fe.protocol);
+                if let Some(owner) = claimed.get(&key) {
+                    if *owner != lbd_name {
+                        skipped.push(Skip {
+                            object: format!("{what} frontend {addr}"),
+                            reason: format!("lbd service {owner:?} has it already"),
+                        });
+                    }
+                    continue;
+                }
+                claimed.insert(key, lbd_name.clone());
+                frontends.push(fe);
+            }
+            if frontends.is_empty() {
+                continue;
+            }
+            let mut b = Built {
+                service,
+                frontends,
+                backends: BTreeMap::new(),
+            };
+            let ns_name = (ns.clone(), name.clone());
+            for slice in slices_of.get(&ns_name).map(Vec::as_slice).unwrap_or_default() {
+                add_backends(&mut b, slice, port, &mut skipped);
+            }
+            built.insert(lbd_name, b);
+        }
+    }
+    let mut out = Desired {
+        skipped,
+        ..Desired::default()
+    };
+    for (_, b) in built {
+        out.services.push(b.service);
+        out.frontends.extend(b.frontends);
+        out.backends.extend(b.backends.into_values());
+    }
+    out.frontends.sort_by(|a, b| {
+        let k = |f: &pb::Frontend| (f.address.parse::<IpAddr>().ok(), f.port, f.protocol);
+        k(a).cmp(&k(b))
+    });
+    out.skipped.sort();
+    out.skipped.dedup();
+    out
+}
+
+/// (namespace, name).
+fn key_of(s: &Service) -> (String, String) {
+    (
+        s.metadata.namespace.clone().unwrap_or_default(),
+        s.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+/// The lbd service name of `port`, one of `count` ports of `ns/name`.
+fn lbd_name(ns: &str, name: &str, port: &ServicePort, count: usize) -> Result<String, String> {
+    let n = if count == 1 {
+        format!("{ns}/{name}")
+    } else {
+        match port.name.as_deref() {
+            Some(p) if !p.is_empty() => format!("{ns}/{name}-{p}"),
+            _ => return Err("a port of a Service with several ports has no name".into()),
+        }
+    };
+    lb_control::model::check_service_name(&n).map_err(|e| format!("lbd service name: {e}"))?;
+    Ok(n)
+}
+
+/// The addresses of `svc` that become frontends, with their kinds, in
+/// order and without repeats.
+fn frontend_addresses(
+    svc: &Service,
+    opts: &Options,
+    what: &str,
+    skipped: &mut Vec<Skip>,
+) -> Vec<(IpAddr, FrontendKind)> {
+    let Some(spec) = &svc.spec else {
+        return Vec::new();
+    };
+    let mut out: Vec<(IpAddr, FrontendKind)> = Vec::new();
+    let mut add = |text: &str, kind: FrontendKind, out: &mut Vec<(IpAddr, FrontendKind)>| match text
+        .parse::<IpAddr>()
+    {
+        Ok(a) => {
+            if !out.iter().any(|&(b, _)| b == a) {
+                out.push((a, kind));
+            }
+        }
+        Err(_) => skipped.push(Skip {
+            object: format!("{what} {} {text:?}", kind.name()),
+            reason: "not an IP address".into(),
+        }),
+    };
+    if opts.types.contains(&FrontendKind::LoadBalancer)
+        && spec.type_.as_deref() == Some("LoadBalancer")
+        && spec.load_balancer_class == opts.load_balancer_class
+    {
+        let ingress = svc
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|l| l.ingress.as_deref())
+            .unwrap_or_default();
+        for i in ingress {
+            if let Some(ip) = &i.ip {
+                add(ip, FrontendKind::LoadBalancer, &mut out);
+            }
+        }
+    }
+    if opts.types.contains(&FrontendKind::ExternalIp) {
+        for ip in spec.external_ips.as_deref().unwrap_or_default() {
+            add(ip, FrontendKind::ExternalIp, &mut out);
+        }
+    }
+    if opts.types.contains(&FrontendKind::ClusterIp) {
+        let ips = match (&spec.cluster_ips, &spec.cluster_ip) {
+            (Some(v), _) if !v.is_empty() => v.clone(),
+            (_, Some(one)) => vec![one.clone()],
+            _ => Vec::new(),
+        };
+        for ip in ips.iter().filter(|ip| ip.as_str() != "None" && !ip.is_empty()) {
+            add(ip, FrontendKind::ClusterIp, &mut out);
+        }
+    }
+    out
+}
+
+/// Endpoint conditions as an lbd state: ready → active, terminating →
+/// terminating, neither → quarantined (not ready: its readiness probe
+/// fails or it has not passed yet).
+fn state_of(c: Option<&k8s_openapi::api::discovery::v1::EndpointConditions>) -> pb::BackendState {
+    // Unset `ready` means ready (the API's documented default), unset
+    // `terminating` not terminating.
+    let ready = c.and_then(|c| c.ready).unwrap_or(true);
+    let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
+    if terminating {
+        pb::BackendState::Terminating
+    } else if ready {
+        pb::BackendState::Active
+    } else {
+        pb::BackendState::Quarantined
+    }
+}
+
+/// How much a state is worth when one address:port is in two slices
+/// (while the endpoint controller moves it): the most useful wins.
+fn rank(s: i32) -> u8 {
+    match pb::BackendState::try_from(s) {
+        Ok(pb::BackendState::Active) => 3,
+        Ok(pb::BackendState::Terminating) => 2,
+        _ => 1,
+    }
+}
+
+/// Adds the endpoints of `slice` on the slice port that serves `port`.
+fn add_backends(b: &mut Built, slice: &EndpointSlice, port: &ServicePort, skipped: &mut Vec<Skip>) {
+    if slice.address_type != "IPv4" && slice.address_type != "IPv6" {
+        return;
+    }
+    let want_name = port.name.as_deref().unwrap_or("");
+    let want_proto = port.protocol.as_deref().unwrap_or("TCP");
+    let Some(target) = slice.ports.as_deref().unwrap_or_default().iter().find(|p| {
+        p.name.as_deref().unwrap_or("") == want_name && p.protocol.as_deref().unwrap_or("TCP") == want_proto
+    }) else {
+        return;
+    };
+    let Some(target_port) = target
+        .port
+        .and_then(|p| u16::try_from(p).ok())
+        .filter(|&p| p != 0)
+    else {
+        return;
+    };
+    let slice_name = format!(
+        "EndpointSlice {}/{}",
+        slice.metadata.namespace.as_deref().unwrap_or_default(),
+        slice.metadata.name.as_deref().unwrap_or_default()
+    );
+    for ep in &slice.endpoints {
+        // The addresses of one endpoint are one pod's and fungible: the
+        // first is the one consumers use.
+        let Some(text) = ep.addresses.first() else {
+            continue;
+        };
+        let Ok(addr) = text.parse::<IpAddr>() else {
+            skipped.push(Skip {
+                object: format!("{slice_name} endpoint {text:?}"),
+                reason: "not an IP address".into(),
+            });
+            continue;
+        };
+        let backend = pb::Backend {
+            service: b.service.name.clone(),
+            address: addr.to_string(),
+            port: u32::from(target_port),
+            weight: None,
+            state: state_of(ep.conditions.as_ref()) as i32,
+            node: ep.node_name.clone().unwrap_or_default(),
+            zone: ep.zone.clone().unwrap_or_default(),
+            source: pb::Source::K8s as i32,
+            operator_state: 0,
+        };
+        if let Err(e) = convert::backend_from_proto(&backend) {
+            skipped.push(Skip {
+                object: format!("{slice_name} endpoint {addr}"),
+                reason: e.to_string(),
+            });
+            continue;
+        }
+        match b.backends.get(&(addr, target_port)) {
+            Some(old) if rank(old.state) >= rank(backend.state) => {}
+            _ => {
+                b.backends.insert((addr, target_port), backend);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "desired_tests.rs"]
+mod tests;

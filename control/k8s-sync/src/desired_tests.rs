@@ -1,0 +1,401 @@
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use lb_proto::v1 as pb;
+use serde_json::json;
+
+use super::*;
+
+fn svc(v: serde_json::Value) -> Service {
+    serde_json::from_value(v).unwrap()
+}
+
+fn slice(v: serde_json::Value) -> EndpointSlice {
+    serde_json::from_value(v).unwrap()
+}
+
+/// A LoadBalancer Service `default/web` on 192.0.2.10:80 → 8080.
+fn web() -> serde_json::Value {
+    json!({
+        "metadata": {"namespace": "default", "name": "web"},
+        "spec": {
+            "type": "LoadBalancer",
+            "clusterIP": "10.96.0.10",
+            "clusterIPs": ["10.96.0.10"],
+            "ports": [{"port": 80, "targetPort": 8080, "protocol": "TCP"}]
+        },
+        "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}]}}
+    })
+}
+
+fn web_slice(endpoints: serde_json::Value) -> EndpointSlice {
+    slice(json!({
+        "metadata": {"namespace": "default", "name": "web-abcde",
+                     "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "ports": [{"port": 8080, "protocol": "TCP"}],
+        "endpoints": endpoints
+    }))
+}
+
+fn ready(addr: &str, node: &str) -> serde_json::Value {
+    json!({"addresses": [addr], "conditions": {"ready": true}, "nodeName": node, "zone": "z1"})
+}
+
+fn map(services: &[Service], slices: &[EndpointSlice]) -> Desired {
+    desired(services, slices, &Options::default())
+}
+
+fn endpoints(d: &Desired) -> Vec<(String, String, u32, i32)> {
+    d.backends
+        .iter()
+        .map(|b| (b.service.clone(), b.address.clone(), b.port, b.state))
+        .collect()
+}
+
+#[test]
+fn a_load_balancer_service_and_its_ready_endpoints() {
+    let d = map(
+        &[svc(web())],
+        &[web_slice(json!([
+            ready("10.244.1.5", "n1"),
+            ready("10.244.2.7", "n2")
+        ]))],
+    );
+    assert_eq!(
+        d.services,
+        vec![pb::Service {
+            name: "default/web".into(),
+            mode: pb::ForwardingMode::Fullnat as i32,
+            traffic_policy: pb::TrafficPolicy::Cluster as i32,
+            session_affinity_timeout_seconds: 0,
+            source_ranges: vec![],
+            source: pb::Source::K8s as i32,
+        }]
+    );
+    // The cluster IP is not a frontend by default.
+    assert_eq!(d.frontends.len(), 1, "{:?}", d.frontends);
+    let f = &d.frontends[0];
+    assert_eq!(
+        (f.address.as_str(), f.port, f.protocol),
+        ("192.0.2.10", 80, pb::Protocol::Tcp as i32)
+    );
+    assert_eq!(f.r#type, pb::FrontendType::LoadBalancer as i32);
+    let active = pb::BackendState::Active as i32;
+    assert_eq!(
+        endpoints(&d),
+        vec![
+            ("default/web".into(), "10.244.1.5".into(), 8080, active),
+            ("default/web".into(), "10.244.2.7".into(), 8080, active),
+        ]
+    );
+    assert_eq!(
+        (d.backends[0].node.as_str(), d.backends[0].zone.as_str()),
+        ("n1", "z1")
+    );
+    assert!(d.skipped.is_empty(), "{:?}", d.skipped);
+    // What is sent is the k8s source's.
+    assert_eq!(d.request().source, pb::Source::K8s as i32);
+}
+
+#[test]
+fn endpoint_conditions_become_states() {
+    let d = map(
+        &[svc(web())],
+        &[web_slice(json!([
+            {"addresses": ["10.0.1.1"]},
+            {"addresses": ["10.0.1.2"], "conditions": {"ready": false}},
+            {"addresses": ["10.0.1.3"], "conditions": {"ready": false, "serving": true, "terminating": true}},
+            {"addresses": ["10.0.1.4"], "conditions": {"ready": false, "serving": false, "terminating": true}},
+        ]))],
+    );
+    let states: Vec<i32> = d.backends.iter().map(|b| b.state).collect();
+    assert_eq!(
+        states,
+        vec![
+            pb::BackendState::Active as i32,
+            pb::BackendState::Quarantined as i32,
+            pb::BackendState::Terminating as i32,
+            pb::BackendState::Terminating as i32,
+        ]
+    );
+}
+
+#[test]
+fn an_endpoint_in_two_slices_keeps_its_best_state() {
+    let mut other = web_slice(json!([{"addresses": ["10.0.1.1"], "conditions": {"ready": false}}]));
+    other.metadata.name = Some("web-fghij".into());
+    let d = map(
+        &[svc(web())],
+        &[other, web_slice(json!([ready("10.0.1.1", "n1")]))],
+    );
+    assert_eq!(
+        endpoints(&d),
+        vec![(
+            "default/web".into(),
+            "10.0.1.1".into(),
+            8080,
+            pb::BackendState::Active as i32
+        )]
+    );
+}
+
+#[test]
+fn several_ports_are_several_lbd_services_with_their_target_ports() {
+    let mut v = web();
+    v["spec"]["ports"] = json!([
+        {"name": "http", "port": 80, "targetPort": "web", "protocol": "TCP"},
+        {"name": "dns", "port": 53, "targetPort": 5353, "protocol": "UDP"}
+    ]);
+    let s = slice(json!({
+        "metadata": {"namespace": "default", "name": "web-x", "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}, {"name": "dns", "port": 5353, "protocol": "UDP"}],
+        "endpoints": [ready("10.0.1.1", "n1")]
+    }));
+    let d = map(&[svc(v)], &[s]);
+    let names: Vec<&str> = d.services.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["default/web-dns", "default/web-http"]);
+    let fes: Vec<(String, u32, i32)> = d
+        .frontends
+        .iter()
+        .map(|f| (f.service.clone(), f.port, f.protocol))
+        .collect();
+    assert_eq!(
+        fes,
+        vec![
+            ("default/web-dns".into(), 53, pb::Protocol::Udp as i32),
+            ("default/web-http".into(), 80, pb::Protocol::Tcp as i32),
+        ]
+    );
+    let active = pb::BackendState::Active as i32;
+    assert_eq!(
+        endpoints(&d),
+        vec![
+            ("default/web-dns".into(), "10.0.1.1".into(), 5353, active),
+            ("default/web-http".into(), "10.0.1.1".into(), 8080, active),
+        ]
+    );
+}
+
+#[test]
+fn annotations_and_spec_fields_map_to_the_service() {
+    let mut v = web();
+    v["metadata"]["annotations"] = json!({"lbd.io/forwarding-mode": "DNAT"});
+    v["spec"]["externalTrafficPolicy"] = json!("Local");
+    v["spec"]["sessionAffinity"] = json!("ClientIP");
+    v["spec"]["loadBalancerSourceRanges"] = json!(["198.51.100.0/24"]);
+    let d = map(&[svc(v.clone())], &[]);
+    let s = &d.services[0];
+    assert_eq!(s.mode, pb::ForwardingMode::Dnat as i32);
+    assert_eq!(s.traffic_policy, pb::TrafficPolicy::Local as i32);
+    assert_eq!(s.session_affinity_timeout_seconds, DEFAULT_AFFINITY_SECONDS);
+    assert_eq!(s.source_ranges, vec!["198.51.100.0/24".to_string()]);
+    v["spec"]["sessionAffinityConfig"] = json!({"clientIP": {"timeoutSeconds": 60}});
+    assert_eq!(
+        map(&[svc(v.clone())], &[]).services[0].session_affinity_timeout_seconds,
+        60
+    );
+    // The default mode is the options'.
+    v["metadata"]["annotations"] = json!({});
+    let dnat = Options {
+        mode: pb::ForwardingMode::Dnat,
+        ..Options::default()
+    };
+    assert_eq!(
+        desired(&[svc(v)], &[], &dnat).services[0].mode,
+        pb::ForwardingMode::Dnat as i32
+    );
+}
+
+#[test]
+fn what_cannot_be_mapped_is_skipped_and_said() {
+    let mut bad_mode = web();
+    bad_mode["metadata"]["name"] = json!("bad-mode");
+    bad_mode["metadata"]["annotations"] = json!({"lbd.io/forwarding-mode": "tunnel"});
+    let mut sctp = web();
+    sctp["metadata"]["name"] = json!("sctp");
+    sctp["status"]["loadBalancer"]["ingress"] = json!([{"ip": "192.0.2.11"}]);
+    sctp["spec"]["ports"] = json!([{"port": 9, "protocol": "SCTP"}]);
+    let mut ranges = web();
+    ranges["metadata"]["name"] = json!("ranges");
+    ranges["status"]["loadBalancer"]["ingress"] = json!([{"ip": "192.0.2.12"}, {"hostname": "lb.example"}]);
+    ranges["spec"]["loadBalancerSourceRanges"] = json!(["not-a-cidr"]);
+    let mut loopback = web();
+    loopback["metadata"]["name"] = json!("loopback");
+    loopback["status"]["loadBalancer"]["ingress"] = json!([{"ip": "127.0.0.1"}, {"ip": "192.0.2.13"}]);
+    let d = map(&[svc(bad_mode), svc(sctp), svc(ranges), svc(loopback)], &[]);
+    let names: Vec<&str> = d.services.iter().map(|s| s.name.as_str()).collect();
+    // The loopback VIP is left out, the Service keeps its other one.
+    assert_eq!(names, ["default/loopback"]);
+    assert_eq!(d.frontends.len(), 1);
+    assert_eq!(d.frontends[0].address, "192.0.2.13");
+    let text: Vec<String> = d.skipped.iter().map(|s| s.to_string()).collect();
+    let has = |what: &str, why: &str| {
+        assert!(
+            text.iter().any(|t| t.starts_with(what) && t.contains(why)),
+            "no skip of {what:?} for {why:?} in {text:#?}"
+        )
+    };
+    has("Service default/bad-mode", "\"tunnel\" is not dnat or fullnat");
+    has("Service default/sctp port 9", "protocol SCTP");
+    has("Service default/ranges port 80", "source_ranges[0]");
+    has("Service default/loopback port 80 frontend 127.0.0.1", "127.0.0.1");
+    assert_eq!(d.skipped.len(), 4, "{text:#?}");
+}
+
+#[test]
+fn a_frontend_two_services_claim_goes_to_the_first_by_name() {
+    let mut b = web();
+    b["metadata"]["name"] = json!("b");
+    let mut a = web();
+    a["metadata"]["name"] = json!("a");
+    // In any order of the watch's cache.
+    for order in [[svc(b.clone()), svc(a.clone())], [svc(a.clone()), svc(b.clone())]] {
+        let d = map(&order, &[]);
+        let names: Vec<&str> = d.services.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["default/a"]);
+        assert_eq!(d.frontends[0].service, "default/a");
+        assert_eq!(d.skipped.len(), 1);
+        assert!(
+            d.skipped[0]
+                .to_string()
+                .contains("lbd service \"default/a\" has it already"),
+            "{:?}",
+            d.skipped
+        );
+    }
+}
+
+#[test]
+fn frontend_types_and_the_load_balancer_class_choose_the_addresses() {
+    let mut v = web();
+    v["spec"]["externalIPs"] = json!(["203.0.113.5"]);
+    v["spec"]["clusterIPs"] = json!(["10.96.0.10", "fd00::10"]);
+    let all = Options {
+        types: [
+            FrontendKind::LoadBalancer,
+            FrontendKind::ExternalIp,
+            FrontendKind::ClusterIp,
+        ]
+        .into(),
+        ..Options::default()
+    };
+    let addrs = |d: &Desired| -> Vec<(String, i32)> {
+        d.frontends
+            .iter()
+            .map(|f| (f.address.clone(), f.r#type))
+            .collect()
+    };
+    assert_eq!(
+        addrs(&desired(&[svc(v.clone())], &[], &all)),
+        vec![
+            ("10.96.0.10".into(), pb::FrontendType::ClusterIp as i32),
+            ("192.0.2.10".into(), pb::FrontendType::LoadBalancer as i32),
+            ("203.0.113.5".into(), pb::FrontendType::ExternalIp as i32),
+            ("fd00::10".into(), pb::FrontendType::ClusterIp as i32),
+        ]
+    );
+    // Another class's LoadBalancer Service: only its external IP.
+    v["spec"]["loadBalancerClass"] = json!("example.com/other");
+    assert_eq!(
+        addrs(&map(&[svc(v.clone())], &[])),
+        vec![("203.0.113.5".into(), pb::FrontendType::ExternalIp as i32)]
+    );
+    let ours = Options {
+        load_balancer_class: Some("example.com/other".into()),
+        ..Options::default()
+    };
+    assert_eq!(desired(&[svc(v.clone())], &[], &ours).frontends.len(), 2);
+    // A Service with no address of an enabled type is not in lbd at all.
+    let only_cluster = Options {
+        types: BTreeSet::from([FrontendKind::ExternalIp]),
+        ..Options::default()
+    };
+    let mut plain = web();
+    plain["spec"]["type"] = json!("ClusterIP");
+    let d = desired(&[svc(plain)], &[], &only_cluster);
+    assert!(d.services.is_empty() && d.skipped.is_empty(), "{d:?}");
+    // ExternalName Services have no endpoints to balance.
+    let mut ext = web();
+    ext["spec"]["type"] = json!("ExternalName");
+    ext["spec"]["externalIPs"] = json!(["203.0.113.5"]);
+    assert!(map(&[svc(ext)], &[]).services.is_empty());
+}
+
+#[test]
+fn slices_of_other_services_ports_and_families_are_not_mixed_in() {
+    let other_svc = slice(json!({
+        "metadata": {"namespace": "default", "name": "api-1", "labels": {"kubernetes.io/service-name": "api"}},
+        "addressType": "IPv4", "ports": [{"port": 8080, "protocol": "TCP"}],
+        "endpoints": [ready("10.0.9.9", "n1")]
+    }));
+    let other_ns = slice(json!({
+        "metadata": {"namespace": "prod", "name": "web-1", "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4", "ports": [{"port": 8080, "protocol": "TCP"}],
+        "endpoints": [ready("10.0.9.8", "n1")]
+    }));
+    let udp_port = slice(json!({
+        "metadata": {"namespace": "default", "name": "web-2", "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4", "ports": [{"port": 8080, "protocol": "UDP"}],
+        "endpoints": [ready("10.0.9.7", "n1")]
+    }));
+    let fqdn = slice(json!({
+        "metadata": {"namespace": "default", "name": "web-3", "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "FQDN", "ports": [{"port": 8080, "protocol": "TCP"}],
+        "endpoints": [{"addresses": ["pod.example"]}]
+    }));
+    let v6 = slice(json!({
+        "metadata": {"namespace": "default", "name": "web-4", "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv6", "ports": [{"port": 8080, "protocol": "TCP"}],
+        "endpoints": [{"addresses": ["fd00::7", "fd00::8"]}]
+    }));
+    let d = map(&[svc(web())], &[other_svc, other_ns, udp_port, fqdn, v6]);
+    let addrs: Vec<&str> = d.backends.iter().map(|b| b.address.as_str()).collect();
+    // One address an endpoint: the first.
+    assert_eq!(addrs, ["fd00::7"]);
+    assert!(d.skipped.is_empty(), "{:?}", d.skipped);
+}
+
+#[test]
+fn the_mapping_is_deterministic_and_without_leaves_a_service_out() {
+    let mut a = web();
+    a["metadata"]["name"] = json!("a");
+    a["status"]["loadBalancer"]["ingress"] = json!([{"ip": "192.0.2.20"}]);
+    let s = web_slice(json!([ready("10.0.1.1", "n1"), ready("10.0.1.2", "n1")]));
+    let one = map(&[svc(web()), svc(a.clone())], std::slice::from_ref(&s));
+    let two = map(&[svc(a), svc(web())], &[s]);
+    assert_eq!(one, two);
+    let mut d = one;
+    d.without(&BTreeSet::from(["default/web".to_string()]), |n| {
+        format!("because {n}")
+    });
+    assert_eq!(d.services.len(), 1);
+    assert!(d.frontends.iter().all(|f| f.service == "default/a"));
+    assert!(d.backends.is_empty());
+    assert_eq!(d.skipped.len(), 1);
+    assert_eq!(
+        d.skipped[0].to_string(),
+        "lbd service default/web: because default/web"
+    );
+}
+
+#[test]
+fn names_too_long_for_lbd_are_skipped() {
+    let mut v = web();
+    let long = "a".repeat(60);
+    v["metadata"]["name"] = json!(long);
+    v["spec"]["ports"] = json!([
+        {"name": "http", "port": 80, "protocol": "TCP"},
+        {"name": "https", "port": 443, "protocol": "TCP"}
+    ]);
+    let d = map(&[svc(v)], &[]);
+    assert!(d.services.is_empty());
+    assert_eq!(d.skipped.len(), 2, "{:?}", d.skipped);
+    assert!(
+        d.skipped[0].reason.starts_with("lbd service name: "),
+        "{:?}",
+        d.skipped
+    );
+}

@@ -1,0 +1,11 @@
+//! `lb-k8s-sync`, the Kubernetes sync sidecar: watches Services and
+//! EndpointSlices and keeps lbd's objects of source `k8s` equal to what
+//! they map to, one `Resync` at a time.
+//!
+//! - [`desired`]: the mapping, pure;
+//! - [`push`]: one resync, narrowed around what lbd refuses;
+//! - [`sync`]: the watches and the loop.
+
+pub mod desired;
+pub mod push;
+pub mod sync;

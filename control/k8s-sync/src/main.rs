@@ -1,0 +1,203 @@
+//! `lb-k8s-sync`: the command line (see the crate doc and the README).
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use lb_control::cli::{self, output, ClientTls, ServerAddr};
+use lb_k8s_sync::desired::{FrontendKind, Options};
+use lb_k8s_sync::sync::{self, Ended, Mode, Settings};
+use lb_proto::v1 as pb;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "lb-k8s-sync",
+    version,
+    about = "Keep lbd's services, frontends and backends equal to the cluster's Services and EndpointSlices"
+)]
+struct Cli {
+    /// lbd's control address: a socket path, unix:PATH, http://HOST:PORT,
+    /// https://HOST:PORT or HOST:PORT.
+    #[arg(long, env = "LBCTL_SERVER", default_value = lb_control::listen::DEFAULT_SOCKET)]
+    server: ServerAddr,
+    /// CA certificate (PEM) for an https:// server.
+    #[arg(long)]
+    ca: Option<PathBuf>,
+    /// Client certificate (PEM) for an https:// server that asks for one.
+    #[arg(long)]
+    cert: Option<PathBuf>,
+    /// Client key (PEM).
+    #[arg(long)]
+    key: Option<PathBuf>,
+    /// Seconds to wait for each answer from lbd (1-3600).
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    timeout: u64,
+    /// The kubeconfig file (default: in-cluster, else $KUBECONFIG, else
+    /// ~/.kube/config).
+    #[arg(long, value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
+    /// Watch only this namespace (default: all).
+    #[arg(long, short = 'n')]
+    namespace: Option<String>,
+    /// Take only Services with these labels (a label selector:
+    /// `lbd.io/expose=true`, `tier in (edge)`).
+    #[arg(long, short = 'l')]
+    selector: Option<String>,
+    /// Which addresses of a Service become frontends, comma-separated:
+    /// load-balancer (status.loadBalancer.ingress IPs), external-ip,
+    /// cluster-ip.
+    #[arg(long, value_delimiter = ',', default_value = "load-balancer,external-ip")]
+    frontends: Vec<FrontendKind>,
+    /// Take LoadBalancer Services of this spec.loadBalancerClass (default:
+    /// those without a class).
+    #[arg(long, value_name = "CLASS")]
+    load_balancer_class: Option<String>,
+    /// The forwarding mode of a Service without the lbd.io/forwarding-mode
+    /// annotation.
+    #[arg(long, value_parser = ["fullnat", "dnat"], default_value = "fullnat")]
+    mode: String,
+    /// Milliseconds the watches must be quiet after a change before it is
+    /// pushed (0-60000).
+    #[arg(long, value_name = "MS", default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    debounce_ms: u64,
+    /// Seconds between pushes of an unchanged state, which put right an lbd
+    /// that lost it (10-86400).
+    #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(10..=86_400))]
+    resync: u64,
+    /// Push once, when the cluster has been listed, and exit.
+    #[arg(long, conflicts_with = "dry_run")]
+    once: bool,
+    /// List the cluster, print what would be pushed (and what is skipped,
+    /// and why), and exit without connecting to lbd.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => match cli::clap_error_line(&e) {
+            None => e.exit(),
+            Some(line) => {
+                eprintln!("lb-k8s-sync: {line} (see lb-k8s-sync --help)");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    init_tracing();
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("lb-k8s-sync: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match rt.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lb-k8s-sync: {}", cli::error_line(&*e));
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("LB_K8S_SYNC_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(false)
+        .compact()
+        .init();
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let config = match &cli.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| anyhow::anyhow!("--kubeconfig {}: {}", path.display(), cli::error_line(&e)))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| anyhow::anyhow!("--kubeconfig {}: {}", path.display(), cli::error_line(&e)))?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| anyhow::anyhow!("no Kubernetes API to talk to: {}", cli::error_line(&e)))?,
+    };
+    let api = config.cluster_url.to_string();
+    let client = kube::Client::try_from(config)
+        .map_err(|e| anyhow::anyhow!("Kubernetes client for {api}: {}", cli::error_line(&e)))?;
+    let settings = Settings {
+        server: cli.server,
+        tls: ClientTls {
+            ca: cli.ca,
+            cert: cli.cert,
+            key: cli.key,
+        },
+        timeout: Duration::from_secs(cli.timeout),
+        options: Options {
+            types: cli.frontends.into_iter().collect::<BTreeSet<_>>(),
+            mode: if cli.mode == "dnat" {
+                pb::ForwardingMode::Dnat
+            } else {
+                pb::ForwardingMode::Fullnat
+            },
+            load_balancer_class: cli.load_balancer_class,
+        },
+        namespace: cli.namespace,
+        selector: cli.selector,
+        debounce: Duration::from_millis(cli.debounce_ms),
+        resync: Duration::from_secs(cli.resync),
+    };
+    let mode = if cli.dry_run {
+        Mode::DryRun
+    } else if cli.once {
+        Mode::Once
+    } else {
+        Mode::Follow
+    };
+    tracing::info!(kubernetes = %api, lbd = %settings.server, "watching Services and EndpointSlices");
+    match sync::run(client, &settings, mode, shutdown()).await? {
+        Ended::Mapped(d) => {
+            let l = pb::ListResponse {
+                services: d.services,
+                frontends: d.frontends,
+                backends: d.backends,
+                revision: 0,
+            };
+            print!("{}", output::services_table(&output::service_rows(&l)));
+            println!();
+            print!("{}", output::frontends_table(&output::frontend_rows(&l)));
+            println!();
+            print!("{}", output::backends_table(&output::backend_rows(&l)));
+            if !d.skipped.is_empty() {
+                println!();
+                for s in &d.skipped {
+                    println!("skipped {s}");
+                }
+            }
+        }
+        Ended::Stopped(_) => tracing::info!("stopped"),
+    }
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = term => {}
+    }
+}

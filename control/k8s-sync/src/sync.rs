@@ -1,0 +1,298 @@
+//! The sidecar's loop: watch Services and EndpointSlices (kube's
+//! reflectors, a local cache of each kind kept by list and watch), and
+//! after a change, once the watches have settled for the debounce time,
+//! map the whole cache ([`desired`]) and push it when it differs from what
+//! was pushed last ([`push`]). Nothing is pushed before both kinds have
+//! been listed once: an empty cache pushed at start would delete every
+//! backend lbd has from Kubernetes. A push lbd did not take is tried again
+//! with a growing delay (1 s doubling to 30 s), and every `resync` period
+//! the state is pushed even unchanged, so that an lbd that restarted
+//! without its state file, or an operator's `lbctl` write of a `k8s`
+//! object, is put right.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Client};
+use lb_control::cli::{ClientTls, ServerAddr};
+use lb_proto::v1::load_balancer_client::LoadBalancerClient;
+use tokio::time::Instant;
+use tonic::transport::Channel;
+
+use crate::desired::{desired, Desired, Options, Skip};
+use crate::push::{push, PushError, Pushed};
+
+/// The first delay after a push lbd did not take.
+pub const FIRST_RETRY: Duration = Duration::from_secs(1);
+/// The longest delay between tries.
+pub const MAX_RETRY: Duration = Duration::from_secs(30);
+
+/// Where lbd is and how to map and push.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// lbd's gRPC address.
+    pub server: ServerAddr,
+    /// TLS files for an `https://` server.
+    pub tls: ClientTls,
+    /// How long one call to lbd may take.
+    pub timeout: Duration,
+    /// The mapping's options.
+    pub options: Options,
+    /// Watch only this namespace (`None`: all).
+    pub namespace: Option<String>,
+    /// Watch only Services with these labels (a label selector).
+    pub selector: Option<String>,
+    /// How long the watches must be quiet after a change before a push.
+    pub debounce: Duration,
+    /// Push the state at least this often, changed or not.
+    pub resync: Duration,
+}
+
+/// What [`run`] does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Watch and push until shut down.
+    Follow,
+    /// Push once, when both kinds have been listed, and return.
+    Once,
+    /// Map once, when both kinds have been listed, and return the state
+    /// without connecting to lbd.
+    DryRun,
+}
+
+/// How [`run`] ended.
+#[derive(Debug)]
+pub enum Ended {
+    /// Shut down (or `--once` done): the last push, if any.
+    Stopped(Option<Pushed>),
+    /// `--dry-run`: the state it would push.
+    Mapped(Desired),
+}
+
+/// The watched caches, and the streams that keep them.
+struct Watches<S1, S2> {
+    services: Store<Service>,
+    slices: Store<EndpointSlice>,
+    service_events: S1,
+    slice_events: S2,
+}
+
+/// Starts the watches (nothing runs until the streams are polled).
+fn watches(
+    client: &Client,
+    settings: &Settings,
+) -> Watches<
+    impl Stream<Item = Result<watcher::Event<Service>, watcher::Error>> + Unpin,
+    impl Stream<Item = Result<watcher::Event<EndpointSlice>, watcher::Error>> + Unpin,
+> {
+    let (services, svc_writer) = reflector::store::<Service>();
+    let (slices, slice_writer) = reflector::store::<EndpointSlice>();
+    let (svc_api, slice_api): (Api<Service>, Api<EndpointSlice>) = match &settings.namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    let mut svc_cfg = watcher::Config::default();
+    if let Some(sel) = &settings.selector {
+        svc_cfg = svc_cfg.labels(sel);
+    }
+    // Only slices that belong to a Service.
+    let slice_cfg = watcher::Config::default().labels(crate::desired::SERVICE_NAME_LABEL);
+    let service_events =
+        reflector::reflector(svc_writer, watcher(svc_api, svc_cfg).default_backoff()).boxed();
+    let slice_events =
+        reflector::reflector(slice_writer, watcher(slice_api, slice_cfg).default_backoff()).boxed();
+    Watches {
+        services,
+        slices,
+        service_events,
+        slice_events,
+    }
+}
+
+/// What one watch event did.
+enum Noted {
+    /// The cache changed (or its list completed).
+    Changed,
+    /// Nothing to push.
+    Nothing,
+    /// The watch failed; the watcher lists and watches again by itself,
+    /// after a backoff, and the cache keeps what it had meanwhile.
+    Failed(String),
+}
+
+/// Notes one watch event of `what`; `ready` becomes true when the kind's
+/// list is complete.
+fn note<K>(what: &str, ev: Option<Result<watcher::Event<K>, watcher::Error>>, ready: &mut bool) -> Noted {
+    match ev {
+        Some(Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))) => Noted::Changed,
+        Some(Ok(watcher::Event::InitDone)) => {
+            if !*ready {
+                tracing::info!("{what}: listed");
+            }
+            *ready = true;
+            Noted::Changed
+        }
+        Some(Ok(watcher::Event::Init | watcher::Event::InitApply(_))) | None => Noted::Nothing,
+        Some(Err(e)) => Noted::Failed(format!("{what}: {}", lb_control::cli::error_line(&e))),
+    }
+}
+
+/// Maps the caches.
+fn map(services: &Store<Service>, slices: &Store<EndpointSlice>, opts: &Options) -> Desired {
+    let svc: Vec<Arc<Service>> = services.state();
+    let sl: Vec<Arc<EndpointSlice>> = slices.state();
+    desired(
+        svc.iter().map(|s| s.as_ref()),
+        sl.iter().map(|s| s.as_ref()),
+        opts,
+    )
+}
+
+/// Runs until `shutdown` (or, in the other modes, the one push or map).
+pub async fn run(
+    client: Client,
+    settings: &Settings,
+    mode: Mode,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<Ended> {
+    let Watches {
+        services,
+        slices,
+        mut service_events,
+        mut slice_events,
+    } = watches(&client, settings);
+    tokio::pin!(shutdown);
+    let (mut svc_ready, mut slice_ready) = (false, false);
+    let mut dirty = false;
+    // When the watches last changed the caches.
+    let mut changed_at = Instant::now();
+    let mut force = false;
+    let mut last: Option<Desired> = None;
+    let mut last_pushed: Option<Pushed> = None;
+    let mut logged_skips: BTreeSet<Skip> = BTreeSet::new();
+    let mut lbd: Option<LoadBalancerClient<Channel>> = None;
+    let mut retry = FIRST_RETRY;
+    let mut not_before = Instant::now();
+    let mut periodic = tokio::time::interval_at(Instant::now() + settings.resync, settings.resync);
+    loop {
+        let ready = svc_ready && slice_ready;
+        let due = (changed_at + settings.debounce).max(not_before);
+        let noted = tokio::select! {
+            ev = service_events.next() => note("Services", ev, &mut svc_ready),
+            ev = slice_events.next() => note("EndpointSlices", ev, &mut slice_ready),
+            _ = periodic.tick() => {
+                dirty = true;
+                force = true;
+                Noted::Nothing
+            }
+            () = &mut shutdown => return Ok(Ended::Stopped(last_pushed)),
+            () = tokio::time::sleep_until(due), if ready && dirty => {
+                dirty = false;
+                let d = map(&services, &slices, &settings.options);
+                if mode == Mode::DryRun {
+                    return Ok(Ended::Mapped(d));
+                }
+                if !force && last.as_ref() == Some(&d) {
+                    Noted::Nothing
+                } else {
+                log_skips(&d.skipped, &mut logged_skips);
+                match push_once(&mut lbd, settings, &d).await {
+                    Ok(p) => {
+                        report(&p, last.is_none());
+                        log_skips(&p.sent.skipped, &mut logged_skips);
+                        logged_skips.retain(|s| p.sent.skipped.contains(s));
+                        force = false;
+                        retry = FIRST_RETRY;
+                        last = Some(d);
+                        last_pushed = Some(p);
+                        if mode == Mode::Once {
+                            return Ok(Ended::Stopped(last_pushed));
+                        }
+                    }
+                    Err(e) => {
+                        if mode == Mode::Once {
+                            return Err(e.into());
+                        }
+                        tracing::error!("{e}; trying again in {} s", retry.as_secs());
+                        if matches!(e, PushError::Unavailable(_)) {
+                            lbd = None;
+                        }
+                        dirty = true;
+                        not_before = Instant::now() + retry;
+                        retry = (retry * 2).min(MAX_RETRY);
+                    }
+                }
+                Noted::Nothing
+                }
+            }
+        };
+        match noted {
+            Noted::Changed => {
+                dirty = true;
+                changed_at = Instant::now();
+            }
+            Noted::Nothing => {}
+            // A run that is to list once and end cannot wait for a Kubernetes
+            // API that is not there (a wrong kubeconfig, no permission to
+            // list): it says so and ends.
+            Noted::Failed(e) if mode != Mode::Follow && !(svc_ready && slice_ready) => {
+                anyhow::bail!("cannot list and watch {e}")
+            }
+            Noted::Failed(e) => tracing::warn!("watch failed, retrying: {e}"),
+        }
+    }
+}
+
+/// Connects when not connected, and pushes.
+async fn push_once(
+    lbd: &mut Option<LoadBalancerClient<Channel>>,
+    settings: &Settings,
+    d: &Desired,
+) -> Result<Pushed, PushError> {
+    if lbd.is_none() {
+        let c = lb_control::cli::connect(&settings.server, &settings.tls, settings.timeout)
+            .await
+            .map_err(|e| PushError::Unavailable(lb_control::cli::error_line(&e)))?;
+        *lbd = Some(c);
+    }
+    let client = lbd.as_mut().expect("connected above");
+    push(client, d).await
+}
+
+/// Logs what lbd committed.
+fn report(p: &Pushed, first: bool) {
+    let r = &p.response;
+    if first || r.added + r.updated + r.removed > 0 {
+        tracing::info!(
+            revision = r.revision,
+            added = r.added,
+            updated = r.updated,
+            removed = r.removed,
+            services = p.sent.services.len(),
+            frontends = p.sent.frontends.len(),
+            backends = p.sent.backends.len(),
+            skipped = p.sent.skipped.len(),
+            "pushed to lbd"
+        );
+    }
+}
+
+/// Logs each skip the first time it is seen (and forgets those no longer
+/// there, so one that comes back is logged again).
+fn log_skips(skipped: &[Skip], logged: &mut BTreeSet<Skip>) {
+    for s in skipped {
+        if logged.insert(s.clone()) {
+            tracing::warn!("skipped {s}");
+        }
+    }
+}

@@ -1,0 +1,417 @@
+//! The sidecar end to end: a Kubernetes API ([`fake_api`]: there is no
+//! kube-apiserver here), the sidecar's loop or binary, and a real lbd
+//! control server (the control plane's test server: gRPC on a unix
+//! socket, the same plane lbd runs).
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod fake_api;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use fake_api::{FakeApi, Kind};
+use lb_control::cli::{ClientTls, ServerAddr};
+use lb_control::model::Source;
+use lb_k8s_sync::desired::Options;
+use lb_k8s_sync::sync::{self, Ended, Mode, Settings};
+use lb_proto::v1 as pb;
+use serde_json::{json, Value};
+
+fn service(name: &str, lb_ip: &str) -> Value {
+    json!({
+        "metadata": {"namespace": "default", "name": name},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]},
+        "status": {"loadBalancer": {"ingress": [{"ip": lb_ip}]}}
+    })
+}
+
+fn slice(service: &str, endpoints: &[(&str, bool, bool)]) -> Value {
+    let eps: Vec<Value> = endpoints
+        .iter()
+        .map(|(a, ready, terminating)| {
+            json!({"addresses": [a], "conditions": {"ready": ready, "terminating": terminating}, "nodeName": "n1"})
+        })
+        .collect();
+    json!({
+        "metadata": {"namespace": "default", "name": format!("{service}-1"),
+                     "labels": {"kubernetes.io/service-name": service}},
+        "addressType": "IPv4",
+        "ports": [{"port": 8080, "protocol": "TCP"}],
+        "endpoints": eps
+    })
+}
+
+fn settings(server: &common::Server) -> Settings {
+    Settings {
+        server: ServerAddr::Unix(server.socket.clone()),
+        tls: ClientTls::default(),
+        timeout: Duration::from_secs(10),
+        options: Options::default(),
+        namespace: None,
+        selector: None,
+        debounce: Duration::from_millis(20),
+        resync: Duration::from_secs(3600),
+    }
+}
+
+fn kube_client(api: &FakeApi) -> kube::Client {
+    let config = kube::Config::new(api.url().parse().unwrap());
+    kube::Client::try_from(config).unwrap()
+}
+
+/// lbd's `k8s` backends: (service, address, state name).
+fn k8s_backends(server: &common::Server) -> Vec<(String, String, &'static str)> {
+    server
+        .state()
+        .backends
+        .values()
+        .filter(|b| b.source == Source::K8s)
+        .map(|b| (b.key.service.clone(), b.key.addr.to_string(), b.state.name()))
+        .collect()
+}
+
+/// lbd's services by name, with their sources.
+fn services(server: &common::Server) -> BTreeMap<String, &'static str> {
+    server
+        .state()
+        .services
+        .values()
+        .map(|s| (s.name.clone(), s.source.name()))
+        .collect()
+}
+
+/// Waits (at most 30 s, polling) until `cond` holds.
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..600 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting until {what}");
+}
+
+fn owned(v: &[(&str, &str, &'static str)]) -> Vec<(String, String, &'static str)> {
+    v.iter()
+        .map(|(s, a, st)| (s.to_string(), a.to_string(), *st))
+        .collect()
+}
+
+/// An operator's (source api) service with a frontend on `vip`:80/tcp.
+fn operator_service(server: &common::Server, name: &str, vip: &str) {
+    let changes = [
+        pb::Change {
+            change: Some(pb::change::Change::UpsertService(pb::Service {
+                name: name.into(),
+                ..Default::default()
+            })),
+        },
+        pb::Change {
+            change: Some(pb::change::Change::UpsertFrontend(pb::Frontend {
+                service: name.into(),
+                address: vip.into(),
+                port: 80,
+                protocol: pb::Protocol::Tcp as i32,
+                ..Default::default()
+            })),
+        },
+    ];
+    let changes = lb_control::convert::changes_from_proto(&changes, Source::Api).unwrap();
+    server
+        .plane
+        .lock()
+        .unwrap()
+        .apply(Source::Api, changes, None)
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follows_services_and_endpoints_into_lbd() {
+    let server = common::Server::start();
+    let api = FakeApi::start().await;
+    api.apply(Kind::Service, service("web", "192.0.2.10"));
+    api.apply(
+        Kind::EndpointSlice,
+        slice("web", &[("10.1.0.11", true, false), ("10.1.0.12", true, false)]),
+    );
+    // A Service whose VIP an operator's service has: its frontend is left
+    // out, the rest goes in.
+    operator_service(&server, "ops/manual", "192.0.2.20");
+    api.apply(Kind::Service, service("clash", "192.0.2.20"));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let s = settings(&server);
+    let task = tokio::spawn({
+        let client = kube_client(&api);
+        async move {
+            sync::run(client, &s, Mode::Follow, async {
+                let _ = stopped.await;
+            })
+            .await
+        }
+    });
+    until("the endpoints are lbd's backends", || {
+        k8s_backends(&server)
+            == owned(&[
+                ("default/web", "10.1.0.11", "active"),
+                ("default/web", "10.1.0.12", "active"),
+            ])
+    })
+    .await;
+    let st = server.state();
+    let fe: Vec<(String, String, &str)> = st
+        .frontends
+        .values()
+        .map(|f| (f.service.clone(), f.key.addr.to_string(), f.source.name()))
+        .collect();
+    assert_eq!(
+        fe,
+        vec![
+            ("default/web".to_string(), "192.0.2.10".to_string(), "k8s"),
+            ("ops/manual".to_string(), "192.0.2.20".to_string(), "api"),
+        ]
+    );
+    assert_eq!(services(&server).get("default/clash"), Some(&"k8s"));
+
+    // An endpoint starts terminating, another appears.
+    api.apply(
+        Kind::EndpointSlice,
+        slice(
+            "web",
+            &[
+                ("10.1.0.11", false, true),
+                ("10.1.0.12", true, false),
+                ("10.1.0.13", false, false),
+            ],
+        ),
+    );
+    until("the slice's change is in lbd", || {
+        k8s_backends(&server)
+            == owned(&[
+                ("default/web", "10.1.0.11", "terminating"),
+                ("default/web", "10.1.0.12", "active"),
+                ("default/web", "10.1.0.13", "quarantined"),
+            ])
+    })
+    .await;
+    // An operator's maintenance mark on a k8s backend survives the pushes.
+    let mark = lb_control::model::BackendState::Maintenance;
+    server
+        .plane
+        .lock()
+        .unwrap()
+        .set_backend_state("10.1.0.12".parse().unwrap(), None, None, mark)
+        .unwrap();
+    api.apply(Kind::Service, service("other", "192.0.2.30"));
+    until("a new Service is in lbd", || {
+        services(&server).contains_key("default/other")
+    })
+    .await;
+    let b = server.state();
+    let kept = b
+        .backends
+        .values()
+        .find(|b| b.key.addr.to_string() == "10.1.0.12")
+        .unwrap();
+    assert_eq!(kept.operator_state, Some(mark));
+
+    // A Service deleted goes with its frontends and backends.
+    api.delete(Kind::Service, "default", "web");
+    until("the deleted Service is gone from lbd", || {
+        !services(&server).contains_key("default/web") && k8s_backends(&server).is_empty()
+    })
+    .await;
+    assert_eq!(services(&server).get("ops/manual"), Some(&"api"));
+
+    stop.send(()).unwrap();
+    match task.await.unwrap().unwrap() {
+        Ended::Stopped(Some(p)) => assert!(
+            p.sent.skipped.iter().any(|s| s.object.contains("192.0.2.20")),
+            "{p:?}"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_pushed_before_both_kinds_are_listed() {
+    let server = common::Server::start();
+    let api = FakeApi::start().await;
+    api.apply(Kind::Service, service("web", "192.0.2.10"));
+    api.apply(Kind::EndpointSlice, slice("web", &[("10.1.0.11", true, false)]));
+    // lbd has what an earlier run pushed.
+    let mut earlier = settings(&server);
+    earlier.debounce = Duration::ZERO;
+    let first = sync::run(kube_client(&api), &earlier, Mode::Once, std::future::pending())
+        .await
+        .unwrap();
+    assert!(matches!(first, Ended::Stopped(Some(_))), "{first:?}");
+    let revision = server.revision();
+    // The slices cannot be listed (a permission missing, say): the Services
+    // alone would map to a web without backends, which must not be pushed.
+    api.fail_lists(Kind::EndpointSlice, true);
+    api.delete(Kind::Service, "default", "web");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let s = settings(&server);
+    let task = tokio::spawn({
+        let client = kube_client(&api);
+        async move {
+            sync::run(client, &s, Mode::Follow, async {
+                let _ = stopped.await;
+            })
+            .await
+        }
+    });
+    until("the sidecar tried the slices twice", || {
+        api.seen(Kind::EndpointSlice).0 >= 3
+    })
+    .await;
+    assert!(api.seen(Kind::Service).0 >= 2, "{:?}", api.seen(Kind::Service));
+    assert_eq!(
+        server.revision(),
+        revision,
+        "pushed before the slices were listed"
+    );
+    api.fail_lists(Kind::EndpointSlice, false);
+    until("the deletion is pushed once listed", || {
+        !services(&server).contains_key("default/web")
+    })
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_lbd_refuses_is_left_out_and_the_rest_pushed() {
+    let server = common::Server::start();
+    let api = FakeApi::start().await;
+    api.apply(Kind::Service, service("web", "192.0.2.10"));
+    api.apply(Kind::EndpointSlice, slice("web", &[("10.1.0.11", true, false)]));
+    // 10.1.0.100 is the test node's SNAT address: lbd refuses it as a VIP,
+    // which only lbd knows.
+    api.apply(Kind::Service, service("on-snat", "10.1.0.100"));
+    let ended = sync::run(
+        kube_client(&api),
+        &settings(&server),
+        Mode::Once,
+        std::future::pending(),
+    )
+    .await
+    .unwrap();
+    let Ended::Stopped(Some(p)) = ended else {
+        panic!("{ended:?}")
+    };
+    assert_eq!(
+        k8s_backends(&server),
+        owned(&[("default/web", "10.1.0.11", "active")])
+    );
+    assert!(!services(&server).contains_key("default/on-snat"));
+    let skip = p
+        .sent
+        .skipped
+        .iter()
+        .find(|s| s.object == "lbd service default/on-snat")
+        .unwrap();
+    assert!(skip.reason.contains("SNAT"), "{skip}");
+    assert_eq!(p.response.revision, server.revision());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_fails_when_lbd_is_not_there() {
+    let api = FakeApi::start().await;
+    api.apply(Kind::Service, service("web", "192.0.2.10"));
+    api.apply(Kind::EndpointSlice, slice("web", &[("10.1.0.11", true, false)]));
+    let dir = tempfile::tempdir().unwrap();
+    let s = Settings {
+        server: ServerAddr::Unix(dir.path().join("absent.sock")),
+        ..settings(&common::Server::start())
+    };
+    let e = sync::run(kube_client(&api), &s, Mode::Once, std::future::pending())
+        .await
+        .unwrap_err();
+    let text = lb_control::cli::error_line(&*e);
+    assert!(
+        text.contains("cannot connect to lbd") && text.contains("absent.sock"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_prints_what_it_would_push() {
+    let api = FakeApi::start().await;
+    api.apply(Kind::Service, service("web", "192.0.2.10"));
+    api.apply(Kind::EndpointSlice, slice("web", &[("10.1.0.11", true, false)]));
+    let mut sctp = service("sctp", "192.0.2.11");
+    sctp["spec"]["ports"] = json!([{"port": 9, "protocol": "SCTP"}]);
+    api.apply(Kind::Service, sctp);
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\n\
+             users:\n- name: u\n  user: {{}}\ncontexts:\n- name: c\n  context:\n    cluster: fake\n    user: u\n\
+             current-context: c\n",
+            api.url()
+        ),
+    )
+    .unwrap();
+    let bin = env!("CARGO_BIN_EXE_lb-k8s-sync");
+    let kc = kubeconfig.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(bin)
+            .args(["--dry-run", "--kubeconfig"])
+            .arg(&kc)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout.contains("default/web"), "{stdout}");
+    assert!(stdout.contains("192.0.2.10"), "{stdout}");
+    assert!(stdout.contains("10.1.0.11"), "{stdout}");
+    assert!(
+        stdout.contains("skipped Service default/sctp port 9: protocol SCTP"),
+        "{stdout}"
+    );
+    // A bad flag is one line and exit 2; a kubeconfig that is not there, 1.
+    let out = std::process::Command::new(bin)
+        .args(["--frontends", "node-port"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("\"node-port\" is not a frontend type"), "{err}");
+    let out = std::process::Command::new(bin)
+        .args(["--dry-run", "--kubeconfig"])
+        .arg(dir.path().join("absent"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("lb-k8s-sync: --kubeconfig "), "{err}");
+    // An API that cannot list a kind ends a dry run (and --once) with the
+    // reason, instead of waiting for it.
+    api.fail_lists(Kind::EndpointSlice, true);
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(bin)
+            .args(["--dry-run", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .env("LB_K8S_SYNC_LOG", "off")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("lb-k8s-sync: cannot list and watch EndpointSlices: ")
+            && err.contains("failing on purpose"),
+        "{err}"
+    );
+}
