@@ -60,6 +60,25 @@ fn kube_client(api: &FakeApi) -> kube::Client {
     kube::Client::try_from(config).unwrap()
 }
 
+/// Runs the sidecar's loop until the sender is used or dropped.
+fn follow(
+    api: &FakeApi,
+    s: Settings,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<anyhow::Result<Ended>>,
+) {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let client = kube_client(api);
+    let task = tokio::spawn(async move {
+        sync::run(client, &s, Mode::Follow, async {
+            let _ = stopped.await;
+        })
+        .await
+    });
+    (stop, task)
+}
+
 /// lbd's `k8s` backends: (service, address, state name).
 fn k8s_backends(server: &common::Server) -> Vec<(String, String, &'static str)> {
     server
@@ -139,17 +158,7 @@ async fn follows_services_and_endpoints_into_lbd() {
     // out, the rest goes in.
     operator_service(&server, "ops/manual", "192.0.2.20");
     api.apply(Kind::Service, service("clash", "192.0.2.20"));
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let s = settings(&server);
-    let task = tokio::spawn({
-        let client = kube_client(&api);
-        async move {
-            sync::run(client, &s, Mode::Follow, async {
-                let _ = stopped.await;
-            })
-            .await
-        }
-    });
+    let (stop, task) = follow(&api, settings(&server));
     until("the endpoints are lbd's backends", || {
         k8s_backends(&server)
             == owned(&[
@@ -251,18 +260,8 @@ async fn nothing_is_pushed_before_both_kinds_are_listed() {
     // alone would map to a web without backends, which must not be pushed.
     api.fail_lists(Kind::EndpointSlice, true);
     api.delete(Kind::Service, "default", "web");
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let s = settings(&server);
-    let task = tokio::spawn({
-        let client = kube_client(&api);
-        async move {
-            sync::run(client, &s, Mode::Follow, async {
-                let _ = stopped.await;
-            })
-            .await
-        }
-    });
-    until("the sidecar tried the slices twice", || {
+    let (stop, task) = follow(&api, settings(&server));
+    until("the sidecar tried the slices again", || {
         api.seen(Kind::EndpointSlice).0 >= 3
     })
     .await;
