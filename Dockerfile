@@ -3,7 +3,9 @@
 #   docker run --privileged --network host -v /dev/hugepages:/dev/hugepages \
 #     -v /sys/bus/pci:/sys/bus/pci -v /dev/vfio:/dev/vfio \
 #     -v /etc/lbd:/etc/lbd -v /run/lbd:/run/lbd lbd --lcores 2-7 --pci 0000:03:00.0 --config /etc/lbd/lbd.toml
-# and lbctl beside it: docker exec <container> lbctl info
+# and lbctl beside it: docker exec <container> lbctl info. The Kubernetes sync
+# sidecar is in the same image: --entrypoint /usr/local/bin/lb-k8s-sync, with
+# /run/lbd shared (README, "Kubernetes sync sidecar").
 FROM debian:12 AS build
 RUN apt-get update && apt-get install -y --no-install-recommends \
         ca-certificates curl build-essential pkg-config libdpdk-dev libclang-dev protobuf-compiler \
@@ -12,7 +14,7 @@ RUN curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
 ENV PATH=/root/.cargo/bin:$PATH
 WORKDIR /src
 COPY . .
-RUN cargo build --release -p lbd -p lb-control
+RUN cargo build --release -p lbd -p lb-control -p lb-k8s-sync
 
 FROM debian:12-slim
 # The DPDK libraries lbd links (`ldd lbd`), the ring mempool driver, and the
@@ -23,5 +25,5 @@ RUN apt-get update && apt-get install -y \
         librte-meter23 librte-net23 librte-ring23 librte-telemetry23 librte-mempool-ring23 \
         librte-net-ice23 iproute2 \
     && rm -rf /var/lib/apt/lists/*
-COPY --from=build /src/target/release/lbd /src/target/release/lbctl /usr/local/bin/
+COPY --from=build /src/target/release/lbd /src/target/release/lbctl /src/target/release/lb-k8s-sync /usr/local/bin/
 ENTRYPOINT ["/usr/local/bin/lbd"]
