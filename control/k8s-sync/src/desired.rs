@@ -16,7 +16,8 @@
 //!   `spec.clusterIPs`;
 //! - **forwarding mode**: the annotation [`MODE_ANNOTATION`] (`dnat` or
 //!   `fullnat`), else [`Options::mode`];
-//! - **traffic policy**: `spec.externalTrafficPolicy` (`Local` → local);
+//! - **traffic policy**: `spec.externalTrafficPolicy: Local` → local when
+//!   [`Options::node_local`], else cluster;
 //! - **affinity**: `spec.sessionAffinity: ClientIP` with
 //!   `sessionAffinityConfig.clientIP.timeoutSeconds` (default 10800 s);
 //! - **source ranges**: `spec.loadBalancerSourceRanges`;
@@ -24,7 +25,8 @@
 //!   EndpointSlices (label `kubernetes.io/service-name`), on the slice port
 //!   with the Service port's name and protocol; ready → `active`,
 //!   terminating → `terminating` (established connections only), neither →
-//!   `quarantined`; `nodeName` and `zone` kept.
+//!   `quarantined`; `nodeName` and `zone` kept. When none is ready, those
+//!   terminating that still serve are `active` (kube-proxy's fallback).
 //!
 //! What cannot be mapped is skipped and said why ([`Skip`]): an
 //! `ExternalName` Service, SCTP, an address that is not an IP, a name
@@ -106,6 +108,12 @@ pub struct Options {
     /// load balancer). A `LoadBalancer` Service of another class gives no
     /// load-balancer frontends (its external and cluster IPs still count).
     pub load_balancer_class: Option<String>,
+    /// Whether `externalTrafficPolicy: Local` makes lbd's `local` policy
+    /// (only backends on lbd's own node, `--node-name`): for lbd on a
+    /// cluster node, as kube-proxy. Off, such a Service is balanced over
+    /// all its endpoints, as a gateway that runs no pods must (its `local`
+    /// services would have no backend).
+    pub node_local: bool,
 }
 
 impl Default for Options {
@@ -114,6 +122,7 @@ impl Default for Options {
             types: [FrontendKind::LoadBalancer, FrontendKind::ExternalIp].into(),
             mode: pb::ForwardingMode::Fullnat,
             load_balancer_class: None,
+            node_local: false,
         }
     }
 }
@@ -157,24 +166,6 @@ impl Desired {
             backends: self.backends.clone(),
         }
     }
-
-    /// Leaves out the lbd services `names`, their frontends and backends,
-    /// each said as skipped with `reason`.
-    pub fn without(&mut self, names: &BTreeSet<String>, reason: impl Fn(&str) -> String) {
-        if names.is_empty() {
-            return;
-        }
-        for s in self.services.iter().filter(|s| names.contains(&s.name)) {
-            self.skipped.push(Skip {
-                object: format!("lbd service {}", s.name),
-                reason: reason(&s.name),
-            });
-        }
-        self.services.retain(|s| !names.contains(&s.name));
-        self.frontends.retain(|f| !names.contains(&f.service));
-        self.backends.retain(|b| !names.contains(&b.service));
-        self.skipped.sort();
-    }
 }
 
 /// One lbd service being built, with its objects.
@@ -182,6 +173,9 @@ struct Built {
     service: pb::Service,
     frontends: Vec<pb::Frontend>,
     backends: BTreeMap<(IpAddr, u16), pb::Backend>,
+    /// The backends that are terminating but still serving (their
+    /// readiness probe passes).
+    serving: BTreeSet<(IpAddr, u16)>,
 }
 
 /// Maps `services` and `slices` to lbd's objects.
@@ -236,7 +230,7 @@ pub fn desired<'a>(
         }
         let ports = spec.ports.as_deref().unwrap_or_default();
         let policy = match spec.external_traffic_policy.as_deref() {
-            Some("Local") => pb::TrafficPolicy::Local,
+            Some("Local") if opts.node_local => pb::TrafficPolicy::Local,
             _ => pb::TrafficPolicy::Cluster,
         };
         let affinity = match spec.session_affinity.as_deref() {
@@ -331,10 +325,22 @@ pub fn desired<'a>(
                 service,
                 frontends,
                 backends: BTreeMap::new(),
+                serving: BTreeSet::new(),
             };
             let ns_name = (ns.clone(), name.clone());
             for slice in slices_of.get(&ns_name).map(Vec::as_slice).unwrap_or_default() {
                 add_backends(&mut b, slice, port, &mut skipped);
+            }
+            // As kube-proxy: with no ready endpoint, new connections go to
+            // those terminating that still serve rather than nowhere (a
+            // rollout of one replica, a drain of every pod).
+            let active = pb::BackendState::Active as i32;
+            if !b.backends.values().any(|be| be.state == active) {
+                for k in &b.serving {
+                    if let Some(be) = b.backends.get_mut(k) {
+                        be.state = active;
+                    }
+                }
             }
             built.insert(lbd_name, b);
         }
@@ -520,11 +526,16 @@ fn add_backends(b: &mut Built, slice: &EndpointSlice, port: &ServicePort, skippe
             });
             continue;
         }
+        let serving = backend.state == pb::BackendState::Terminating as i32
+            && ep.conditions.as_ref().and_then(|c| c.serving).unwrap_or(false);
         match b.backends.get(&(addr, target_port)) {
             Some(old) if rank(old.state) >= rank(backend.state) => {}
             _ => {
                 b.backends.insert((addr, target_port), backend);
             }
+        }
+        if serving {
+            b.serving.insert((addr, target_port));
         }
     }
 }

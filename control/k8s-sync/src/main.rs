@@ -58,6 +58,12 @@ struct Cli {
     /// annotation.
     #[arg(long, value_parser = ["fullnat", "dnat"], default_value = "fullnat")]
     mode: String,
+    /// Honour `externalTrafficPolicy: Local` as lbd's `local` policy (only
+    /// backends on lbd's own --node-name), as kube-proxy on a cluster node
+    /// does. Without it such a Service is balanced over all its endpoints,
+    /// as a gateway that runs no pods must.
+    #[arg(long)]
+    node_local: bool,
     /// Milliseconds the watches must be quiet after a change before it is
     /// pushed (0-60000).
     #[arg(long, value_name = "MS", default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=60_000))]
@@ -147,6 +153,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 pb::ForwardingMode::Fullnat
             },
             load_balancer_class: cli.load_balancer_class,
+            node_local: cli.node_local,
         },
         namespace: cli.namespace,
         selector: cli.selector,

@@ -3,9 +3,12 @@
 //! does not hold back every other update of the cluster, a refused resync
 //! is narrowed and sent again: objects another source owns (an operator's
 //! service of the same name, a frontend the config file declares) are left
-//! out, found with one `List`; then an object lbd names by its request
-//! index (`frontends[3] ...`: a VIP that is lbd's own interface address,
-//! say) takes its lbd service out. Each left-out object is a [`Skip`].
+//! out, found with one `List`; then the object lbd names by its request
+//! index (`frontends[3] ...`: a VIP that is lbd's own SNAT address, a
+//! backend on one of lbd's addresses; `services[1] ...`: the whole
+//! service) is left out, one a round. Each left-out object is a [`Skip`],
+//! and the next push leaves it out before sending ([`LeftOut`]) until the
+//! sync loop's periodic push tries everything again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -17,8 +20,69 @@ use tonic::Code;
 
 use crate::desired::{Desired, Skip};
 
-/// How many refused resyncs one push narrows before it gives up.
-pub const MAX_NARROWING: usize = 16;
+/// An object of a push, by its identity in lbd.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Ident {
+    /// A service, with its frontends and backends.
+    Service(String),
+    /// A frontend: address, port, protocol.
+    Frontend(Option<IpAddr>, u32, i32),
+    /// A backend: service, address, port.
+    Backend(String, Option<IpAddr>, u32),
+}
+
+fn frontend_ident(f: &pb::Frontend) -> Ident {
+    Ident::Frontend(f.address.parse().ok(), f.port, f.protocol)
+}
+
+fn backend_ident(b: &pb::Backend) -> Ident {
+    Ident::Backend(b.service.clone(), b.address.parse().ok(), b.port)
+}
+
+/// Takes the object `id` out of `d`; returns what it was, for a skip,
+/// or `None` if `d` has no such object.
+fn take_out(d: &mut Desired, id: &Ident) -> Option<String> {
+    match id {
+        Ident::Service(name) => {
+            let at = d.services.iter().position(|s| &s.name == name)?;
+            d.services.remove(at);
+            d.frontends.retain(|f| &f.service != name);
+            d.backends.retain(|b| &b.service != name);
+            Some(format!("lbd service {name}"))
+        }
+        Ident::Frontend(..) => {
+            let at = d.frontends.iter().position(|f| frontend_ident(f) == *id)?;
+            let f = d.frontends.remove(at);
+            Some(format!(
+                "lbd service {} frontend {}",
+                f.service,
+                endpoint(&f.address, f.port)
+            ))
+        }
+        Ident::Backend(..) => {
+            let at = d.backends.iter().position(|b| backend_ident(b) == *id)?;
+            let b = d.backends.remove(at);
+            Some(format!(
+                "lbd service {} backend {}",
+                b.service,
+                endpoint(&b.address, b.port)
+            ))
+        }
+    }
+}
+
+/// `1.2.3.4:80`, `[fd00::1]:80`.
+fn endpoint(address: &str, port: u32) -> String {
+    if address.contains(':') {
+        format!("[{address}]:{port}")
+    } else {
+        format!("{address}:{port}")
+    }
+}
+
+/// What a push left out, and why: given to the next push, which leaves
+/// them out before sending instead of being refused again.
+pub type LeftOut = Vec<(Ident, Skip)>;
 
 /// What a push committed.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +91,8 @@ pub struct Pushed {
     pub response: pb::ResyncResponse,
     /// What was sent, with what had to be left out among its skips.
     pub sent: Desired,
+    /// What had to be left out.
+    pub left_out: LeftOut,
 }
 
 /// Why a push did not commit.
@@ -42,17 +108,37 @@ pub enum PushError {
 }
 
 /// Sends `desired` to lbd as a `Resync` of source `k8s`, narrowed as the
-/// module doc says until lbd takes it.
-pub async fn push(client: &mut LoadBalancerClient<Channel>, desired: &Desired) -> Result<Pushed, PushError> {
+/// module doc says until lbd takes it. What `known` names (the last push's
+/// [`Pushed::left_out`]) is left out first, with its reason.
+pub async fn push(
+    client: &mut LoadBalancerClient<Channel>,
+    desired: &Desired,
+    known: &LeftOut,
+) -> Result<Pushed, PushError> {
     let mut sent = desired.clone();
+    let mut left: LeftOut = Vec::new();
+    let leave_out = |sent: &mut Desired, left: &mut LeftOut, id: Ident, reason: String| {
+        if let Some(object) = take_out(sent, &id) {
+            let skip = Skip { object, reason };
+            sent.skipped.push(skip.clone());
+            left.push((id, skip));
+        }
+    };
+    for (id, skip) in known {
+        leave_out(&mut sent, &mut left, id.clone(), skip.reason.clone());
+    }
     let mut listed = false;
-    for _ in 0..=MAX_NARROWING {
+    // Each round takes at least one object out.
+    let rounds = sent.services.len() + sent.frontends.len() + sent.backends.len();
+    for _ in 0..=rounds {
         let status = match client.resync(sent.request()).await {
             Ok(r) => {
+                sent.skipped.sort();
                 return Ok(Pushed {
                     response: r.into_inner(),
                     sent,
-                })
+                    left_out: left,
+                });
             }
             Err(s) => s,
         };
@@ -62,21 +148,29 @@ pub async fn push(client: &mut LoadBalancerClient<Channel>, desired: &Desired) -
         if !listed {
             listed = true;
             let others = list_others(client).await?;
-            if leave_out_others(&mut sent, &others) {
+            let clashes = clashes(&sent, &others);
+            if !clashes.is_empty() {
+                for (id, reason) in clashes {
+                    leave_out(&mut sent, &mut left, id, reason);
+                }
                 continue;
             }
         }
-        match blamed_service(&sent, status.message()) {
-            Some(name) => {
-                let why = status_line(&status);
-                sent.without(&[name].into(), |_| format!("lbd refused it: {why}"));
+        match blamed(&sent, status.message()) {
+            Some(id) => {
+                // Without lbd's request index, which moves with every
+                // other change, so that the same refusal reads the same.
+                let why = unindexed(status.message());
+                let reason = format!(
+                    "lbd refused it: {}: {why}",
+                    lb_control::cli::code_name(status.code())
+                );
+                leave_out(&mut sent, &mut left, id, reason);
             }
             None => return Err(PushError::Refused(status_line(&status))),
         }
     }
-    Err(PushError::Refused(format!(
-        "still refused after leaving out {MAX_NARROWING} services"
-    )))
+    Err(PushError::Refused("every object was refused".into()))
 }
 
 /// Whether lbd refused the request itself (a status it sent about the
@@ -111,11 +205,11 @@ async fn list_others(client: &mut LoadBalancerClient<Channel>) -> Result<pb::Lis
     Ok(all)
 }
 
-/// Leaves out of `sent` what has the identity of an object of another
-/// source (`others`): a service of the same name (with its frontends and
-/// backends), a frontend on the same address, port and protocol, a backend
-/// with the same service, address and port. Returns whether anything was.
-pub fn leave_out_others(sent: &mut Desired, others: &pb::ListResponse) -> bool {
+/// What in `sent` has the identity of an object of another source
+/// (`others`), with why: a service of the same name (with its frontends
+/// and backends), a frontend on the same address, port and protocol, a
+/// backend with the same service, address and port.
+pub fn clashes(sent: &Desired, others: &pb::ListResponse) -> Vec<(Ident, String)> {
     let source_of = |s: i32| {
         pb::Source::try_from(s)
             .map(|s| s.as_str_name().trim_start_matches("SOURCE_").to_ascii_lowercase())
@@ -126,60 +220,160 @@ pub fn leave_out_others(sent: &mut Desired, others: &pb::ListResponse) -> bool {
         .iter()
         .map(|s| (s.name.as_str(), s.source))
         .collect();
-    let names: BTreeSet<String> = sent
-        .services
+    let frontends: BTreeMap<Ident, &pb::Frontend> =
+        others.frontends.iter().map(|f| (frontend_ident(f), f)).collect();
+    let backends: BTreeMap<Ident, i32> = others
+        .backends
         .iter()
-        .filter(|s| services.contains_key(s.name.as_str()))
-        .map(|s| s.name.clone())
+        .map(|b| (backend_ident(b), b.source))
         .collect();
-    let before = sent.skipped.len();
-    sent.without(&names, |n| {
-        format!("a service of this name is source {}'s", source_of(services[n]))
-    });
-    let fe_key = |f: &pb::Frontend| (f.address.parse::<IpAddr>().ok(), f.port, f.protocol);
-    let frontends: BTreeMap<_, &pb::Frontend> = others.frontends.iter().map(|f| (fe_key(f), f)).collect();
-    let mut skipped = Vec::new();
-    sent.frontends.retain(|f| match frontends.get(&fe_key(f)) {
-        Some(o) => {
-            skipped.push(Skip {
-                object: format!("lbd service {} frontend {}:{}", f.service, f.address, f.port),
-                reason: format!(
+    let mut out = Vec::new();
+    let mut gone: BTreeSet<&str> = BTreeSet::new();
+    for s in &sent.services {
+        if let Some(&src) = services.get(s.name.as_str()) {
+            out.push((
+                Ident::Service(s.name.clone()),
+                format!("a service of this name is source {}'s", source_of(src)),
+            ));
+            gone.insert(&s.name);
+        }
+    }
+    for f in sent
+        .frontends
+        .iter()
+        .filter(|f| !gone.contains(f.service.as_str()))
+    {
+        if let Some(o) = frontends.get(&frontend_ident(f)) {
+            out.push((
+                frontend_ident(f),
+                format!(
                     "source {}'s (service {:?}) already",
                     source_of(o.source),
                     o.service
                 ),
-            });
-            false
+            ));
         }
-        None => true,
-    });
-    let be_key = |b: &pb::Backend| (b.service.clone(), b.address.parse::<IpAddr>().ok(), b.port);
-    let backends: BTreeMap<_, i32> = others.backends.iter().map(|b| (be_key(b), b.source)).collect();
-    sent.backends.retain(|b| match backends.get(&be_key(b)) {
-        Some(&s) => {
-            skipped.push(Skip {
-                object: format!("lbd service {} backend {}:{}", b.service, b.address, b.port),
-                reason: format!("source {}'s already", source_of(s)),
-            });
-            false
+    }
+    for b in sent
+        .backends
+        .iter()
+        .filter(|b| !gone.contains(b.service.as_str()))
+    {
+        if let Some(&src) = backends.get(&backend_ident(b)) {
+            out.push((backend_ident(b), format!("source {}'s already", source_of(src))));
         }
-        None => true,
-    });
-    sent.skipped.extend(skipped);
-    sent.skipped.sort();
-    sent.skipped.len() > before
+    }
+    out
 }
 
-/// The lbd service of the object lbd's error `message` names by its
-/// request index (`services[2] ...`, `frontends[0] ...`,
-/// `backends[17] ...`), if it names one that `sent` has.
-pub fn blamed_service(sent: &Desired, message: &str) -> Option<String> {
+/// The request index lbd's error `message` starts with
+/// (`services[2] ...`, `frontends[0] ...`, `backends[17] ...`), as the
+/// object of `sent` it names: a service, a frontend or a backend.
+pub fn blamed(sent: &Desired, message: &str) -> Option<Ident> {
     let (list, rest) = message.split_once('[')?;
     let index: usize = rest.split_once(']')?.0.parse().ok()?;
     match list {
-        "services" => sent.services.get(index).map(|s| s.name.clone()),
-        "frontends" => sent.frontends.get(index).map(|f| f.service.clone()),
-        "backends" => sent.backends.get(index).map(|b| b.service.clone()),
+        "services" => sent.services.get(index).map(|s| Ident::Service(s.name.clone())),
+        "frontends" => sent.frontends.get(index).map(frontend_ident),
+        "backends" => sent.backends.get(index).map(backend_ident),
         _ => None,
+    }
+}
+
+/// lbd's `message` without its leading request index.
+fn unindexed(message: &str) -> &str {
+    for list in ["services[", "frontends[", "backends["] {
+        if let Some(rest) = message.strip_prefix(list) {
+            if let Some((_, after)) = rest.split_once("] ") {
+                return after;
+            }
+        }
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desired() -> Desired {
+        let svc = |n: &str| pb::Service {
+            name: n.into(),
+            ..Default::default()
+        };
+        Desired {
+            services: vec![svc("default/a"), svc("default/b")],
+            frontends: vec![
+                pb::Frontend {
+                    service: "default/a".into(),
+                    address: "192.0.2.1".into(),
+                    port: 80,
+                    protocol: 1,
+                    ..Default::default()
+                },
+                pb::Frontend {
+                    service: "default/b".into(),
+                    address: "fd00::2".into(),
+                    port: 80,
+                    protocol: 1,
+                    ..Default::default()
+                },
+            ],
+            backends: vec![pb::Backend {
+                service: "default/a".into(),
+                address: "10.0.0.5".into(),
+                port: 8080,
+                ..Default::default()
+            }],
+            skipped: vec![],
+        }
+    }
+
+    #[test]
+    fn lbds_request_index_names_one_object() {
+        let d = desired();
+        assert_eq!(
+            blamed(&d, "frontends[1] frontend [fd00::2]:80/tcp: address: no"),
+            Some(Ident::Frontend("fd00::2".parse().ok(), 80, 1))
+        );
+        assert_eq!(
+            blamed(&d, "backends[0] backend x: address: no"),
+            Some(Ident::Backend("default/a".into(), "10.0.0.5".parse().ok(), 8080))
+        );
+        assert_eq!(
+            blamed(&d, "services[1] service \"default/b\": mode"),
+            Some(Ident::Service("default/b".into()))
+        );
+        assert_eq!(blamed(&d, "backends[9] out of range"), None);
+        assert_eq!(blamed(&d, "frontend [fd00::2]:80/tcp: no index"), None);
+        assert_eq!(
+            unindexed("frontends[12] frontend 1.2.3.4:80/tcp: x"),
+            "frontend 1.2.3.4:80/tcp: x"
+        );
+        assert_eq!(
+            unindexed("frontend 1.2.3.4:80/tcp: x"),
+            "frontend 1.2.3.4:80/tcp: x"
+        );
+    }
+
+    #[test]
+    fn taking_out_a_frontend_or_backend_leaves_its_service() {
+        let mut d = desired();
+        let f = take_out(&mut d, &Ident::Frontend("fd00::2".parse().ok(), 80, 1));
+        assert_eq!(f.as_deref(), Some("lbd service default/b frontend [fd00::2]:80"));
+        assert_eq!(d.services.len(), 2);
+        assert_eq!(d.frontends.len(), 1);
+        let b = take_out(
+            &mut d,
+            &Ident::Backend("default/a".into(), "10.0.0.5".parse().ok(), 8080),
+        );
+        assert_eq!(b.as_deref(), Some("lbd service default/a backend 10.0.0.5:8080"));
+        assert!(d.backends.is_empty());
+        assert_eq!(
+            take_out(&mut d, &Ident::Service("default/a".into())).as_deref(),
+            Some("lbd service default/a")
+        );
+        assert!(d.frontends.is_empty() && d.services.len() == 1);
+        assert_eq!(take_out(&mut d, &Ident::Service("default/a".into())), None);
     }
 }

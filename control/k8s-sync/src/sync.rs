@@ -2,13 +2,15 @@
 //! reflectors, a local cache of each kind kept by list and watch), and
 //! after a change, once the watches have settled for the debounce time,
 //! map the whole cache ([`desired`]) and push it when it differs from what
-//! was pushed last ([`push`]). Nothing is pushed before both kinds have
+//! was pushed last ([`push`]); a change waits at most [`MAX_HOLD`] (or
+//! the debounce time) for quiet. Nothing is pushed before both kinds have
 //! been listed once: an empty cache pushed at start would delete every
 //! backend lbd has from Kubernetes. A push lbd did not take is tried again
 //! with a growing delay (1 s doubling to 30 s), and every `resync` period
-//! the state is pushed even unchanged, so that an lbd that restarted
-//! without its state file, or an operator's `lbctl` write of a `k8s`
-//! object, is put right.
+//! the state is pushed even unchanged, and what the last push had to leave
+//! out is tried again, so that an lbd that restarted without its state
+//! file, a `k8s` object deleted by hand, or a conflict since resolved is
+//! put right.
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -27,7 +29,12 @@ use tokio::time::Instant;
 use tonic::transport::Channel;
 
 use crate::desired::{desired, Desired, Options, Skip};
-use crate::push::{push, PushError, Pushed};
+use crate::push::{push, LeftOut, PushError, Pushed};
+
+/// The longest a change waits for the watches to be quiet: a cluster
+/// whose slices change more often than the debounce time is still pushed
+/// this often (or every debounce time, if longer).
+pub const MAX_HOLD: Duration = Duration::from_secs(2);
 
 /// The first delay after a push lbd did not take.
 pub const FIRST_RETRY: Duration = Duration::from_secs(1);
@@ -174,8 +181,11 @@ pub async fn run(
     tokio::pin!(shutdown);
     let (mut svc_ready, mut slice_ready) = (false, false);
     let mut dirty = false;
-    // When the watches last changed the caches.
+    // When the watches last changed the caches, and when the first change
+    // not pushed yet came.
     let mut changed_at = Instant::now();
+    let mut held_since = Instant::now();
+    let hold = MAX_HOLD.max(settings.debounce);
     let mut force = false;
     let mut last: Option<Desired> = None;
     let mut last_pushed: Option<Pushed> = None;
@@ -186,11 +196,16 @@ pub async fn run(
     let mut periodic = tokio::time::interval_at(Instant::now() + settings.resync, settings.resync);
     loop {
         let ready = svc_ready && slice_ready;
-        let due = (changed_at + settings.debounce).max(not_before);
+        let due = (changed_at + settings.debounce)
+            .min(held_since + hold)
+            .max(not_before);
         let noted = tokio::select! {
             ev = service_events.next() => note("Services", ev, &mut svc_ready),
             ev = slice_events.next() => note("EndpointSlices", ev, &mut slice_ready),
             _ = periodic.tick() => {
+                if !dirty {
+                    held_since = Instant::now();
+                }
                 dirty = true;
                 force = true;
                 Noted::Nothing
@@ -206,7 +221,19 @@ pub async fn run(
                     Noted::Nothing
                 } else {
                 log_skips(&d.skipped, &mut logged_skips);
-                match push_once(&mut lbd, settings, &d).await {
+                // The last push's left-outs are left out again, except in
+                // the periodic push, which tries everything.
+                let known = match (&last_pushed, force) {
+                    (Some(p), false) => p.left_out.clone(),
+                    _ => Vec::new(),
+                };
+                let pushed = tokio::select! {
+                    r = push_once(&mut lbd, settings, &d, &known) => r,
+                    // One push can take a connection and several calls:
+                    // a stop does not wait for them.
+                    () = &mut shutdown => return Ok(Ended::Stopped(last_pushed)),
+                };
+                match pushed {
                     Ok(p) => {
                         report(&p, last.is_none());
                         log_skips(&p.sent.skipped, &mut logged_skips);
@@ -238,6 +265,9 @@ pub async fn run(
         };
         match noted {
             Noted::Changed => {
+                if !dirty {
+                    held_since = Instant::now();
+                }
                 dirty = true;
                 changed_at = Instant::now();
             }
@@ -258,6 +288,7 @@ async fn push_once(
     lbd: &mut Option<LoadBalancerClient<Channel>>,
     settings: &Settings,
     d: &Desired,
+    known: &LeftOut,
 ) -> Result<Pushed, PushError> {
     if lbd.is_none() {
         let c = lb_control::cli::connect(&settings.server, &settings.tls, settings.timeout)
@@ -266,7 +297,7 @@ async fn push_once(
         *lbd = Some(c);
     }
     let client = lbd.as_mut().expect("connected above");
-    push(client, d).await
+    push(client, d, known).await
 }
 
 /// Logs what lbd committed.

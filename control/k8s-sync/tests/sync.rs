@@ -285,33 +285,69 @@ async fn a_service_lbd_refuses_is_left_out_and_the_rest_pushed() {
     let server = common::Server::start();
     let api = FakeApi::start().await;
     api.apply(Kind::Service, service("web", "192.0.2.10"));
-    api.apply(Kind::EndpointSlice, slice("web", &[("10.1.0.11", true, false)]));
-    // 10.1.0.100 is the test node's SNAT address: lbd refuses it as a VIP,
-    // which only lbd knows.
-    api.apply(Kind::Service, service("on-snat", "10.1.0.100"));
-    let ended = sync::run(
-        kube_client(&api),
-        &settings(&server),
-        Mode::Once,
-        std::future::pending(),
-    )
-    .await
-    .unwrap();
-    let Ended::Stopped(Some(p)) = ended else {
-        panic!("{ended:?}")
-    };
-    assert_eq!(
-        k8s_backends(&server),
-        owned(&[("default/web", "10.1.0.11", "active")])
+    // 10.0.0.1 is the test node's port address: lbd refuses it as a
+    // backend (that endpoint only), which only lbd knows.
+    api.apply(
+        Kind::EndpointSlice,
+        slice("web", &[("10.1.0.11", true, false), ("10.0.0.1", true, false)]),
     );
-    assert!(!services(&server).contains_key("default/on-snat"));
-    let skip = p
-        .sent
-        .skipped
-        .iter()
-        .find(|s| s.object == "lbd service default/on-snat")
-        .unwrap();
-    assert!(skip.reason.contains("SNAT"), "{skip}");
+    // 10.1.0.100 is its SNAT address: lbd refuses it as a VIP.
+    api.apply(Kind::Service, service("on-snat", "10.1.0.100"));
+    let (stop, task) = follow(&api, settings(&server));
+    until("the rest is in lbd", || {
+        k8s_backends(&server) == owned(&[("default/web", "10.1.0.11", "active")])
+    })
+    .await;
+    let st = server.state();
+    let fe: Vec<(String, String)> = st
+        .frontends
+        .values()
+        .map(|f| (f.service.clone(), f.key.addr.to_string()))
+        .collect();
+    assert_eq!(fe, vec![("default/web".to_string(), "192.0.2.10".to_string())]);
+    // The service whose only frontend was refused is there, without it.
+    assert!(services(&server).contains_key("default/on-snat"));
+    let revision = server.revision();
+    // A change elsewhere: pushed, the left-outs left out at once.
+    api.apply(
+        Kind::EndpointSlice,
+        slice(
+            "web",
+            &[
+                ("10.1.0.11", true, false),
+                ("10.1.0.12", true, false),
+                ("10.0.0.1", true, false),
+            ],
+        ),
+    );
+    until("the new endpoint is in lbd", || k8s_backends(&server).len() == 2).await;
+    assert_eq!(server.revision(), revision + 1);
+    stop.send(()).unwrap();
+    let Ended::Stopped(Some(p)) = task.await.unwrap().unwrap() else {
+        panic!("no push")
+    };
+    let text: Vec<String> = p.sent.skipped.iter().map(|s| s.to_string()).collect();
+    assert_eq!(p.left_out.len(), 2, "{text:#?}");
+    let has = |object: &str, why: &str| {
+        assert!(
+            text.iter().any(|t| t.starts_with(object) && t.contains(why)),
+            "no skip of {object:?} for {why:?} in {text:#?}"
+        )
+    };
+    has(
+        "lbd service default/web backend 10.0.0.1:8080: lbd refused it: ",
+        "10.0.0.1",
+    );
+    has(
+        "lbd service default/on-snat frontend 10.1.0.100:80: lbd refused it: ",
+        "SNAT",
+    );
+    // The reason has no request index, which would move with other changes.
+    assert!(
+        text.iter()
+            .all(|t| !t.contains("frontends[") && !t.contains("backends[")),
+        "{text:#?}"
+    );
     assert_eq!(p.response.revision, server.revision());
 }
 
