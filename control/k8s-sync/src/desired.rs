@@ -154,6 +154,9 @@ pub struct Desired {
     pub backends: Vec<pb::Backend>,
     /// What could not be mapped.
     pub skipped: Vec<Skip>,
+    /// Which Service port each lbd service is (`Service ns/name port
+    /// "http"`), so that the next mapping knows who had a name.
+    pub origins: BTreeMap<String, String>,
 }
 
 impl Desired {
@@ -178,11 +181,35 @@ struct Built {
     serving: BTreeSet<(IpAddr, u16)>,
 }
 
-/// Maps `services` and `slices` to lbd's objects.
+/// One Service port that maps to an lbd service, before the claims on
+/// names and frontends are settled.
+struct Candidate<'a> {
+    /// `Service ns/name port "http"`.
+    what: String,
+    /// (namespace, Service name), for its slices.
+    ns_name: (String, String),
+    port: &'a ServicePort,
+    service: pb::Service,
+    frontends: Vec<pb::Frontend>,
+}
+
+/// A frontend's identity.
+type FrontendKey = (IpAddr, u32, i32);
+
+fn frontend_key(f: &pb::Frontend) -> Option<FrontendKey> {
+    Some((f.address.parse().ok()?, f.port, f.protocol))
+}
+
+/// Maps `services` and `slices` to lbd's objects. Where two Service ports
+/// claim one lbd name, or two lbd services one frontend, the one that had
+/// it in `previous` (the last state pushed) keeps it, else the first by
+/// namespace and name: a Service created later does not take a VIP or a
+/// name over from one in use.
 pub fn desired<'a>(
     services: impl IntoIterator<Item = &'a Service>,
     slices: impl IntoIterator<Item = &'a EndpointSlice>,
     opts: &Options,
+    previous: Option<&Desired>,
 ) -> Desired {
     let mut skipped = Vec::new();
     // Slices by (namespace, service name).
@@ -196,9 +223,7 @@ pub fn desired<'a>(
     // Services in name order, so which of two claims wins is stable.
     let mut services: Vec<&Service> = services.into_iter().collect();
     services.sort_by_key(|s| key_of(s));
-    let mut built: BTreeMap<String, Built> = BTreeMap::new();
-    // Frontend keys taken, and by which lbd service.
-    let mut claimed: BTreeMap<(IpAddr, u32, i32), String> = BTreeMap::new();
+    let mut candidates: Vec<Candidate<'_>> = Vec::new();
     for svc in services {
         let (ns, name) = key_of(svc);
         let what = format!("Service {ns}/{name}");
@@ -266,13 +291,6 @@ pub fn desired<'a>(
                     continue;
                 }
             };
-            if built.contains_key(&lbd_name) {
-                skipped.push(Skip {
-                    object: what,
-                    reason: format!("its lbd service name {lbd_name:?} is another Service port's"),
-                });
-                continue;
-            }
             let service = pb::Service {
                 name: lbd_name.clone(),
                 mode: mode as i32,
@@ -305,48 +323,51 @@ pub fn desired<'a>(
                     });
                     continue;
                 }
-                let key = (addr, fe.port, fe.protocol);
-                if let Some(owner) = claimed.get(&key) {
-                    if *owner != lbd_name {
-                        skipped.push(Skip {
-                            object: format!("{what} frontend {addr}"),
-                            reason: format!("lbd service {owner:?} has it already"),
-                        });
-                    }
-                    continue;
-                }
-                claimed.insert(key, lbd_name.clone());
                 frontends.push(fe);
             }
             if frontends.is_empty() {
                 continue;
             }
-            let mut b = Built {
+            candidates.push(Candidate {
+                what,
+                ns_name: (ns.clone(), name.clone()),
+                port,
                 service,
                 frontends,
-                backends: BTreeMap::new(),
-                serving: BTreeSet::new(),
-            };
-            let ns_name = (ns.clone(), name.clone());
-            for slice in slices_of.get(&ns_name).map(Vec::as_slice).unwrap_or_default() {
-                add_backends(&mut b, slice, port, &mut skipped);
-            }
-            // As kube-proxy: with no ready endpoint, new connections go to
-            // those terminating that still serve rather than nowhere (a
-            // rollout of one replica, a drain of every pod).
-            let active = pb::BackendState::Active as i32;
-            if !b.backends.values().any(|be| be.state == active) {
-                for k in &b.serving {
-                    if let Some(be) = b.backends.get_mut(k) {
-                        be.state = active;
-                    }
+            });
+        }
+    }
+    let candidates = settle_claims(candidates, previous, &mut skipped);
+    let mut built: BTreeMap<String, Built> = BTreeMap::new();
+    let mut origins = BTreeMap::new();
+    for c in candidates {
+        let name = c.service.name.clone();
+        origins.insert(name.clone(), c.what);
+        let mut b = Built {
+            service: c.service,
+            frontends: c.frontends,
+            backends: BTreeMap::new(),
+            serving: BTreeSet::new(),
+        };
+        for slice in slices_of.get(&c.ns_name).map(Vec::as_slice).unwrap_or_default() {
+            add_backends(&mut b, slice, c.port, &mut skipped);
+        }
+        // As kube-proxy: with no ready endpoint, new connections go to
+        // those terminating that still serve rather than nowhere (a
+        // rollout of one replica, a drain of every pod).
+        let active = pb::BackendState::Active as i32;
+        if !b.backends.values().any(|be| be.state == active) {
+            for k in &b.serving {
+                if let Some(be) = b.backends.get_mut(k) {
+                    be.state = active;
                 }
             }
-            built.insert(lbd_name, b);
         }
+        built.insert(name, b);
     }
     let mut out = Desired {
         skipped,
+        origins,
         ..Desired::default()
     };
     for (_, b) in built {
@@ -360,6 +381,80 @@ pub fn desired<'a>(
     });
     out.skipped.sort();
     out.skipped.dedup();
+    out
+}
+
+/// Settles who has each lbd name and each frontend that several
+/// candidates claim (see [`desired`]), dropping the losers' claims with a
+/// skip each, and the candidates left without a frontend. In order.
+fn settle_claims<'a>(
+    candidates: Vec<Candidate<'a>>,
+    previous: Option<&Desired>,
+    skipped: &mut Vec<Skip>,
+) -> Vec<Candidate<'a>> {
+    // Names: the previous holder if it still claims it, else the first.
+    let mut name_holder: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, c) in candidates.iter().enumerate() {
+        let held_before = previous.and_then(|p| p.origins.get(&c.service.name)) == Some(&c.what);
+        match name_holder.get(c.service.name.as_str()) {
+            Some(_) if !held_before => {}
+            _ => {
+                name_holder.insert(&c.service.name, i);
+            }
+        }
+    }
+    let named: Vec<bool> = (0..candidates.len())
+        .map(|i| name_holder.get(candidates[i].service.name.as_str()) == Some(&i))
+        .collect();
+    // Frontends, among the named: likewise.
+    let previous_owner: BTreeMap<FrontendKey, &str> = previous
+        .map(|p| {
+            p.frontends
+                .iter()
+                .filter_map(|f| Some((frontend_key(f)?, f.service.as_str())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut fe_holder: BTreeMap<FrontendKey, &str> = BTreeMap::new();
+    for (c, _) in candidates.iter().zip(&named).filter(|(_, &n)| n) {
+        for key in c.frontends.iter().filter_map(frontend_key) {
+            let held_before = previous_owner.get(&key) == Some(&c.service.name.as_str());
+            if held_before || !fe_holder.contains_key(&key) {
+                fe_holder.insert(key, &c.service.name);
+            }
+        }
+    }
+    let fe_holder: BTreeMap<FrontendKey, String> =
+        fe_holder.into_iter().map(|(k, v)| (k, v.to_string())).collect();
+    let mut out = Vec::new();
+    for (i, mut c) in candidates.into_iter().enumerate() {
+        if !named[i] {
+            skipped.push(Skip {
+                reason: format!(
+                    "its lbd service name {:?} is another Service port's",
+                    c.service.name
+                ),
+                object: c.what,
+            });
+            continue;
+        }
+        c.frontends.retain(|f| {
+            let holder = frontend_key(f).and_then(|k| fe_holder.get(&k));
+            match holder {
+                Some(h) if *h != f.service => {
+                    skipped.push(Skip {
+                        object: format!("{} frontend {}", c.what, f.address),
+                        reason: format!("lbd service {h:?} has it already"),
+                    });
+                    false
+                }
+                _ => true,
+            }
+        });
+        if !c.frontends.is_empty() {
+            out.push(c);
+        }
+    }
     out
 }
 

@@ -44,7 +44,7 @@ fn ready(addr: &str, node: &str) -> serde_json::Value {
 }
 
 fn map(services: &[Service], slices: &[EndpointSlice]) -> Desired {
-    desired(services, slices, &Options::default())
+    desired(services, slices, &Options::default(), None)
 }
 
 fn endpoints(d: &Desired) -> Vec<(String, String, u32, i32)> {
@@ -227,7 +227,7 @@ fn annotations_and_spec_fields_map_to_the_service() {
         node_local: true,
         ..Options::default()
     };
-    let d = desired(&[svc(v.clone())], &[], &node_local);
+    let d = desired(&[svc(v.clone())], &[], &node_local, None);
     assert_eq!(d.services[0].traffic_policy, pb::TrafficPolicy::Local as i32);
     assert_eq!(s.session_affinity_timeout_seconds, DEFAULT_AFFINITY_SECONDS);
     assert_eq!(s.source_ranges, vec!["198.51.100.0/24".to_string()]);
@@ -243,7 +243,7 @@ fn annotations_and_spec_fields_map_to_the_service() {
         ..Options::default()
     };
     assert_eq!(
-        desired(&[svc(v)], &[], &dnat).services[0].mode,
+        desired(&[svc(v)], &[], &dnat, None).services[0].mode,
         pb::ForwardingMode::Dnat as i32
     );
 }
@@ -328,7 +328,7 @@ fn frontend_types_and_the_load_balancer_class_choose_the_addresses() {
             .collect()
     };
     assert_eq!(
-        addrs(&desired(&[svc(v.clone())], &[], &all)),
+        addrs(&desired(&[svc(v.clone())], &[], &all, None)),
         vec![
             ("10.96.0.10".into(), pb::FrontendType::ClusterIp as i32),
             ("192.0.2.10".into(), pb::FrontendType::LoadBalancer as i32),
@@ -346,7 +346,7 @@ fn frontend_types_and_the_load_balancer_class_choose_the_addresses() {
         load_balancer_class: Some("example.com/other".into()),
         ..Options::default()
     };
-    assert_eq!(desired(&[svc(v.clone())], &[], &ours).frontends.len(), 2);
+    assert_eq!(desired(&[svc(v.clone())], &[], &ours, None).frontends.len(), 2);
     // A Service with no address of an enabled type is not in lbd at all.
     let only_cluster = Options {
         types: BTreeSet::from([FrontendKind::ExternalIp]),
@@ -354,7 +354,7 @@ fn frontend_types_and_the_load_balancer_class_choose_the_addresses() {
     };
     let mut plain = web();
     plain["spec"]["type"] = json!("ClusterIP");
-    let d = desired(&[svc(plain)], &[], &only_cluster);
+    let d = desired(&[svc(plain)], &[], &only_cluster, None);
     assert!(d.services.is_empty() && d.skipped.is_empty(), "{d:?}");
     // ExternalName Services have no endpoints to balance.
     let mut ext = web();
@@ -426,5 +426,77 @@ fn names_too_long_for_lbd_are_skipped() {
         d.skipped[0].reason.starts_with("lbd service name: "),
         "{:?}",
         d.skipped
+    );
+}
+
+#[test]
+fn a_service_created_later_does_not_take_a_vip_or_a_name_over() {
+    let mut b = web();
+    b["metadata"]["name"] = json!("b");
+    let before = map(&[svc(b.clone())], &[]);
+    assert_eq!(before.frontends[0].service, "default/b");
+    // "a" sorts first and claims b's VIP: b keeps it, a is said skipped.
+    let mut a = web();
+    a["metadata"]["name"] = json!("a");
+    let both = [svc(a.clone()), svc(b.clone())];
+    let after = desired(&both, &[], &Options::default(), Some(&before));
+    let owners: Vec<&str> = after.frontends.iter().map(|f| f.service.as_str()).collect();
+    assert_eq!(owners, ["default/b"]);
+    assert_eq!(after.skipped.len(), 1, "{:?}", after.skipped);
+    assert!(after.skipped[0]
+        .object
+        .starts_with("Service default/a port 80 frontend 192.0.2.10"));
+    // Without a previous state (a restart), the first by name.
+    assert_eq!(map(&both, &[]).frontends[0].service, "default/a");
+    // Once b lets it go, a has it.
+    let later = desired(&[svc(a)], &[], &Options::default(), Some(&after));
+    assert_eq!(later.frontends[0].service, "default/a");
+
+    // A single-port Service web-http, then web with ports http and https,
+    // whose port http maps to the same lbd name.
+    let mut web_http = web();
+    web_http["metadata"]["name"] = json!("web-http");
+    web_http["status"]["loadBalancer"]["ingress"] = json!([{"ip": "192.0.2.30"}]);
+    let before = map(&[svc(web_http.clone())], &[]);
+    assert_eq!(
+        before.origins["default/web-http"],
+        "Service default/web-http port 80"
+    );
+    let mut multi = web();
+    multi["spec"]["ports"] = json!([
+        {"name": "http", "port": 80, "protocol": "TCP"},
+        {"name": "https", "port": 443, "protocol": "TCP"}
+    ]);
+    let both = [svc(multi), svc(web_http)];
+    let after = desired(&both, &[], &Options::default(), Some(&before));
+    let fe: Vec<(&str, &str)> = after
+        .frontends
+        .iter()
+        .map(|f| (f.service.as_str(), f.address.as_str()))
+        .collect();
+    assert_eq!(
+        fe,
+        [
+            ("default/web-https", "192.0.2.10"),
+            ("default/web-http", "192.0.2.30")
+        ]
+    );
+    assert_eq!(
+        after.origins["default/web-http"],
+        "Service default/web-http port 80"
+    );
+    assert!(
+        after
+            .skipped
+            .iter()
+            .any(|s| s.object == "Service default/web port \"http\""
+                && s.reason.contains("is another Service port's")),
+        "{:?}",
+        after.skipped
+    );
+    // Without the previous state, web (first by name) has the name.
+    assert_eq!(
+        map(&both, &[]).origins["default/web-http"],
+        "Service default/web port \"http\""
     );
 }

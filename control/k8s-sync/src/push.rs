@@ -326,6 +326,7 @@ mod tests {
                 ..Default::default()
             }],
             skipped: vec![],
+            origins: Default::default(),
         }
     }
 

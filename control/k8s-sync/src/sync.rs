@@ -154,14 +154,20 @@ fn note<K>(what: &str, ev: Option<Result<watcher::Event<K>, watcher::Error>>, re
     }
 }
 
-/// Maps the caches.
-fn map(services: &Store<Service>, slices: &Store<EndpointSlice>, opts: &Options) -> Desired {
+/// Maps the caches; `previous`: the last state pushed (see [`desired`]).
+fn map(
+    services: &Store<Service>,
+    slices: &Store<EndpointSlice>,
+    opts: &Options,
+    previous: Option<&Desired>,
+) -> Desired {
     let svc: Vec<Arc<Service>> = services.state();
     let sl: Vec<Arc<EndpointSlice>> = slices.state();
     desired(
         svc.iter().map(|s| s.as_ref()),
         sl.iter().map(|s| s.as_ref()),
         opts,
+        previous,
     )
 }
 
@@ -213,7 +219,7 @@ pub async fn run(
             () = &mut shutdown => return Ok(Ended::Stopped(last_pushed)),
             () = tokio::time::sleep_until(due), if ready && dirty => {
                 dirty = false;
-                let d = map(&services, &slices, &settings.options);
+                let d = map(&services, &slices, &settings.options, last.as_ref());
                 if mode == Mode::DryRun {
                     return Ok(Ended::Mapped(d));
                 }

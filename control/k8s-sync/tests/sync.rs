@@ -450,3 +450,31 @@ async fn the_binary_prints_what_it_would_push() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_that_keeps_changing_is_still_pushed() {
+    let server = common::Server::start();
+    let api = FakeApi::start().await;
+    api.apply(Kind::Service, service("web", "192.0.2.10"));
+    let mut s = settings(&server);
+    s.debounce = Duration::from_millis(500);
+    let (stop, task) = follow(&api, s);
+    // A change every 100 ms, more often than the debounce time, for at
+    // most 30 s: the watches are never quiet for 500 ms.
+    let mut pushed = false;
+    for i in 0..300 {
+        let flapping = ("10.1.0.12", i % 2 == 0, false);
+        api.apply(
+            Kind::EndpointSlice,
+            slice("web", &[("10.1.0.11", true, false), flapping]),
+        );
+        if k8s_backends(&server).len() == 2 {
+            pushed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(pushed, "nothing pushed while the slices kept changing");
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
