@@ -154,8 +154,9 @@ pub struct Desired {
     pub backends: Vec<pb::Backend>,
     /// What could not be mapped.
     pub skipped: Vec<Skip>,
-    /// Which Service port each lbd service is (`Service ns/name port
-    /// "http"`), so that the next mapping knows who had a name.
+    /// Which Service port each lbd service is (`ns/name port http`, or
+    /// `ns/name` for an unnamed port), so that the next mapping knows who
+    /// had a name.
     pub origins: BTreeMap<String, String>,
 }
 
@@ -186,6 +187,10 @@ struct Built {
 struct Candidate<'a> {
     /// `Service ns/name port "http"`.
     what: String,
+    /// Which Service port it is, for [`Desired::origins`]: `ns/name`, and
+    /// the port's name if it has one (not its number, which an edit may
+    /// change).
+    origin: String,
     /// (namespace, Service name), for its slices.
     ns_name: (String, String),
     port: &'a ServicePort,
@@ -328,8 +333,13 @@ pub fn desired<'a>(
             if frontends.is_empty() {
                 continue;
             }
+            let origin = match port.name.as_deref() {
+                Some(p) if !p.is_empty() => format!("{ns}/{name} port {p}"),
+                _ => format!("{ns}/{name}"),
+            };
             candidates.push(Candidate {
                 what,
+                origin,
                 ns_name: (ns.clone(), name.clone()),
                 port,
                 service,
@@ -342,7 +352,7 @@ pub fn desired<'a>(
     let mut origins = BTreeMap::new();
     for c in candidates {
         let name = c.service.name.clone();
-        origins.insert(name.clone(), c.what);
+        origins.insert(name.clone(), c.origin);
         let mut b = Built {
             service: c.service,
             frontends: c.frontends,
@@ -386,28 +396,23 @@ pub fn desired<'a>(
 
 /// Settles who has each lbd name and each frontend that several
 /// candidates claim (see [`desired`]), dropping the losers' claims with a
-/// skip each, and the candidates left without a frontend. In order.
+/// skip each, and the candidates left without a frontend, whose names and
+/// frontends the others may then have (so again, until nothing changes).
+/// In order.
 fn settle_claims<'a>(
     candidates: Vec<Candidate<'a>>,
     previous: Option<&Desired>,
     skipped: &mut Vec<Skip>,
 ) -> Vec<Candidate<'a>> {
-    // Names: the previous holder if it still claims it, else the first.
-    let mut name_holder: BTreeMap<&str, usize> = BTreeMap::new();
-    for (i, c) in candidates.iter().enumerate() {
-        let held_before = previous.and_then(|p| p.origins.get(&c.service.name)) == Some(&c.what);
-        match name_holder.get(c.service.name.as_str()) {
-            Some(_) if !held_before => {}
-            _ => {
-                name_holder.insert(&c.service.name, i);
-            }
-        }
-    }
-    let named: Vec<bool> = (0..candidates.len())
-        .map(|i| name_holder.get(candidates[i].service.name.as_str()) == Some(&i))
-        .collect();
-    // Frontends, among the named: likewise.
-    let previous_owner: BTreeMap<FrontendKey, &str> = previous
+    let held_names: BTreeMap<&str, &str> = previous
+        .map(|p| {
+            p.services
+                .iter()
+                .filter_map(|s| Some((s.name.as_str(), p.origins.get(&s.name)?.as_str())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let held_frontends: BTreeMap<FrontendKey, &str> = previous
         .map(|p| {
             p.frontends
                 .iter()
@@ -415,47 +420,83 @@ fn settle_claims<'a>(
                 .collect()
         })
         .unwrap_or_default();
-    let mut fe_holder: BTreeMap<FrontendKey, &str> = BTreeMap::new();
-    for (c, _) in candidates.iter().zip(&named).filter(|(_, &n)| n) {
-        for key in c.frontends.iter().filter_map(frontend_key) {
-            let held_before = previous_owner.get(&key) == Some(&c.service.name.as_str());
-            if held_before || !fe_holder.contains_key(&key) {
-                fe_holder.insert(key, &c.service.name);
+    let n = candidates.len();
+    let mut alive = vec![true; n];
+    loop {
+        // Names: the previous holder if it still claims it, else the first.
+        let mut name_holder: BTreeMap<&str, usize> = BTreeMap::new();
+        for (i, c) in candidates.iter().enumerate().filter(|&(i, _)| alive[i]) {
+            let held = held_names.get(c.service.name.as_str()) == Some(&c.origin.as_str());
+            if held || !name_holder.contains_key(c.service.name.as_str()) {
+                name_holder.insert(&c.service.name, i);
             }
         }
-    }
-    let fe_holder: BTreeMap<FrontendKey, String> =
-        fe_holder.into_iter().map(|(k, v)| (k, v.to_string())).collect();
-    let mut out = Vec::new();
-    for (i, mut c) in candidates.into_iter().enumerate() {
-        if !named[i] {
-            skipped.push(Skip {
-                reason: format!(
-                    "its lbd service name {:?} is another Service port's",
-                    c.service.name
-                ),
-                object: c.what,
-            });
+        let named = |i: usize| name_holder.get(candidates[i].service.name.as_str()) == Some(&i);
+        // Frontends, among the named: likewise.
+        let mut fe_holder: BTreeMap<FrontendKey, usize> = BTreeMap::new();
+        for (i, c) in candidates
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| alive[i] && named(i))
+        {
+            for key in c.frontends.iter().filter_map(frontend_key) {
+                let held = held_frontends.get(&key) == Some(&c.service.name.as_str());
+                if held || !fe_holder.contains_key(&key) {
+                    fe_holder.insert(key, i);
+                }
+            }
+        }
+        let keeps = |i: usize, f: &pb::Frontend| {
+            frontend_key(f)
+                .and_then(|k| fe_holder.get(&k))
+                .is_none_or(|&h| h == i)
+        };
+        // A named candidate that keeps no frontend is out, and its claims
+        // with it.
+        let mut changed = false;
+        for i in 0..n {
+            if alive[i] && named(i) && !candidates[i].frontends.iter().any(|f| keeps(i, f)) {
+                alive[i] = false;
+                changed = true;
+            }
+        }
+        if changed {
             continue;
         }
-        c.frontends.retain(|f| {
-            let holder = frontend_key(f).and_then(|k| fe_holder.get(&k));
-            match holder {
-                Some(h) if *h != f.service => {
-                    skipped.push(Skip {
-                        object: format!("{} frontend {}", c.what, f.address),
-                        reason: format!("lbd service {h:?} has it already"),
-                    });
-                    false
-                }
-                _ => true,
+        let mut out = Vec::new();
+        let fe_name = |i: usize| candidates[i].service.name.clone();
+        let fe_holder: BTreeMap<FrontendKey, String> =
+            fe_holder.iter().map(|(k, &i)| (*k, fe_name(i))).collect();
+        let named: Vec<bool> = (0..n).map(|i| alive[i] && named(i)).collect();
+        for (i, mut c) in candidates.into_iter().enumerate() {
+            if alive[i] && !named[i] {
+                skipped.push(Skip {
+                    reason: format!(
+                        "its lbd service name {:?} is another Service port's",
+                        c.service.name
+                    ),
+                    object: c.what,
+                });
+                continue;
             }
-        });
-        if !c.frontends.is_empty() {
-            out.push(c);
+            // Out of the running or named: its frontends held by others.
+            c.frontends
+                .retain(|f| match frontend_key(f).and_then(|k| fe_holder.get(&k)) {
+                    Some(h) if *h != f.service || !named[i] => {
+                        skipped.push(Skip {
+                            object: format!("{} frontend {}", c.what, f.address),
+                            reason: format!("lbd service {h:?} has it already"),
+                        });
+                        false
+                    }
+                    _ => true,
+                });
+            if named[i] {
+                out.push(c);
+            }
         }
+        return out;
     }
-    out
 }
 
 /// (namespace, name).

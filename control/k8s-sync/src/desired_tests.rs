@@ -458,10 +458,7 @@ fn a_service_created_later_does_not_take_a_vip_or_a_name_over() {
     web_http["metadata"]["name"] = json!("web-http");
     web_http["status"]["loadBalancer"]["ingress"] = json!([{"ip": "192.0.2.30"}]);
     let before = map(&[svc(web_http.clone())], &[]);
-    assert_eq!(
-        before.origins["default/web-http"],
-        "Service default/web-http port 80"
-    );
+    assert_eq!(before.origins["default/web-http"], "default/web-http");
     let mut multi = web();
     multi["spec"]["ports"] = json!([
         {"name": "http", "port": 80, "protocol": "TCP"},
@@ -481,10 +478,7 @@ fn a_service_created_later_does_not_take_a_vip_or_a_name_over() {
             ("default/web-http", "192.0.2.30")
         ]
     );
-    assert_eq!(
-        after.origins["default/web-http"],
-        "Service default/web-http port 80"
-    );
+    assert_eq!(after.origins["default/web-http"], "default/web-http");
     assert!(
         after
             .skipped
@@ -497,6 +491,45 @@ fn a_service_created_later_does_not_take_a_vip_or_a_name_over() {
     // Without the previous state, web (first by name) has the name.
     assert_eq!(
         map(&both, &[]).origins["default/web-http"],
-        "Service default/web port \"http\""
+        "default/web port http"
+    );
+}
+
+#[test]
+fn a_name_holder_left_without_a_frontend_lets_the_name_go() {
+    // web (ports http, https) sorts first and claims the name
+    // default/web-http; but its VIP is a's (held before), so it keeps no
+    // frontend: web-http, whose own VIP is free, has the name.
+    let mut a = web();
+    a["metadata"]["name"] = json!("a");
+    let before = map(&[svc(a.clone())], &[]);
+    let mut multi = web();
+    multi["spec"]["ports"] = json!([
+        {"name": "http", "port": 80, "protocol": "TCP"},
+        {"name": "https", "port": 443, "protocol": "TCP"}
+    ]);
+    let mut web_http = web();
+    web_http["metadata"]["name"] = json!("web-http");
+    web_http["status"]["loadBalancer"]["ingress"] = json!([{"ip": "192.0.2.30"}]);
+    let now = [svc(a), svc(multi), svc(web_http)];
+    let d = desired(&now, &[], &Options::default(), Some(&before));
+    let fe: Vec<(&str, &str, u32)> = d
+        .frontends
+        .iter()
+        .map(|f| (f.service.as_str(), f.address.as_str(), f.port))
+        .collect();
+    assert_eq!(
+        fe,
+        [
+            ("default/a", "192.0.2.10", 80),
+            ("default/web-https", "192.0.2.10", 443),
+            ("default/web-http", "192.0.2.30", 80)
+        ]
+    );
+    assert_eq!(d.origins["default/web-http"], "default/web-http");
+    let text: Vec<String> = d.skipped.iter().map(|s| s.to_string()).collect();
+    assert_eq!(
+        text,
+        ["Service default/web port \"http\" frontend 192.0.2.10: lbd service \"default/a\" has it already"]
     );
 }

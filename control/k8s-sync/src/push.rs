@@ -39,33 +39,63 @@ fn backend_ident(b: &pb::Backend) -> Ident {
     Ident::Backend(b.service.clone(), b.address.parse().ok(), b.port)
 }
 
-/// Takes the object `id` out of `d`; returns what it was, for a skip,
-/// or `None` if `d` has no such object.
-fn take_out(d: &mut Desired, id: &Ident) -> Option<String> {
+/// An object's value when it was left out: the next push leaves out only
+/// the same value (a Service fixed since is sent again at once).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// A service (its frontends and backends went with it).
+    Service(pb::Service),
+    /// A frontend.
+    Frontend(pb::Frontend),
+    /// A backend.
+    Backend(pb::Backend),
+}
+
+/// Takes the object `id` out of `d` (if `only` is given, only while it
+/// has that value); returns what it was, for a skip, and its value.
+fn take_out(d: &mut Desired, id: &Ident, only: Option<&Value>) -> Option<(String, Value)> {
     match id {
         Ident::Service(name) => {
             let at = d.services.iter().position(|s| &s.name == name)?;
+            let v = Value::Service(d.services[at].clone());
+            if only.is_some_and(|o| *o != v) {
+                return None;
+            }
             d.services.remove(at);
             d.frontends.retain(|f| &f.service != name);
             d.backends.retain(|b| &b.service != name);
-            Some(format!("lbd service {name}"))
+            Some((format!("lbd service {name}"), v))
         }
         Ident::Frontend(..) => {
             let at = d.frontends.iter().position(|f| frontend_ident(f) == *id)?;
+            let v = Value::Frontend(d.frontends[at].clone());
+            if only.is_some_and(|o| *o != v) {
+                return None;
+            }
             let f = d.frontends.remove(at);
-            Some(format!(
-                "lbd service {} frontend {}",
-                f.service,
-                endpoint(&f.address, f.port)
+            Some((
+                format!(
+                    "lbd service {} frontend {}",
+                    f.service,
+                    endpoint(&f.address, f.port)
+                ),
+                v,
             ))
         }
         Ident::Backend(..) => {
             let at = d.backends.iter().position(|b| backend_ident(b) == *id)?;
+            let v = Value::Backend(d.backends[at].clone());
+            if only.is_some_and(|o| *o != v) {
+                return None;
+            }
             let b = d.backends.remove(at);
-            Some(format!(
-                "lbd service {} backend {}",
-                b.service,
-                endpoint(&b.address, b.port)
+            Some((
+                format!(
+                    "lbd service {} backend {}",
+                    b.service,
+                    endpoint(&b.address, b.port)
+                ),
+                v,
             ))
         }
     }
@@ -80,9 +110,10 @@ fn endpoint(address: &str, port: u32) -> String {
     }
 }
 
-/// What a push left out, and why: given to the next push, which leaves
-/// them out before sending instead of being refused again.
-pub type LeftOut = Vec<(Ident, Skip)>;
+/// What a push left out, its value then, and why: given to the next push,
+/// which leaves out what is still the same before sending instead of
+/// being refused again.
+pub type LeftOut = Vec<(Ident, Value, Skip)>;
 
 /// What a push committed.
 #[derive(Debug, Clone, PartialEq)]
@@ -93,6 +124,8 @@ pub struct Pushed {
     pub sent: Desired,
     /// What had to be left out.
     pub left_out: LeftOut,
+    /// How many `Resync` calls it took (1 when nothing was refused).
+    pub rounds: usize,
 }
 
 /// Why a push did not commit.
@@ -117,20 +150,21 @@ pub async fn push(
 ) -> Result<Pushed, PushError> {
     let mut sent = desired.clone();
     let mut left: LeftOut = Vec::new();
-    let leave_out = |sent: &mut Desired, left: &mut LeftOut, id: Ident, reason: String| {
-        if let Some(object) = take_out(sent, &id) {
-            let skip = Skip { object, reason };
-            sent.skipped.push(skip.clone());
-            left.push((id, skip));
-        }
-    };
-    for (id, skip) in known {
-        leave_out(&mut sent, &mut left, id.clone(), skip.reason.clone());
+    let leave_out =
+        |sent: &mut Desired, left: &mut LeftOut, id: Ident, only: Option<&Value>, reason: String| {
+            if let Some((object, value)) = take_out(sent, &id, only) {
+                let skip = Skip { object, reason };
+                sent.skipped.push(skip.clone());
+                left.push((id, value, skip));
+            }
+        };
+    for (id, value, skip) in known {
+        leave_out(&mut sent, &mut left, id.clone(), Some(value), skip.reason.clone());
     }
     let mut listed = false;
     // Each round takes at least one object out.
     let rounds = sent.services.len() + sent.frontends.len() + sent.backends.len();
-    for _ in 0..=rounds {
+    for round in 1..=rounds + 1 {
         let status = match client.resync(sent.request()).await {
             Ok(r) => {
                 sent.skipped.sort();
@@ -138,6 +172,7 @@ pub async fn push(
                     response: r.into_inner(),
                     sent,
                     left_out: left,
+                    rounds: round,
                 });
             }
             Err(s) => s,
@@ -151,7 +186,7 @@ pub async fn push(
             let clashes = clashes(&sent, &others);
             if !clashes.is_empty() {
                 for (id, reason) in clashes {
-                    leave_out(&mut sent, &mut left, id, reason);
+                    leave_out(&mut sent, &mut left, id, None, reason);
                 }
                 continue;
             }
@@ -165,7 +200,7 @@ pub async fn push(
                     "lbd refused it: {}: {why}",
                     lb_control::cli::code_name(status.code())
                 );
-                leave_out(&mut sent, &mut left, id, reason);
+                leave_out(&mut sent, &mut left, id, None, reason);
             }
             None => return Err(PushError::Refused(status_line(&status))),
         }
@@ -266,10 +301,45 @@ pub fn clashes(sent: &Desired, others: &pb::ListResponse) -> Vec<(Ident, String)
     out
 }
 
-/// The request index lbd's error `message` starts with
-/// (`services[2] ...`, `frontends[0] ...`, `backends[17] ...`), as the
-/// object of `sent` it names: a service, a frontend or a backend.
+/// The object of `sent` that lbd's error `message` is about. lbd names
+/// it after the request index (`frontends[3] frontend 1.2.3.4:80/tcp:
+/// ...`); but the index is of the last object the request wrote that the
+/// rule involves, which need not be the object named (an unchanged
+/// frontend's rule is blamed on a changed backend of its service), so the
+/// name decides: a frontend a service-wide rule names (`... for frontend
+/// F`), else the object named, else the one at the index.
 pub fn blamed(sent: &Desired, message: &str) -> Option<Ident> {
+    let named = unindexed(message);
+    if let Some((_, after)) = named.split_once("for frontend ") {
+        let f_text = after.split([',', ' ']).next().unwrap_or_default();
+        if let Some(f) = sent.frontends.iter().find(|f| frontend_text(f) == f_text) {
+            return Some(frontend_ident(f));
+        }
+    }
+    let is = |desc: String| {
+        named
+            .strip_prefix(desc.as_str())
+            .is_some_and(|r| r.starts_with(':'))
+    };
+    if let Some(f) = sent
+        .frontends
+        .iter()
+        .find(|f| is(format!("frontend {}", frontend_text(f))))
+    {
+        return Some(frontend_ident(f));
+    }
+    if let Some(b) = sent.backends.iter().find(|b| {
+        is(format!(
+            "backend {} of {}",
+            endpoint(&b.address, b.port),
+            b.service
+        ))
+    }) {
+        return Some(backend_ident(b));
+    }
+    if let Some(s) = sent.services.iter().find(|s| is(format!("service {:?}", s.name))) {
+        return Some(Ident::Service(s.name.clone()));
+    }
     let (list, rest) = message.split_once('[')?;
     let index: usize = rest.split_once(']')?.0.parse().ok()?;
     match list {
@@ -278,6 +348,15 @@ pub fn blamed(sent: &Desired, message: &str) -> Option<Ident> {
         "backends" => sent.backends.get(index).map(backend_ident),
         _ => None,
     }
+}
+
+/// A frontend as lbd writes it: `1.2.3.4:80/tcp`, `[fd00::1]:53/udp`.
+fn frontend_text(f: &pb::Frontend) -> String {
+    let proto = match pb::Protocol::try_from(f.protocol) {
+        Ok(pb::Protocol::Udp) => "udp",
+        _ => "tcp",
+    };
+    format!("{}/{proto}", endpoint(&f.address, f.port))
 }
 
 /// lbd's `message` without its leading request index.
@@ -346,7 +425,28 @@ mod tests {
             Some(Ident::Service("default/b".into()))
         );
         assert_eq!(blamed(&d, "backends[9] out of range"), None);
-        assert_eq!(blamed(&d, "frontend [fd00::2]:80/tcp: no index"), None);
+        // The object named decides, not the index: a rule of frontend
+        // [fd00::2] blamed on a backend of another service's request item.
+        let fe = Some(Ident::Frontend("fd00::2".parse().ok(), 80, 1));
+        let no_snat = "backends[0] frontend [fd00::2]:80/tcp: service: service \"default/b\" is full-NAT, \
+                       and this node has no IPv6 SNAT address";
+        assert_eq!(blamed(&d, no_snat), fe);
+        let ranges = "backends[0] service \"default/b\": source_ranges: no IPv6 range for frontend \
+                      [fd00::2]:80/tcp, so every client would be denied";
+        assert_eq!(blamed(&d, ranges), fe);
+        assert_eq!(
+            blamed(
+                &d,
+                "frontends[0] backend 10.0.0.5:8080 of default/a: address: is lbd's own"
+            ),
+            Some(Ident::Backend("default/a".into(), "10.0.0.5".parse().ok(), 8080))
+        );
+        assert_eq!(
+            blamed(&d, "backends[0] service \"default/b\": mode: no"),
+            Some(Ident::Service("default/b".into()))
+        );
+        // Without an index, the object named.
+        assert_eq!(blamed(&d, "frontend [fd00::2]:80/tcp: no index"), fe);
         assert_eq!(
             unindexed("frontends[12] frontend 1.2.3.4:80/tcp: x"),
             "frontend 1.2.3.4:80/tcp: x"
@@ -360,21 +460,25 @@ mod tests {
     #[test]
     fn taking_out_a_frontend_or_backend_leaves_its_service() {
         let mut d = desired();
-        let f = take_out(&mut d, &Ident::Frontend("fd00::2".parse().ok(), 80, 1));
+        let text = |t: Option<(String, Value)>| t.map(|(s, _)| s);
+        let fe = Ident::Frontend("fd00::2".parse().ok(), 80, 1);
+        // Only while it has the value given.
+        let other = Value::Frontend(pb::Frontend::default());
+        assert_eq!(take_out(&mut d, &fe, Some(&other)), None);
+        let f = text(take_out(&mut d, &fe, None));
         assert_eq!(f.as_deref(), Some("lbd service default/b frontend [fd00::2]:80"));
         assert_eq!(d.services.len(), 2);
         assert_eq!(d.frontends.len(), 1);
-        let b = take_out(
-            &mut d,
-            &Ident::Backend("default/a".into(), "10.0.0.5".parse().ok(), 8080),
-        );
+        let be = Ident::Backend("default/a".into(), "10.0.0.5".parse().ok(), 8080);
+        let b = text(take_out(&mut d, &be, None));
         assert_eq!(b.as_deref(), Some("lbd service default/a backend 10.0.0.5:8080"));
         assert!(d.backends.is_empty());
+        let svc = Ident::Service("default/a".into());
         assert_eq!(
-            take_out(&mut d, &Ident::Service("default/a".into())).as_deref(),
+            text(take_out(&mut d, &svc, None)).as_deref(),
             Some("lbd service default/a")
         );
         assert!(d.frontends.is_empty() && d.services.len() == 1);
-        assert_eq!(take_out(&mut d, &Ident::Service("default/a".into())), None);
+        assert_eq!(take_out(&mut d, &svc, None), None);
     }
 }

@@ -219,7 +219,8 @@ pub async fn run(
             () = &mut shutdown => return Ok(Ended::Stopped(last_pushed)),
             () = tokio::time::sleep_until(due), if ready && dirty => {
                 dirty = false;
-                let d = map(&services, &slices, &settings.options, last.as_ref());
+                // Who had a VIP or a name: what lbd took in the last push.
+                let d = map(&services, &slices, &settings.options, last_pushed.as_ref().map(|p| &p.sent));
                 if mode == Mode::DryRun {
                     return Ok(Ended::Mapped(d));
                 }
@@ -261,6 +262,10 @@ pub async fn run(
                             lbd = None;
                         }
                         dirty = true;
+                        // lbd may have committed what it did not answer:
+                        // the next try pushes even a state equal to the
+                        // last one taken.
+                        last = None;
                         not_before = Instant::now() + retry;
                         retry = (retry * 2).min(MAX_RETRY);
                     }
@@ -319,6 +324,7 @@ fn report(p: &Pushed, first: bool) {
             frontends = p.sent.frontends.len(),
             backends = p.sent.backends.len(),
             skipped = p.sent.skipped.len(),
+            rounds = p.rounds,
             "pushed to lbd"
         );
     }

@@ -326,6 +326,8 @@ async fn a_service_lbd_refuses_is_left_out_and_the_rest_pushed() {
     let Ended::Stopped(Some(p)) = task.await.unwrap().unwrap() else {
         panic!("no push")
     };
+    // The left-outs were left out before sending: lbd refused nothing.
+    assert_eq!(p.rounds, 1);
     let text: Vec<String> = p.sent.skipped.iter().map(|s| s.to_string()).collect();
     assert_eq!(p.left_out.len(), 2, "{text:#?}");
     let has = |object: &str, why: &str| {
