@@ -82,15 +82,9 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match cli::parse_args::<Cli>("lb-k8s-sync") {
         Ok(c) => c,
-        Err(e) => match cli::clap_error_line(&e) {
-            None => e.exit(),
-            Some(line) => {
-                eprintln!("lb-k8s-sync: {line} (see lb-k8s-sync --help)");
-                return ExitCode::from(2);
-            }
-        },
+        Err(code) => return code,
     };
     init_tracing();
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {

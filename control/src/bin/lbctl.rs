@@ -237,17 +237,11 @@ fn one_line(s: &str) -> String {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    // One line like every other error, exit 2; --help and --version print
+    // as usual.
+    let cli = match cli::parse_args::<Cli>("lbctl") {
         Ok(c) => c,
-        // One line like every other error, exit 2; --help and --version
-        // print as usual.
-        Err(e) => match cli::clap_error_line(&e) {
-            None => e.exit(),
-            Some(line) => {
-                eprintln!("lbctl: {line} (see lbctl --help)");
-                return ExitCode::from(2);
-            }
-        },
+        Err(code) => return code,
     };
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,

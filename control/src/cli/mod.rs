@@ -252,6 +252,20 @@ pub fn is_local_failure(s: &tonic::Status) -> bool {
     std::error::Error::source(s).is_some()
 }
 
+/// The command line of the program `name` (`lbctl`, `lb-k8s-sync`),
+/// parsed: a usage error is one line on stderr (`NAME: LINE (see NAME
+/// --help)`, [`clap_error_line`]) and exit code 2; `--help` and
+/// `--version` print and exit as clap's do.
+pub fn parse_args<T: clap::Parser>(name: &str) -> Result<T, std::process::ExitCode> {
+    T::try_parse().map_err(|e| match clap_error_line(&e) {
+        None => e.exit(),
+        Some(line) => {
+            eprintln!("{name}: {line} (see {name} --help)");
+            std::process::ExitCode::from(2)
+        }
+    })
+}
+
 /// A clap error as one line, for `lbctl` and `lbd`, whose errors are one
 /// line: clap's first paragraph without `error: ` and without its usage
 /// block. The paragraph can run over several lines (a missing argument is
