@@ -95,14 +95,25 @@ impl MetricsListener {
         info: ServerInfo,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), MetricsError> {
-        let addr = self.addr;
-        let listener = tokio::net::TcpListener::from_std(self.listener)
-            .map_err(|source| MetricsError::Bind { addr, source })?;
-        let renders = Arc::new(Renders {
+        let renders = Renders {
             plane,
             info,
             last: tokio::sync::Mutex::new(None),
-        });
+        };
+        self.serve_exporter(renders, shutdown).await
+    }
+
+    /// Serves `/metrics` and `/healthz` from `exporter` (lbd's, or another
+    /// program's such as `lb-k8s-sync`), as [`serve`](Self::serve) does.
+    pub async fn serve_exporter<E: Exporter>(
+        self,
+        exporter: E,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), MetricsError> {
+        let addr = self.addr;
+        let listener = tokio::net::TcpListener::from_std(self.listener)
+            .map_err(|source| MetricsError::Bind { addr, source })?;
+        let renders = Arc::new(exporter);
         let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         tracing::info!(%addr, "Prometheus metrics listening (GET /metrics)");
         let accept = async {
@@ -124,7 +135,7 @@ impl MetricsListener {
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req| {
                         let renders = Arc::clone(&renders);
-                        async move { Ok::<_, Infallible>(answer(&req, &renders).await) }
+                        async move { Ok::<_, Infallible>(answer(&req, &*renders).await) }
                     });
                     let conn = hyper::server::conn::http1::Builder::new()
                         .keep_alive(false)
@@ -143,6 +154,33 @@ impl MetricsListener {
             () = shutdown => {}
         }
         Ok(())
+    }
+}
+
+/// What a metrics endpoint serves.
+pub trait Exporter: Send + Sync + 'static {
+    /// The program, in error answers (`lbd`).
+    const NAME: &'static str;
+
+    /// The `/metrics` text for a scrape that arrived at `since`, or why it
+    /// cannot be had.
+    fn metrics(&self, since: Instant) -> impl Future<Output = Result<Bytes, String>> + Send;
+
+    /// `/healthz`: healthy, or why not.
+    fn health(&self) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+impl Exporter for Renders {
+    const NAME: &'static str = "lbd";
+
+    async fn metrics(&self, since: Instant) -> Result<Bytes, String> {
+        self.text(since)
+            .await
+            .map_err(|e| format!("cannot read the counters: {}", e.message()))
+    }
+
+    async fn health(&self) -> Result<(), String> {
+        Renders::health(self).await
     }
 }
 
@@ -197,7 +235,7 @@ impl Renders {
 }
 
 /// The answer to one request.
-async fn answer(req: &Request<Incoming>, renders: &Renders) -> Response<Full<Bytes>> {
+async fn answer<E: Exporter>(req: &Request<Incoming>, renders: &E) -> Response<Full<Bytes>> {
     let since = Instant::now();
     let text = |status: StatusCode, body: String| {
         let mut r = Response::new(Full::new(Bytes::from(body)));
@@ -212,7 +250,7 @@ async fn answer(req: &Request<Incoming>, renders: &Renders) -> Response<Full<Byt
     if path != "/metrics" && path != "/healthz" {
         return text(
             StatusCode::NOT_FOUND,
-            "not found: lbd serves GET /metrics and GET /healthz\n".into(),
+            format!("not found: {} serves GET /metrics and GET /healthz\n", E::NAME),
         );
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
@@ -230,31 +268,36 @@ async fn answer(req: &Request<Incoming>, renders: &Renders) -> Response<Full<Byt
             Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("unhealthy: {why}\n")),
         };
     }
-    match renders.text(since).await {
+    match renders.metrics(since).await {
         Ok(body) => {
             let mut r = Response::new(Full::new(body));
             r.headers_mut()
                 .insert(CONTENT_TYPE, HeaderValue::from_static(METRICS_CONTENT_TYPE));
             r
         }
-        Err(e) => text(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("lbd: cannot read the counters: {}\n", e.message()),
-        ),
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{}: {e}\n", E::NAME)),
     }
 }
 
 /// The exposition text: families in a fixed order, each with its HELP and
 /// TYPE lines and then all its samples.
-struct Exposition(String);
+#[derive(Debug, Default)]
+pub struct Exposition(String);
 
 impl Exposition {
-    fn family(&mut self, name: &str, kind: &str, help: &str) {
+    /// The text written.
+    pub fn finish(self) -> String {
+        self.0
+    }
+
+    /// A family's HELP and TYPE lines (`kind`: `counter`, `gauge`).
+    pub fn family(&mut self, name: &str, kind: &str, help: &str) {
         let _ = writeln!(self.0, "# HELP {name} {help}");
         let _ = writeln!(self.0, "# TYPE {name} {kind}");
     }
 
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+    /// One sample, its label values escaped.
+    pub fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
         self.0.push_str(name);
         if !labels.is_empty() {
             self.0.push('{');
@@ -280,7 +323,7 @@ impl Exposition {
     }
 
     /// A family of one sample without labels.
-    fn one(&mut self, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
+    pub fn one(&mut self, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
         self.family(name, kind, help);
         self.sample(name, &[], value);
     }

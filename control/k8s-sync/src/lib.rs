@@ -4,8 +4,10 @@
 //!
 //! - [`desired`]: the mapping, pure;
 //! - [`push`]: one resync, narrowed around what lbd refuses;
-//! - [`sync`]: the watches and the loop.
+//! - [`sync`]: the watches and the loop;
+//! - [`metrics`]: its counters and their endpoint.
 
 pub mod desired;
+pub mod metrics;
 pub mod push;
 pub mod sync;

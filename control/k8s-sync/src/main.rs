@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
@@ -72,6 +73,10 @@ struct Cli {
     /// that lost it (10-86400).
     #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(10..=86_400))]
     resync: u64,
+    /// Serve Prometheus metrics (GET /metrics) and a health check for the
+    /// pod's probes (GET /healthz) on this address (IP:PORT).
+    #[arg(long, value_name = "IP:PORT")]
+    metrics: Option<std::net::SocketAddr>,
     /// Push once, when the cluster has been listed, and exit.
     #[arg(long, conflicts_with = "dry_run")]
     once: bool,
@@ -153,7 +158,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         selector: cli.selector,
         debounce: Duration::from_millis(cli.debounce_ms),
         resync: Duration::from_secs(cli.resync),
+        stats: Arc::default(),
     };
+    if let Some(addr) = cli.metrics {
+        let listener = lb_control::metrics::MetricsListener::bind(addr)
+            .map_err(|e| anyhow::anyhow!("--metrics: {e}"))?;
+        let endpoint = lb_k8s_sync::metrics::Endpoint(Arc::clone(&settings.stats));
+        // Ends with the runtime.
+        tokio::spawn(listener.serve_exporter(endpoint, std::future::pending()));
+    }
     let mode = if cli.dry_run {
         Mode::DryRun
     } else if cli.once {

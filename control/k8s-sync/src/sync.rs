@@ -29,6 +29,7 @@ use tokio::time::Instant;
 use tonic::transport::Channel;
 
 use crate::desired::{desired, Desired, Options, Skip};
+use crate::metrics::SyncStats;
 use crate::push::{push, LeftOut, PushError, Pushed};
 
 /// The longest a change waits for the watches to be quiet: a cluster
@@ -60,6 +61,8 @@ pub struct Settings {
     pub debounce: Duration,
     /// Push the state at least this often, changed or not.
     pub resync: Duration,
+    /// Where the loop counts.
+    pub stats: Arc<SyncStats>,
 }
 
 /// What [`run`] does.
@@ -139,7 +142,12 @@ enum Noted {
 
 /// Notes one watch event of `what`; `ready` becomes true when the kind's
 /// list is complete.
-fn note<K>(what: &str, ev: Option<Result<watcher::Event<K>, watcher::Error>>, ready: &mut bool) -> Noted {
+fn note<K>(
+    what: &str,
+    ev: Option<Result<watcher::Event<K>, watcher::Error>>,
+    ready: &mut bool,
+    errors: &std::sync::atomic::AtomicU64,
+) -> Noted {
     match ev {
         Some(Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))) => Noted::Changed,
         Some(Ok(watcher::Event::InitDone)) => {
@@ -150,7 +158,10 @@ fn note<K>(what: &str, ev: Option<Result<watcher::Event<K>, watcher::Error>>, re
             Noted::Changed
         }
         Some(Ok(watcher::Event::Init | watcher::Event::InitApply(_))) | None => Noted::Nothing,
-        Some(Err(e)) => Noted::Failed(format!("{what}: {}", lb_control::cli::error_line(&e))),
+        Some(Err(e)) => {
+            errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Noted::Failed(format!("{what}: {}", lb_control::cli::error_line(&e)))
+        }
     }
 }
 
@@ -202,12 +213,16 @@ pub async fn run(
     let mut periodic = tokio::time::interval_at(Instant::now() + settings.resync, settings.resync);
     loop {
         let ready = svc_ready && slice_ready;
+        settings
+            .stats
+            .listed
+            .store(ready, std::sync::atomic::Ordering::Relaxed);
         let due = (changed_at + settings.debounce)
             .min(held_since + hold)
             .max(not_before);
         let noted = tokio::select! {
-            ev = service_events.next() => note("Services", ev, &mut svc_ready),
-            ev = slice_events.next() => note("EndpointSlices", ev, &mut slice_ready),
+            ev = service_events.next() => note("Services", ev, &mut svc_ready, &settings.stats.service_watch_errors),
+            ev = slice_events.next() => note("EndpointSlices", ev, &mut slice_ready, &settings.stats.slice_watch_errors),
             _ = periodic.tick() => {
                 if !dirty {
                     held_since = Instant::now();
@@ -242,6 +257,7 @@ pub async fn run(
                 };
                 match pushed {
                     Ok(p) => {
+                        settings.stats.pushed(&p);
                         report(&p, last.is_none());
                         log_skips(&p.sent.skipped, &mut logged_skips);
                         logged_skips.retain(|s| p.sent.skipped.contains(s));
@@ -254,6 +270,7 @@ pub async fn run(
                         }
                     }
                     Err(e) => {
+                        settings.stats.failed(matches!(e, PushError::Refused(_)), &e.to_string());
                         if mode == Mode::Once {
                             return Err(e.into());
                         }

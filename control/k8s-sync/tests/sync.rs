@@ -52,6 +52,7 @@ fn settings(server: &common::Server) -> Settings {
         selector: None,
         debounce: Duration::from_millis(20),
         resync: Duration::from_secs(3600),
+        stats: Default::default(),
     }
 }
 
@@ -477,6 +478,78 @@ async fn a_cluster_that_keeps_changing_is_still_pushed() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(pushed, "nothing pushed while the slices kept changing");
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
+
+/// `GET path` on `addr`: (status code, body).
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+    c.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut text = String::new();
+    c.read_to_string(&mut text).await.unwrap();
+    let code = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (code, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_health_say_what_the_loop_did() {
+    let server = common::Server::start();
+    let api = FakeApi::start().await;
+    api.apply(Kind::Service, service("web", "192.0.2.10"));
+    api.apply(Kind::EndpointSlice, slice("web", &[("10.1.0.11", true, false)]));
+    // The slices cannot be listed yet.
+    api.fail_lists(Kind::EndpointSlice, true);
+    let s = settings(&server);
+    let stats = std::sync::Arc::clone(&s.stats);
+    let listener = lb_control::metrics::MetricsListener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = listener.addr();
+    tokio::spawn(listener.serve_exporter(lb_k8s_sync::metrics::Endpoint(stats), std::future::pending()));
+    let (stop, task) = follow(&api, s);
+    until("a slice list failed", || api.seen(Kind::EndpointSlice).0 >= 1).await;
+    let (code, body) = http_get(addr, "/healthz").await;
+    assert_eq!(
+        (code, body.as_str()),
+        (503, "unhealthy: Services and EndpointSlices not listed yet\n")
+    );
+    api.fail_lists(Kind::EndpointSlice, false);
+    until("pushed", || !k8s_backends(&server).is_empty()).await;
+    let mut healthy = false;
+    for _ in 0..100 {
+        if http_get(addr, "/healthz").await == (200, "ok\n".to_string()) {
+            healthy = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(healthy, "{:?}", http_get(addr, "/healthz").await);
+    let (code, body) = http_get(addr, "/metrics").await;
+    assert_eq!(code, 200);
+    let value = |line: &str| {
+        body.lines()
+            .find_map(|l| l.strip_prefix(line)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {line} in {body}"))
+            .to_string()
+    };
+    assert_eq!(value("lb_k8s_sync_pushes_total"), "1");
+    assert_eq!(value("lb_k8s_sync_listed"), "1");
+    assert_eq!(value("lb_k8s_sync_objects{kind=\"backends\"}"), "1");
+    assert_eq!(
+        value("lb_k8s_sync_last_push_revision"),
+        server.revision().to_string()
+    );
+    assert_ne!(
+        value("lb_k8s_sync_watch_errors_total{kind=\"endpointslices\"}"),
+        "0"
+    );
+    assert_eq!(value("lb_k8s_sync_push_failures_total{reason=\"refused\"}"), "0");
     stop.send(()).unwrap();
     task.await.unwrap().unwrap();
 }
