@@ -35,8 +35,8 @@ struct Cli {
     /// Seconds to wait for each answer from lbd (1-3600).
     #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     timeout: u64,
-    /// The kubeconfig file (default: in-cluster, else $KUBECONFIG, else
-    /// ~/.kube/config).
+    /// The kubeconfig file (default: $KUBECONFIG, else ~/.kube/config,
+    /// else in-cluster: the pod's service account).
     #[arg(long, value_name = "PATH")]
     kubeconfig: Option<PathBuf>,
     /// Watch only this namespace (default: all).
@@ -165,7 +165,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("--metrics: {e}"))?;
         let endpoint = lb_k8s_sync::metrics::Endpoint(Arc::clone(&settings.stats));
         // Ends with the runtime.
-        tokio::spawn(listener.serve_exporter(endpoint, std::future::pending()));
+        tokio::spawn(async move {
+            if let Err(e) = listener.serve_exporter(endpoint, std::future::pending()).await {
+                tracing::error!("--metrics: {}", cli::error_line(&e));
+            }
+        });
     }
     let mode = if cli.dry_run {
         Mode::DryRun

@@ -30,6 +30,9 @@ pub struct SyncStats {
     pub slice_watch_errors: AtomicU64,
     /// Both kinds have been listed.
     pub listed: AtomicBool,
+    /// The last event of the Service watch, and of the EndpointSlice
+    /// watch, was a failure (set until the next event that is not).
+    pub watch_failing: [AtomicBool; 2],
     last: Mutex<Last>,
 }
 
@@ -51,7 +54,6 @@ impl SyncStats {
     /// Records a push lbd took.
     pub fn pushed(&self, p: &Pushed) {
         self.pushes.fetch_add(1, Ordering::Relaxed);
-        self.resync_calls.fetch_add(p.rounds as u64, Ordering::Relaxed);
         let at = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -164,10 +166,15 @@ impl SyncStats {
         out.finish()
     }
 
-    /// Healthy: listed, and the last push taken.
+    /// Healthy: listed, neither watch failing, and the last push taken.
     pub fn health(&self) -> Result<(), String> {
         if !self.listed.load(Ordering::Relaxed) {
             return Err("Services and EndpointSlices not listed yet".into());
+        }
+        for (i, kind) in ["Services", "EndpointSlices"].iter().enumerate() {
+            if self.watch_failing[i].load(Ordering::Relaxed) {
+                return Err(format!("the {kind} watch is failing (the log says why)"));
+            }
         }
         let last = self.last.lock().map(|l| l.clone()).unwrap_or_default();
         match (last.error, last.at) {

@@ -142,11 +142,13 @@ pub enum PushError {
 
 /// Sends `desired` to lbd as a `Resync` of source `k8s`, narrowed as the
 /// module doc says until lbd takes it. What `known` names (the last push's
-/// [`Pushed::left_out`]) is left out first, with its reason.
+/// [`Pushed::left_out`]) is left out first, with its reason. Each `Resync`
+/// call adds one to `calls`.
 pub async fn push(
     client: &mut LoadBalancerClient<Channel>,
     desired: &Desired,
     known: &LeftOut,
+    calls: &std::sync::atomic::AtomicU64,
 ) -> Result<Pushed, PushError> {
     let mut sent = desired.clone();
     let mut left: LeftOut = Vec::new();
@@ -165,6 +167,7 @@ pub async fn push(
     // Each round takes at least one object out.
     let rounds = sent.services.len() + sent.frontends.len() + sent.backends.len();
     for round in 1..=rounds + 1 {
+        calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let status = match client.resync(sent.request()).await {
             Ok(r) => {
                 sent.skipped.sort();

@@ -146,8 +146,11 @@ fn note<K>(
     what: &str,
     ev: Option<Result<watcher::Event<K>, watcher::Error>>,
     ready: &mut bool,
-    errors: &std::sync::atomic::AtomicU64,
+    stats: &SyncStats,
+    kind: usize,
 ) -> Noted {
+    use std::sync::atomic::Ordering::Relaxed;
+    stats.watch_failing[kind].store(matches!(ev, Some(Err(_))), Relaxed);
     match ev {
         Some(Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))) => Noted::Changed,
         Some(Ok(watcher::Event::InitDone)) => {
@@ -159,7 +162,8 @@ fn note<K>(
         }
         Some(Ok(watcher::Event::Init | watcher::Event::InitApply(_))) | None => Noted::Nothing,
         Some(Err(e)) => {
-            errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let errors = [&stats.service_watch_errors, &stats.slice_watch_errors][kind];
+            errors.fetch_add(1, Relaxed);
             Noted::Failed(format!("{what}: {}", lb_control::cli::error_line(&e)))
         }
     }
@@ -221,8 +225,8 @@ pub async fn run(
             .min(held_since + hold)
             .max(not_before);
         let noted = tokio::select! {
-            ev = service_events.next() => note("Services", ev, &mut svc_ready, &settings.stats.service_watch_errors),
-            ev = slice_events.next() => note("EndpointSlices", ev, &mut slice_ready, &settings.stats.slice_watch_errors),
+            ev = service_events.next() => note("Services", ev, &mut svc_ready, &settings.stats, 0),
+            ev = slice_events.next() => note("EndpointSlices", ev, &mut slice_ready, &settings.stats, 1),
             _ = periodic.tick() => {
                 if !dirty {
                     held_since = Instant::now();
@@ -325,7 +329,7 @@ async fn push_once(
         *lbd = Some(c);
     }
     let client = lbd.as_mut().expect("connected above");
-    push(client, d, known).await
+    push(client, d, known, &settings.stats.resync_calls).await
 }
 
 /// Logs what lbd committed.

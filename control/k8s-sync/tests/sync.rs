@@ -460,10 +460,10 @@ async fn a_cluster_that_keeps_changing_is_still_pushed() {
     let api = FakeApi::start().await;
     api.apply(Kind::Service, service("web", "192.0.2.10"));
     let mut s = settings(&server);
-    s.debounce = Duration::from_millis(500);
+    s.debounce = Duration::from_millis(1500);
     let (stop, task) = follow(&api, s);
     // A change every 100 ms, more often than the debounce time, for at
-    // most 30 s: the watches are never quiet for 500 ms.
+    // most 30 s: the watches are never quiet for 1.5 s.
     let mut pushed = false;
     for i in 0..300 {
         let flapping = ("10.1.0.12", i % 2 == 0, false);
@@ -522,7 +522,7 @@ async fn metrics_and_health_say_what_the_loop_did() {
     api.fail_lists(Kind::EndpointSlice, false);
     until("pushed", || !k8s_backends(&server).is_empty()).await;
     let mut healthy = false;
-    for _ in 0..100 {
+    for _ in 0..600 {
         if http_get(addr, "/healthz").await == (200, "ok\n".to_string()) {
             healthy = true;
             break;
@@ -549,7 +549,43 @@ async fn metrics_and_health_say_what_the_loop_did() {
         value("lb_k8s_sync_watch_errors_total{kind=\"endpointslices\"}"),
         "0"
     );
-    assert_eq!(value("lb_k8s_sync_push_failures_total{reason=\"refused\"}"), "0");
+    assert_eq!(value("lb_k8s_sync_resync_calls_total"), "1");
+    assert_eq!(
+        value("lb_k8s_sync_push_failures_total{reason=\"unavailable\"}"),
+        "0"
+    );
+    // lbd goes away: the next push fails, and the endpoint says so.
+    drop(server);
+    api.apply(Kind::EndpointSlice, slice("web", &[("10.1.0.12", true, false)]));
+    let mut failed = (0, String::new());
+    for _ in 0..600 {
+        failed = http_get(addr, "/healthz").await;
+        if failed.0 == 503 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(failed.0, 503, "{failed:?}");
+    assert!(
+        failed
+            .1
+            .starts_with("unhealthy: the last push failed: lbd did not answer: "),
+        "{failed:?}"
+    );
+    let (_, body) = http_get(addr, "/metrics").await;
+    let unavailable = body
+        .lines()
+        .find_map(|l| l.strip_prefix("lb_k8s_sync_push_failures_total{reason=\"unavailable\"} "))
+        .unwrap();
+    assert_ne!(unavailable, "0", "{body}");
+    let (code, body) = http_get(addr, "/nothing").await;
+    assert_eq!(
+        (code, body.as_str()),
+        (
+            404,
+            "not found: lb-k8s-sync serves GET /metrics and GET /healthz\n"
+        )
+    );
     stop.send(()).unwrap();
     task.await.unwrap().unwrap();
 }
