@@ -570,6 +570,48 @@ fn tcp_with_tls_and_client_certificates() {
     );
 }
 
+/// `lbctl watch | head`: when the reader of its output has gone, lbctl
+/// ends at once (exit 0, as on a write that finds the pipe closed), not at
+/// the next commit.
+#[test]
+fn watch_ends_when_its_reader_goes() {
+    use std::time::{Duration, Instant};
+    let s = Server::start();
+    let base = s.plane.lock().unwrap().watchers();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lbctl"))
+        .args(["--server", &sock(&s), "watch"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while s.plane.lock().unwrap().watchers() < base + 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(s.plane.lock().unwrap().watchers(), base + 1, "subscribed");
+    // The reader goes; no commit follows.
+    drop(child.stdout.take());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// `lbctl watch` prints each commit as lbd makes it, as text or one JSON
 /// object a line, for longer than `--timeout` (a stream has no deadline),
 /// and exits 1 with lbd's UNAVAILABLE when lbd shuts down.

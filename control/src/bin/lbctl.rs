@@ -416,7 +416,16 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Watch { output } => {
             let format = Format::from(output);
             let mut events = c.watch(pb::WatchRequest {}).await?.into_inner();
-            while let Some(e) = events.message().await? {
+            // `lbctl watch | head -3`: when head has gone, end now, not at
+            // the next commit's write (which may be hours away).
+            let gone = cli::stdout_gone();
+            tokio::pin!(gone);
+            loop {
+                let e = tokio::select! {
+                    e = events.message() => e?,
+                    () = &mut gone => return Err(Failure::Quiet),
+                };
+                let Some(e) = e else { break };
                 let text = match format {
                     Format::Table => output::watch_event_text(&e),
                     Format::Json => {

@@ -252,6 +252,40 @@ pub fn is_local_failure(s: &tonic::Status) -> bool {
     std::error::Error::source(s).is_some()
 }
 
+/// Resolves when standard output is a pipe or socket whose reader has gone
+/// (the `head` of `lbctl watch | head` has exited), which a program that
+/// waits long between writes would otherwise learn only at its next write;
+/// never where that cannot be told. A thread of its own waits in `poll(2)`
+/// for the error the kernel reports on such a pipe (a plain thread, not
+/// the runtime's blocking pool, which would hold the runtime's shutdown).
+pub async fn stdout_gone() {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let watcher = std::thread::Builder::new()
+        .name("stdout-gone".into())
+        .spawn(move || {
+            let out = std::io::stdout();
+            loop {
+                // No events asked for: only the error and hang-up, which
+                // are always reported.
+                let mut fds = [PollFd::new(&out, PollFlags::empty())];
+                match poll(&mut fds, None) {
+                    Ok(_) if fds[0].revents().intersects(PollFlags::ERR | PollFlags::HUP) => {
+                        let _ = tx.send(());
+                        return;
+                    }
+                    Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                    // Not pollable (closed, say): cannot tell.
+                    Err(_) => return,
+                }
+            }
+        });
+    if watcher.is_ok() && rx.await.is_ok() {
+        return;
+    }
+    std::future::pending().await
+}
+
 /// The command line of the program `name` (`lbctl`, `lb-k8s-sync`),
 /// parsed: a usage error is one line on stderr (`NAME: LINE (see NAME
 /// --help)`, [`clap_error_line`]) and exit code 2; `--help` and
