@@ -17,34 +17,36 @@ pub fn repo() -> PathBuf {
 /// test process: a stale lbctl from an earlier build would test old code.
 pub fn lbctl_bin() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| workspace_bin("lb-control", "lbctl")).clone()
+}
+
+/// The lb-k8s-sync binary next to lbd, as [`lbctl_bin`].
+pub fn k8s_sync_bin() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BUILT
-        .get_or_init(|| {
-            let lbd = super::lbd_bin();
-            let target = lbd.parent().unwrap().parent().unwrap();
-            let profile_release = lbd.parent().unwrap().ends_with("release");
-            let mut c = Command::new(env!("CARGO"));
-            c.args([
-                "build",
-                "--quiet",
-                "-p",
-                "lb-control",
-                "--bin",
-                "lbctl",
-                "--target-dir",
-            ])
-            .arg(target)
-            .current_dir(repo());
-            super::nested_cargo::without_package_env(&mut c);
-            if profile_release {
-                c.arg("--release");
-            }
-            assert!(
-                c.status().expect("cargo build lbctl").success(),
-                "building lbctl failed"
-            );
-            lbd.with_file_name("lbctl")
-        })
+        .get_or_init(|| workspace_bin("lb-k8s-sync", "lb-k8s-sync"))
         .clone()
+}
+
+/// Builds (or brings up to date) `bin` of the workspace's `package` next
+/// to lbd, in lbd's profile.
+fn workspace_bin(package: &str, bin: &str) -> PathBuf {
+    let lbd = super::lbd_bin();
+    let target = lbd.parent().unwrap().parent().unwrap();
+    let profile_release = lbd.parent().unwrap().ends_with("release");
+    let mut c = Command::new(env!("CARGO"));
+    c.args(["build", "--quiet", "-p", package, "--bin", bin, "--target-dir"])
+        .arg(target)
+        .current_dir(repo());
+    super::nested_cargo::without_package_env(&mut c);
+    if profile_release {
+        c.arg("--release");
+    }
+    assert!(
+        c.status().expect("cargo build").success(),
+        "building {bin} failed"
+    );
+    lbd.with_file_name(bin)
 }
 
 /// See the module doc. `net` is the second octet of every address.
