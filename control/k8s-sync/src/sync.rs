@@ -201,19 +201,13 @@ pub async fn run(
     } = watches(&client, settings);
     tokio::pin!(shutdown);
     let (mut svc_ready, mut slice_ready) = (false, false);
+    let mut st = Pushes::default();
     let mut dirty = false;
     // When the watches last changed the caches, and when the first change
     // not pushed yet came.
     let mut changed_at = Instant::now();
     let mut held_since = Instant::now();
     let hold = MAX_HOLD.max(settings.debounce);
-    let mut force = false;
-    let mut last: Option<Desired> = None;
-    let mut last_pushed: Option<Pushed> = None;
-    let mut logged_skips: BTreeSet<Skip> = BTreeSet::new();
-    let mut lbd: Option<LoadBalancerClient<Channel>> = None;
-    let mut retry = FIRST_RETRY;
-    let mut not_before = Instant::now();
     let mut periodic = tokio::time::interval_at(Instant::now() + settings.resync, settings.resync);
     loop {
         let ready = svc_ready && slice_ready;
@@ -223,76 +217,39 @@ pub async fn run(
             .store(ready, std::sync::atomic::Ordering::Relaxed);
         let due = (changed_at + settings.debounce)
             .min(held_since + hold)
-            .max(not_before);
+            .max(st.not_before);
         let noted = tokio::select! {
             ev = service_events.next() => note("Services", ev, &mut svc_ready, &settings.stats, 0),
             ev = slice_events.next() => note("EndpointSlices", ev, &mut slice_ready, &settings.stats, 1),
             _ = periodic.tick() => {
-                if !dirty {
-                    held_since = Instant::now();
-                }
-                dirty = true;
-                force = true;
-                Noted::Nothing
+                st.force = true;
+                Noted::Changed
             }
-            () = &mut shutdown => return Ok(Ended::Stopped(last_pushed)),
+            () = &mut shutdown => return Ok(Ended::Stopped(st.last_pushed)),
             () = tokio::time::sleep_until(due), if ready && dirty => {
                 dirty = false;
-                // Who had a VIP or a name: what lbd took in the last push.
-                let d = map(&services, &slices, &settings.options, last_pushed.as_ref().map(|p| &p.sent));
+                let d = map(&services, &slices, &settings.options, st.last_pushed.as_ref().map(|p| &p.sent));
                 if mode == Mode::DryRun {
                     return Ok(Ended::Mapped(d));
                 }
-                if !force && last.as_ref() == Some(&d) {
-                    Noted::Nothing
-                } else {
-                log_skips(&d.skipped, &mut logged_skips);
-                // The last push's left-outs are left out again, except in
-                // the periodic push, which tries everything.
-                let known = match (&last_pushed, force) {
-                    (Some(p), false) => p.left_out.clone(),
-                    _ => Vec::new(),
-                };
                 let pushed = tokio::select! {
-                    r = push_once(&mut lbd, settings, &d, &known) => r,
+                    r = st.push(settings, d) => r,
                     // One push can take a connection and several calls:
                     // a stop does not wait for them.
-                    () = &mut shutdown => return Ok(Ended::Stopped(last_pushed)),
+                    () = &mut shutdown => return Ok(Ended::Stopped(st.last_pushed)),
                 };
                 match pushed {
-                    Ok(p) => {
-                        settings.stats.pushed(&p);
-                        report(&p, last.is_none());
-                        log_skips(&p.sent.skipped, &mut logged_skips);
-                        logged_skips.retain(|s| p.sent.skipped.contains(s));
-                        force = false;
-                        retry = FIRST_RETRY;
-                        last = Some(d);
-                        last_pushed = Some(p);
-                        if mode == Mode::Once {
-                            return Ok(Ended::Stopped(last_pushed));
-                        }
-                    }
+                    Ok(true) if mode == Mode::Once => return Ok(Ended::Stopped(st.last_pushed)),
+                    Ok(_) => {}
+                    Err(e) if mode == Mode::Once => return Err(e.into()),
                     Err(e) => {
-                        settings.stats.failed(matches!(e, PushError::Refused(_)), &e.to_string());
-                        if mode == Mode::Once {
-                            return Err(e.into());
-                        }
-                        tracing::error!("{e}; trying again in {} s", retry.as_secs());
-                        if matches!(e, PushError::Unavailable(_)) {
-                            lbd = None;
-                        }
+                        tracing::error!("{e}; trying again in {} s", st.retry.as_secs());
+                        st.failed(&e);
+                        // Tried again at `not_before`.
                         dirty = true;
-                        // lbd may have committed what it did not answer:
-                        // the next try pushes even a state equal to the
-                        // last one taken.
-                        last = None;
-                        not_before = Instant::now() + retry;
-                        retry = (retry * 2).min(MAX_RETRY);
                     }
                 }
                 Noted::Nothing
-                }
             }
         };
         match noted {
@@ -312,6 +269,84 @@ pub async fn run(
             }
             Noted::Failed(e) => tracing::warn!("watch failed, retrying: {e}"),
         }
+    }
+}
+
+/// What the loop knows of its pushes.
+#[derive(Debug)]
+struct Pushes {
+    /// Push even a state equal to the last (the periodic push, which also
+    /// tries again what the last push left out).
+    force: bool,
+    /// The last state lbd took, as mapped (before any narrowing); `None`
+    /// after a failure, since lbd may have committed what it did not
+    /// answer.
+    last: Option<Desired>,
+    /// The last push lbd took.
+    last_pushed: Option<Pushed>,
+    /// The skips logged, so each is logged once.
+    logged_skips: BTreeSet<Skip>,
+    /// The connection to lbd.
+    lbd: Option<LoadBalancerClient<Channel>>,
+    /// The delay after the next failure, and no push before `not_before`.
+    retry: Duration,
+    not_before: Instant,
+}
+
+impl Default for Pushes {
+    fn default() -> Pushes {
+        Pushes {
+            force: false,
+            last: None,
+            last_pushed: None,
+            logged_skips: BTreeSet::new(),
+            lbd: None,
+            retry: FIRST_RETRY,
+            not_before: Instant::now(),
+        }
+    }
+}
+
+impl Pushes {
+    /// Pushes `d` unless it is the last state lbd took (and not forced);
+    /// returns whether it pushed.
+    async fn push(&mut self, settings: &Settings, d: Desired) -> Result<bool, PushError> {
+        if !self.force && self.last.as_ref() == Some(&d) {
+            return Ok(false);
+        }
+        log_skips(&d.skipped, &mut self.logged_skips);
+        // The last push's left-outs are left out again, except in the
+        // periodic push, which tries everything.
+        let known = match (&self.last_pushed, self.force) {
+            (Some(p), false) => p.left_out.clone(),
+            _ => Vec::new(),
+        };
+        let p = push_once(&mut self.lbd, settings, &d, &known).await;
+        let p = p.inspect_err(|e| {
+            settings
+                .stats
+                .failed(matches!(e, PushError::Refused(_)), &e.to_string())
+        })?;
+        settings.stats.pushed(&p);
+        report(&p, self.last.is_none());
+        log_skips(&p.sent.skipped, &mut self.logged_skips);
+        self.logged_skips.retain(|s| p.sent.skipped.contains(s));
+        self.force = false;
+        self.retry = FIRST_RETRY;
+        self.last = Some(d);
+        self.last_pushed = Some(p);
+        Ok(true)
+    }
+
+    /// After a push that failed: a new connection if lbd did not answer,
+    /// the next try after the retry delay, which doubles.
+    fn failed(&mut self, e: &PushError) {
+        if matches!(e, PushError::Unavailable(_)) {
+            self.lbd = None;
+        }
+        self.last = None;
+        self.not_before = Instant::now() + self.retry;
+        self.retry = (self.retry * 2).min(MAX_RETRY);
     }
 }
 
