@@ -33,8 +33,13 @@
 //! **Stalled uploads.** A request whose body stops arriving for
 //! [`REQUEST_IDLE_TIMEOUT`] is ended with DEADLINE_EXCEEDED, whatever its
 //! method, so that a client that is alive (it answers HTTP/2 pings) but
-//! stopped sending gives its write share back. A client that keeps sending
-//! a little at a time keeps it.
+//! stopped sending gives its write share back. One that keeps sending a
+//! little at a time (a byte every 29 s) gives it back too: a body that has
+//! been waited for longer than [`REQUEST_IDLE_TIMEOUT`] in all and
+//! averages under [`MIN_REQUEST_RATE`] bytes a second of that wait is
+//! ended the same way, when its next bytes come. (Both count only the
+//! time lbd waits for bytes it asked for, not the time it takes between
+//! asks.)
 
 use std::future::Future;
 use std::pin::Pin;
@@ -59,6 +64,12 @@ pub const MAX_SMALL_REQUEST_BYTES: usize = 64 << 10;
 
 /// How long a request's body may stop arriving before the call is ended.
 pub const REQUEST_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The average rate, in bytes a second of waiting for them, below which a
+/// body waited for longer than [`REQUEST_IDLE_TIMEOUT`] is ended (8 kbit/s: any link a
+/// controller uses does far better; a 100 MB Resync at it would take 28
+/// hours).
+pub const MIN_REQUEST_RATE: u64 = 1024;
 
 /// The methods that take a request of any size.
 fn is_bulk_write(path: &str) -> bool {
@@ -170,6 +181,10 @@ pub struct LimitedBody<B> {
     /// again (from then, not from the frame: the reader may take its time
     /// before it asks for more).
     rearm: bool,
+    /// How long lbd has waited for the body's frames in all, and since
+    /// when it waits for the next one, for [`MIN_REQUEST_RATE`].
+    waited: Duration,
+    asked: Option<Instant>,
 }
 
 impl<B> LimitedBody<B> {
@@ -182,6 +197,8 @@ impl<B> LimitedBody<B> {
             idle,
             timer: None,
             rearm: false,
+            waited: Duration::ZERO,
+            asked: None,
         }
     }
 }
@@ -199,6 +216,9 @@ where
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 this.rearm = true;
+                if let Some(t) = this.asked.take() {
+                    this.waited += t.elapsed();
+                }
                 if let Some(data) = frame.data_ref() {
                     this.read = this.read.saturating_add(data.len());
                     if this.read > this.max_bytes {
@@ -208,11 +228,26 @@ where
                         )))));
                     }
                 }
+                // A trickle keeps the idle timer from firing: the average
+                // ends it.
+                let took = this.waited;
+                if took > this.idle
+                    && (this.read as u128) < u128::from(MIN_REQUEST_RATE) * took.as_millis() / 1000
+                {
+                    return Poll::Ready(Some(Err(Status::deadline_exceeded(format!(
+                        "{} request: {} bytes in {} s, under the {MIN_REQUEST_RATE} bytes a second lbd asks of a request that takes over {} s; send it again",
+                        this.method,
+                        this.read,
+                        took.as_secs(),
+                        this.idle.as_secs()
+                    )))));
+                }
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Status::from_error(e.into())))),
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => {
+                this.asked.get_or_insert_with(Instant::now);
                 let idle = this.idle;
                 let timer = match &mut this.timer {
                     Some(t) => {
@@ -407,10 +442,11 @@ mod tests {
         assert_eq!(plane.lock().unwrap().revision(), 1, "the commit ran");
     }
 
-    /// A body of `frames` one-byte frames, each `every` after the reader
-    /// asks for it.
+    /// A body of `frames` frames of `size` bytes, each `every` after the
+    /// reader asks for it.
     struct Trickle {
         frames: usize,
+        size: usize,
         every: Duration,
         next: Pin<Box<Sleep>>,
         /// `next` is set for the frame being asked for.
@@ -419,8 +455,13 @@ mod tests {
 
     impl Trickle {
         fn new(frames: usize, every: Duration) -> Self {
+            Trickle::sized(frames, 1, every)
+        }
+
+        fn sized(frames: usize, size: usize, every: Duration) -> Self {
             Trickle {
                 frames,
+                size,
                 every,
                 next: Box::pin(tokio::time::sleep(every)),
                 asked: false,
@@ -448,7 +489,7 @@ mod tests {
             }
             self.frames -= 1;
             self.asked = false;
-            Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"x")))))
+            Poll::Ready(Some(Ok(Frame::data(Bytes::from(vec![b'x'; self.size])))))
         }
     }
 
@@ -506,18 +547,34 @@ mod tests {
         );
         assert_eq!(start.elapsed(), idle);
 
-        // Three frames, each two thirds of the timeout after the last: 2x
-        // the timeout in all.
+        // Three frames of 32 KiB, each two thirds of the timeout after the
+        // last: 2x the timeout in all, ~1.6 KiB a second.
         let start = Instant::now();
-        let slow = limited(Trickle::new(3, idle * 2 / 3), usize::MAX);
+        let slow = limited(Trickle::sized(3, 32 << 10, idle * 2 / 3), usize::MAX);
         let read = slow.collect().await.expect("never idle for the timeout");
-        assert_eq!(read.to_bytes().len(), 3);
+        assert_eq!(read.to_bytes().len(), 3 * (32 << 10));
         assert_eq!(start.elapsed(), idle * 2);
+
+        // A byte every two thirds of the timeout never lets the idle timer
+        // fire, but averages far under the rate: the frame that comes
+        // after the timeout ends it.
+        let start = Instant::now();
+        let mut drip = limited(Trickle::new(100, idle * 2 / 3), usize::MAX);
+        assert!(drip.frame().await.unwrap().is_ok());
+        let err = drip.frame().await.unwrap().unwrap_err();
+        assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err:?}");
+        assert_eq!(
+            err.message(),
+            "GetService request: 2 bytes in 40 s, under the 1024 bytes a second lbd asks of a request that takes over 30 s; send it again"
+        );
+        assert_eq!(start.elapsed(), idle * 4 / 3);
 
         // A reader that takes longer than the timeout between two frames
         // (a long decode) does not count against the sender: the wait
-        // starts when it asks.
-        let mut body = limited(Trickle::new(2, idle * 2 / 3), usize::MAX);
+        // starts when it asks (nor against its rate: 64 KiB in the 40 s
+        // waited is enough, in the 100 s since the first ask it would not
+        // be).
+        let mut body = limited(Trickle::sized(2, 32 << 10, idle * 2 / 3), usize::MAX);
         assert!(body.frame().await.unwrap().is_ok());
         tokio::time::sleep(idle * 2).await;
         assert!(
