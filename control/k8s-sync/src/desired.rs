@@ -385,10 +385,7 @@ pub fn desired<'a>(
         out.frontends.extend(b.frontends);
         out.backends.extend(b.backends.into_values());
     }
-    out.frontends.sort_by(|a, b| {
-        let k = |f: &pb::Frontend| (f.address.parse::<IpAddr>().ok(), f.port, f.protocol);
-        k(a).cmp(&k(b))
-    });
+    out.frontends.sort_by_key(frontend_key);
     out.skipped.sort();
     out.skipped.dedup();
     out

@@ -13,6 +13,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
+use lb_control::convert;
+use lb_control::model::Change;
 use lb_proto::v1 as pb;
 use lb_proto::v1::load_balancer_client::LoadBalancerClient;
 use tonic::transport::Channel;
@@ -310,38 +312,49 @@ pub fn clashes(sent: &Desired, others: &pb::ListResponse) -> Vec<(Ident, String)
 /// rule involves, which need not be the object named (an unchanged
 /// frontend's rule is blamed on a changed backend of its service), so the
 /// name decides: a frontend a service-wide rule names (`... for frontend
-/// F`), else the object named, else the one at the index.
+/// F`), else the object named, else the one at the index. Names are lbd's
+/// own ([`Change::object_name`]).
 pub fn blamed(sent: &Desired, message: &str) -> Option<Ident> {
     let named = unindexed(message);
-    if let Some((_, after)) = named.split_once("for frontend ") {
-        let f_text = after.split([',', ' ']).next().unwrap_or_default();
-        if let Some(f) = sent.frontends.iter().find(|f| frontend_text(f) == f_text) {
-            return Some(frontend_ident(f));
-        }
-    }
-    let is = |desc: String| {
-        named
-            .strip_prefix(desc.as_str())
-            .is_some_and(|r| r.starts_with(':'))
-    };
-    if let Some(f) = sent
+    // Frontends first: a service-wide rule names its frontend last.
+    let objects = sent
         .frontends
         .iter()
-        .find(|f| is(format!("frontend {}", frontend_text(f))))
-    {
-        return Some(frontend_ident(f));
+        .filter_map(|f| {
+            Some((
+                frontend_ident(f),
+                Change::UpsertFrontend(convert::frontend_from_proto(f).ok()?),
+            ))
+        })
+        .chain(sent.backends.iter().filter_map(|b| {
+            Some((
+                backend_ident(b),
+                Change::UpsertBackend(convert::backend_from_proto(b).ok()?),
+            ))
+        }))
+        .chain(sent.services.iter().filter_map(|s| {
+            Some((
+                Ident::Service(s.name.clone()),
+                Change::UpsertService(convert::service_from_proto(s).ok()?),
+            ))
+        }))
+        .map(|(id, c)| (id, c.object_name()));
+    let rule_of = named.split_once(" for ").map(|(_, after)| after);
+    let mut about = None;
+    for (id, name) in objects {
+        if rule_of.is_some_and(|r| r.starts_with(name.as_str()) && matches!(id, Ident::Frontend(..))) {
+            return Some(id);
+        }
+        if about.is_none()
+            && named
+                .strip_prefix(name.as_str())
+                .is_some_and(|r| r.starts_with(':'))
+        {
+            about = Some(id);
+        }
     }
-    if let Some(b) = sent.backends.iter().find(|b| {
-        is(format!(
-            "backend {} of {}",
-            endpoint(&b.address, b.port),
-            b.service
-        ))
-    }) {
-        return Some(backend_ident(b));
-    }
-    if let Some(s) = sent.services.iter().find(|s| is(format!("service {:?}", s.name))) {
-        return Some(Ident::Service(s.name.clone()));
+    if about.is_some() {
+        return about;
     }
     let (list, rest) = message.split_once('[')?;
     let index: usize = rest.split_once(']')?.0.parse().ok()?;
@@ -351,15 +364,6 @@ pub fn blamed(sent: &Desired, message: &str) -> Option<Ident> {
         "backends" => sent.backends.get(index).map(backend_ident),
         _ => None,
     }
-}
-
-/// A frontend as lbd writes it: `1.2.3.4:80/tcp`, `[fd00::1]:53/udp`.
-fn frontend_text(f: &pb::Frontend) -> String {
-    let proto = match pb::Protocol::try_from(f.protocol) {
-        Ok(pb::Protocol::Udp) => "udp",
-        _ => "tcp",
-    };
-    format!("{}/{proto}", endpoint(&f.address, f.port))
 }
 
 /// lbd's `message` without its leading request index.
