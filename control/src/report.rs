@@ -135,6 +135,7 @@ fn info_from(
                     tx_ipv4_checksum_offload: port.ipv4_checksum_offload.1,
                     vlan: port.vlan.map_or(0, u32::from),
                     mtu: port.mtu.into(),
+                    addresses: port.addresses.clone(),
                 }
             })
             .collect(),

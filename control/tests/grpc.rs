@@ -602,6 +602,10 @@ async fn stats_and_info() {
     assert_eq!(i.ports[0].driver, "net_null");
     assert_eq!((i.ports[0].vlan, i.ports[1].vlan), (0, 20));
     assert_eq!((i.ports[0].mtu, i.ports[1].mtu), (1500, 9000));
+    assert_eq!(
+        (i.ports[0].addresses.as_slice(), i.ports[1].addresses.as_slice()),
+        (&["10.0.0.1/24".to_string()][..], &["10.1.0.1/24".to_string()][..])
+    );
     assert!(i.ports[0].link_up);
     assert_eq!(
         i.ports

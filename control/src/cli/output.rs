@@ -792,6 +792,7 @@ pub fn info_value(i: &pb::GetInfoResponse) -> serde_json::Value {
             "tx_ipv4_checksum_offload": p.tx_ipv4_checksum_offload,
             "vlan": p.vlan,
             "mtu": p.mtu,
+            "addresses": p.addresses,
         })).collect::<Vec<_>>(),
     })
 }
@@ -842,6 +843,11 @@ pub fn info_text(i: &pb::GetInfoResponse) -> String {
                         v => v.to_string(),
                     },
                     p.mtu.to_string(),
+                    if p.addresses.is_empty() {
+                        "-".into()
+                    } else {
+                        p.addresses.join(",")
+                    },
                 ]
             })
             .collect();
@@ -857,6 +863,7 @@ pub fn info_text(i: &pb::GetInfoResponse) -> String {
                 "ip csum offload",
                 "vlan",
                 "mtu",
+                "addresses",
             ],
             &cells,
         ));
@@ -1272,6 +1279,7 @@ mod tests {
                 link_up: true,
                 rx_ipv4_checksum_offload: true,
                 mtu: 1500,
+                addresses: vec!["10.0.0.1/24".into(), "2001:db8::1/64".into()],
                 ..Default::default()
             }],
             ..Default::default()
@@ -1283,7 +1291,12 @@ mod tests {
         assert!(
             t.lines()
                 .last()
-                .is_some_and(|l| l.split_whitespace().rev().take(3).eq(["1500", "-", "rx"])),
+                .is_some_and(|l| l.split_whitespace().rev().take(4).eq([
+                    "10.0.0.1/24,2001:db8::1/64",
+                    "1500",
+                    "-",
+                    "rx"
+                ])),
             "{t}"
         );
         let mut tagged = i.clone();
@@ -1293,11 +1306,27 @@ mod tests {
         assert!(
             t.lines()
                 .last()
-                .is_some_and(|l| l.split_whitespace().rev().take(3).eq(["1500", "100", "rx"])),
+                .is_some_and(|l| l.split_whitespace().rev().take(4).eq([
+                    "10.0.0.1/24,2001:db8::1/64",
+                    "1500",
+                    "100",
+                    "rx"
+                ])),
             "{t}"
         );
         assert_eq!(info_value(&tagged)["ports"][0]["vlan"], 100);
         assert_eq!(info_value(&tagged)["ports"][0]["mtu"], 1500);
+        assert_eq!(
+            info_value(&tagged)["ports"][0]["addresses"],
+            serde_json::json!(["10.0.0.1/24", "2001:db8::1/64"])
+        );
+        let mut bare = i.clone();
+        bare.ports[0].addresses.clear();
+        assert!(
+            info_text(&bare).lines().last().is_some_and(|l| l.ends_with(" -")),
+            "{}",
+            info_text(&bare)
+        );
         assert_eq!(info_value(&i)["ports"][0]["rx_ipv4_checksum_offload"], true);
         assert_eq!(info_value(&i)["revision"], 7);
     }

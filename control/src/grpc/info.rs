@@ -149,6 +149,8 @@ pub struct PortInfo {
     pub vlan: Option<u16>,
     /// The largest IP packet the port sends.
     pub mtu: u16,
+    /// The port's own addresses with their prefix lengths (`10.0.0.1/24`).
+    pub addresses: Vec<String>,
     /// Link state, speed and counters, kept current by the port's owner.
     pub status: Arc<PortStatus>,
 }

@@ -46,6 +46,7 @@ pub fn ports() -> Vec<PortInfo> {
             ipv4_checksum_offload: (id == 1, false),
             vlan: (id == 1).then_some(20),
             mtu: 1500 + 7500 * id,
+            addresses: vec![["10.0.0.1/24", "10.1.0.1/24"][usize::from(id)].to_string()],
             status: lb_control::grpc::PortStatus::new(true, 10_000),
         })
         .collect()

@@ -543,6 +543,11 @@ fn server_info(dpdk: &Dpdk, config: &Config, affinity: &Arc<AffinityTable>) -> S
             ipv4_checksum_offload: (p.checksum_offload().rx_ipv4, dpdk.offloads.tx_ipv4),
             vlan: config.interfaces.get(usize::from(p.id())).and_then(|i| i.vlan),
             mtu: p.mtu().unwrap_or(0),
+            addresses: config
+                .interfaces
+                .get(usize::from(p.id()))
+                .map(|i| i.addresses.iter().map(ToString::to_string).collect())
+                .unwrap_or_default(),
             status: Arc::clone(status),
         })
         .collect();
