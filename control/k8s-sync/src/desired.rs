@@ -13,20 +13,36 @@
 //! - **frontends**: the port on each address of the enabled types
 //!   ([`Options::types`]): `status.loadBalancer.ingress[].ip` of a
 //!   `LoadBalancer` Service of this sidecar's class, `spec.externalIPs`,
-//!   `spec.clusterIPs`;
+//!   `spec.clusterIPs`; and the port's `nodePort` (a `NodePort` or
+//!   `LoadBalancer` Service's) on each of [`Options::node_addresses`];
 //! - **forwarding mode**: the annotation [`MODE_ANNOTATION`] (`dnat` or
 //!   `fullnat`), else [`Options::mode`];
 //! - **traffic policy**: `spec.externalTrafficPolicy: Local` → local when
-//!   [`Options::node_local`], else cluster;
+//!   [`Options::node_local`], else cluster, for the load-balancer, external
+//!   and node-port frontends; `spec.internalTrafficPolicy` likewise for the
+//!   cluster IPs;
 //! - **affinity**: `spec.sessionAffinity: ClientIP` with
 //!   `sessionAffinityConfig.clientIP.timeoutSeconds` (default 10800 s);
-//! - **source ranges**: `spec.loadBalancerSourceRanges`;
+//! - **source ranges**: `spec.loadBalancerSourceRanges`, on the
+//!   load-balancer frontends only, as kube-proxy;
 //! - **backends**: the first address of each endpoint of the Service's
 //!   EndpointSlices (label `kubernetes.io/service-name`), on the slice port
 //!   with the Service port's name and protocol; ready → `active`,
 //!   terminating → `terminating` (established connections only), neither →
 //!   `quarantined`; `nodeName` and `zone` kept. When none is ready, those
 //!   terminating that still serve are `active` (kube-proxy's fallback).
+//!
+//! An lbd service has one traffic policy and one list of source ranges
+//! for all its frontends. Where a Service port's frontends need different
+//! ones, the port is several lbd services with the same backends
+//! (`Group`): the frontends that take the Service's source ranges (the
+//! load-balancer ones), and with them every other frontend that needs
+//! the same, under the name above; external IPs and node ports, when
+//! there are source ranges, under that name and `-external`; cluster IPs,
+//! when their policy or the source ranges set them apart, under that name
+//! and `-internal`. Which group a frontend is in depends on the Service's
+//! spec only, not on which addresses it has at the moment, so a
+//! load-balancer IP being assigned renames nothing.
 //!
 //! What cannot be mapped is skipped and said why ([`Skip`]): an
 //! `ExternalName` Service, SCTP, an address that is not an IP, a name
@@ -60,6 +76,9 @@ pub enum FrontendKind {
     ExternalIp,
     /// `spec.clusterIPs` (not `None`).
     ClusterIp,
+    /// `spec.ports[].nodePort` on lbd's own addresses
+    /// ([`Options::node_addresses`]).
+    NodePort,
 }
 
 impl FrontendKind {
@@ -69,6 +88,7 @@ impl FrontendKind {
             FrontendKind::LoadBalancer => "load-balancer",
             FrontendKind::ExternalIp => "external-ip",
             FrontendKind::ClusterIp => "cluster-ip",
+            FrontendKind::NodePort => "node-port",
         }
     }
 
@@ -77,6 +97,7 @@ impl FrontendKind {
             FrontendKind::LoadBalancer => pb::FrontendType::LoadBalancer,
             FrontendKind::ExternalIp => pb::FrontendType::ExternalIp,
             FrontendKind::ClusterIp => pb::FrontendType::ClusterIp,
+            FrontendKind::NodePort => pb::FrontendType::NodePort,
         }
     }
 }
@@ -89,8 +110,9 @@ impl std::str::FromStr for FrontendKind {
             "load-balancer" => Ok(FrontendKind::LoadBalancer),
             "external-ip" => Ok(FrontendKind::ExternalIp),
             "cluster-ip" => Ok(FrontendKind::ClusterIp),
+            "node-port" => Ok(FrontendKind::NodePort),
             _ => Err(format!(
-                "{s:?} is not a frontend type (load-balancer, external-ip or cluster-ip)"
+                "{s:?} is not a frontend type (load-balancer, external-ip, cluster-ip or node-port)"
             )),
         }
     }
@@ -112,8 +134,13 @@ pub struct Options {
     /// (only backends on lbd's own node, `--node-name`): for lbd on a
     /// cluster node, as kube-proxy. Off, such a Service is balanced over
     /// all its endpoints, as a gateway that runs no pods must (its `local`
-    /// services would have no backend).
+    /// services would have no backend). `internalTrafficPolicy: Local`
+    /// likewise for the cluster IPs.
     pub node_local: bool,
+    /// Where [`FrontendKind::NodePort`] frontends are made: lbd's own
+    /// interface addresses (the sync loop asks lbd for them), in order and
+    /// without repeats. Empty: none.
+    pub node_addresses: Vec<IpAddr>,
 }
 
 impl Default for Options {
@@ -123,6 +150,7 @@ impl Default for Options {
             mode: pb::ForwardingMode::Fullnat,
             load_balancer_class: None,
             node_local: false,
+            node_addresses: Vec::new(),
         }
     }
 }
@@ -198,6 +226,98 @@ struct Candidate<'a> {
     frontends: Vec<pb::Frontend>,
 }
 
+/// Which of a Service port's lbd services a frontend is in (see the
+/// module doc): they differ in traffic policy or source ranges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Group {
+    /// The Service port's own name: the load-balancer frontends, with the
+    /// Service's source ranges, and every other that needs the same.
+    Base,
+    /// `-external`: external IPs and node ports, without the source
+    /// ranges the load-balancer frontends have.
+    External,
+    /// `-internal`: cluster IPs, with the internal traffic policy and no
+    /// source ranges, where that differs from the base's.
+    Internal,
+}
+
+impl Group {
+    const ALL: [Group; 3] = [Group::Base, Group::External, Group::Internal];
+
+    /// What its lbd service's name adds to the Service port's.
+    fn suffix(self) -> &'static str {
+        match self {
+            Group::Base => "",
+            Group::External => "-external",
+            Group::Internal => "-internal",
+        }
+    }
+
+    /// What a skip adds to the Service port's description.
+    fn what(self) -> &'static str {
+        match self {
+            Group::Base => "",
+            Group::External => " (external IPs and node ports)",
+            Group::Internal => " (cluster IPs)",
+        }
+    }
+}
+
+/// The attributes of a Service's frontends, and which group each kind is
+/// in.
+struct Groups<'a> {
+    external_policy: pb::TrafficPolicy,
+    internal_policy: pb::TrafficPolicy,
+    source_ranges: &'a [String],
+}
+
+impl<'a> Groups<'a> {
+    fn new(
+        external_policy: pb::TrafficPolicy,
+        internal_policy: pb::TrafficPolicy,
+        source_ranges: &'a [String],
+    ) -> Self {
+        Groups {
+            external_policy,
+            internal_policy,
+            source_ranges,
+        }
+    }
+
+    /// The group of a frontend of `kind`: by what it needs, compared with
+    /// what the base has (the load-balancer frontends' policy and ranges).
+    fn of(&self, kind: FrontendKind) -> Group {
+        match kind {
+            FrontendKind::LoadBalancer => Group::Base,
+            FrontendKind::ExternalIp | FrontendKind::NodePort if self.source_ranges.is_empty() => Group::Base,
+            FrontendKind::ExternalIp | FrontendKind::NodePort => Group::External,
+            FrontendKind::ClusterIp
+                if self.source_ranges.is_empty() && self.internal_policy == self.external_policy =>
+            {
+                Group::Base
+            }
+            FrontendKind::ClusterIp => Group::Internal,
+        }
+    }
+
+    /// The traffic policy and source ranges of `group`'s lbd service.
+    fn attributes(&self, group: Group) -> (pb::TrafficPolicy, &'a [String]) {
+        match group {
+            Group::Base => (self.external_policy, self.source_ranges),
+            Group::External => (self.external_policy, &[]),
+            Group::Internal => (self.internal_policy, &[]),
+        }
+    }
+}
+
+/// `1.2.3.4:80`, `[fd00::1]:80`.
+fn endpoint_text(addr: IpAddr, port: u32) -> String {
+    match addr {
+        IpAddr::V4(a) => format!("{a}:{port}"),
+        IpAddr::V6(a) => format!("[{a}]:{port}"),
+    }
+}
+
 /// A frontend's identity.
 type FrontendKey = (IpAddr, u32, i32);
 
@@ -255,14 +375,20 @@ pub fn desired<'a>(
             }
         };
         let addrs = frontend_addresses(svc, opts, &what, &mut skipped);
-        if addrs.is_empty() {
+        // Node ports: a `NodePort` or `LoadBalancer` Service's.
+        let node_ports = opts.types.contains(&FrontendKind::NodePort)
+            && matches!(spec.type_.as_deref(), Some("NodePort" | "LoadBalancer"))
+            && !opts.node_addresses.is_empty();
+        if addrs.is_empty() && !node_ports {
             continue;
         }
         let ports = spec.ports.as_deref().unwrap_or_default();
-        let policy = match spec.external_traffic_policy.as_deref() {
+        let policy_of = |p: Option<&str>| match p {
             Some("Local") if opts.node_local => pb::TrafficPolicy::Local,
             _ => pb::TrafficPolicy::Cluster,
         };
+        let external_policy = policy_of(spec.external_traffic_policy.as_deref());
+        let internal_policy = policy_of(spec.internal_traffic_policy.as_deref());
         let affinity = match spec.session_affinity.as_deref() {
             Some("ClientIP") => spec
                 .session_affinity_config
@@ -273,6 +399,7 @@ pub fn desired<'a>(
             _ => 0,
         };
         let source_ranges = spec.load_balancer_source_ranges.clone().unwrap_or_default();
+        let groups = Groups::new(external_policy, internal_policy, &source_ranges);
         for port in ports {
             let what = match &port.name {
                 Some(p) if !p.is_empty() => format!("{what} port {p:?}"),
@@ -289,62 +416,99 @@ pub fn desired<'a>(
                     continue;
                 }
             };
-            let lbd_name = match lbd_name(&ns, &name, port, ports.len()) {
+            let base_name = match lbd_name(&ns, &name, port, ports.len()) {
                 Ok(n) => n,
                 Err(reason) => {
                     skipped.push(Skip { object: what, reason });
                     continue;
                 }
             };
-            let service = pb::Service {
-                name: lbd_name.clone(),
-                mode: mode as i32,
-                traffic_policy: policy as i32,
-                session_affinity_timeout_seconds: affinity,
-                source_ranges: source_ranges.clone(),
-                source: pb::Source::K8s as i32,
-            };
-            if let Err(e) = convert::service_from_proto(&service) {
-                skipped.push(Skip {
-                    object: what,
-                    reason: e.to_string(),
-                });
-                continue;
-            }
-            let mut frontends = Vec::new();
+            // The port's frontends, (address, port) without repeats, each
+            // with its kind.
+            let mut endpoints: Vec<(IpAddr, u32, FrontendKind)> = Vec::new();
+            let service_port = u32::try_from(port.port).unwrap_or(0);
             for &(addr, kind) in &addrs {
-                let fe = pb::Frontend {
-                    service: lbd_name.clone(),
-                    address: addr.to_string(),
-                    port: u32::try_from(port.port).unwrap_or(0),
-                    protocol: protocol as i32,
-                    r#type: kind.to_proto() as i32,
-                    source: pb::Source::K8s as i32,
-                };
-                if let Err(e) = convert::frontend_from_proto(&fe) {
-                    skipped.push(Skip {
-                        object: format!("{what} frontend {addr}"),
-                        reason: e.to_string(),
-                    });
-                    continue;
-                }
-                frontends.push(fe);
+                endpoints.push((addr, service_port, kind));
             }
-            if frontends.is_empty() {
-                continue;
+            if let Some(np) = port
+                .node_port
+                .and_then(|p| u32::try_from(p).ok())
+                .filter(|_| node_ports)
+            {
+                for &addr in &opts.node_addresses {
+                    if !endpoints.iter().any(|&(a, p, _)| (a, p) == (addr, np)) {
+                        endpoints.push((addr, np, FrontendKind::NodePort));
+                    }
+                }
             }
             let origin = match port.name.as_deref() {
                 Some(p) if !p.is_empty() => format!("{ns}/{name} port {p}"),
                 _ => format!("{ns}/{name}"),
             };
-            candidates.push(Candidate {
-                what,
-                origin,
-                ns_name: (ns.clone(), name.clone()),
-                port,
-                service,
-                frontends,
-            });
+            for group in Group::ALL {
+                let mine: Vec<(IpAddr, u32, FrontendKind)> = endpoints
+                    .iter()
+                    .copied()
+                    .filter(|&(_, _, kind)| groups.of(kind) == group)
+                    .collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                let lbd_name = format!("{base_name}{}", group.suffix());
+                if let Err(e) = lb_control::model::check_service_name(&lbd_name) {
+                    skipped.push(Skip {
+                        object: format!("{what}{}", group.what()),
+                        reason: format!("lbd service name: {e}"),
+                    });
+                    continue;
+                }
+                let (traffic_policy, ranges) = groups.attributes(group);
+                let service = pb::Service {
+                    name: lbd_name.clone(),
+                    mode: mode as i32,
+                    traffic_policy: traffic_policy as i32,
+                    session_affinity_timeout_seconds: affinity,
+                    source_ranges: ranges.to_vec(),
+                    source: pb::Source::K8s as i32,
+                };
+                if let Err(e) = convert::service_from_proto(&service) {
+                    skipped.push(Skip {
+                        object: format!("{what}{}", group.what()),
+                        reason: e.to_string(),
+                    });
+                    continue;
+                }
+                let mut frontends = Vec::new();
+                for (addr, fe_port, kind) in mine {
+                    let fe = pb::Frontend {
+                        service: lbd_name.clone(),
+                        address: addr.to_string(),
+                        port: fe_port,
+                        protocol: protocol as i32,
+                        r#type: kind.to_proto() as i32,
+                        source: pb::Source::K8s as i32,
+                    };
+                    if let Err(e) = convert::frontend_from_proto(&fe) {
+                        skipped.push(Skip {
+                            object: format!("{what} frontend {}", endpoint_text(addr, fe_port)),
+                            reason: e.to_string(),
+                        });
+                        continue;
+                    }
+                    frontends.push(fe);
+                }
+                if frontends.is_empty() {
+                    continue;
+                }
+                candidates.push(Candidate {
+                    what: format!("{what}{}", group.what()),
+                    origin: format!("{origin}{}", group.suffix()),
+                    ns_name: (ns.clone(), name.clone()),
+                    port,
+                    service,
+                    frontends,
+                });
+            }
         }
     }
     let candidates = settle_claims(candidates, previous, &mut skipped);

@@ -533,3 +533,224 @@ fn a_name_holder_left_without_a_frontend_lets_the_name_go() {
         ["Service default/web port \"http\" frontend 192.0.2.10: lbd service \"default/a\" has it already"]
     );
 }
+
+fn all_types() -> Options {
+    Options {
+        types: [
+            FrontendKind::LoadBalancer,
+            FrontendKind::ExternalIp,
+            FrontendKind::ClusterIp,
+            FrontendKind::NodePort,
+        ]
+        .into(),
+        node_addresses: vec!["10.0.0.1".parse().unwrap(), "2001:db8::1".parse().unwrap()],
+        ..Options::default()
+    }
+}
+
+/// (lbd service, address, port, type) of each frontend.
+fn frontends(d: &Desired) -> Vec<(String, String, u32, i32)> {
+    let mut v: Vec<_> = d
+        .frontends
+        .iter()
+        .map(|f| (f.service.clone(), f.address.clone(), f.port, f.r#type))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn node_ports_go_on_lbds_addresses() {
+    let np = pb::FrontendType::NodePort as i32;
+    let lb = pb::FrontendType::LoadBalancer as i32;
+    let mut v = web();
+    v["spec"]["ports"][0]["nodePort"] = json!(30080);
+    let only_np = Options {
+        types: [FrontendKind::NodePort].into(),
+        ..all_types()
+    };
+    let slices = [web_slice(json!([ready("10.244.1.5", "n1")]))];
+    // A LoadBalancer Service has node ports too: one lbd service, its
+    // backends once.
+    let d = desired(&[svc(v.clone())], &slices, &all_types(), None);
+    let names: Vec<&str> = d.services.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["default/web"]);
+    let ip = pb::FrontendType::ClusterIp as i32;
+    let w = |a: &str, p: u32, t: i32| ("default/web".to_string(), a.to_string(), p, t);
+    assert_eq!(
+        frontends(&d),
+        vec![
+            w("10.0.0.1", 30080, np),
+            w("10.96.0.10", 80, ip),
+            w("192.0.2.10", 80, lb),
+            w("2001:db8::1", 30080, np),
+        ]
+    );
+    assert_eq!(d.backends.len(), 1);
+    assert!(d.skipped.is_empty(), "{:?}", d.skipped);
+    // A NodePort Service: only its node ports.
+    v["spec"]["type"] = json!("NodePort");
+    v["status"] = json!({});
+    let d = desired(&[svc(v.clone())], &slices, &only_np, None);
+    assert_eq!(
+        frontends(&d),
+        vec![w("10.0.0.1", 30080, np), w("2001:db8::1", 30080, np)]
+    );
+    assert_eq!(endpoints(&d).len(), 1);
+    // Not without the type, nor without addresses of lbd's, nor for a
+    // ClusterIP Service (no node port), nor for a port without one.
+    assert!(map(&[svc(v.clone())], &slices).services.is_empty());
+    let nowhere = Options {
+        node_addresses: Vec::new(),
+        ..only_np.clone()
+    };
+    let d = desired(&[svc(v.clone())], &slices, &nowhere, None);
+    assert!(d.services.is_empty() && d.skipped.is_empty(), "{d:?}");
+    let mut plain = v.clone();
+    plain["spec"]["type"] = json!("ClusterIP");
+    assert!(desired(&[svc(plain)], &slices, &only_np, None)
+        .services
+        .is_empty());
+    v["spec"]["ports"] = json!([
+        {"name": "http", "port": 80, "nodePort": 30080},
+        {"name": "admin", "port": 81}
+    ]);
+    let d = desired(&[svc(v)], &[], &only_np, None);
+    let names: Vec<&str> = d.services.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["default/web-http"]);
+}
+
+#[test]
+fn source_ranges_stay_on_the_load_balancer_frontends() {
+    let mut v = web();
+    v["spec"]["externalIPs"] = json!(["203.0.113.5"]);
+    v["spec"]["ports"][0]["nodePort"] = json!(30080);
+    v["spec"]["loadBalancerSourceRanges"] = json!(["198.51.100.0/24"]);
+    let slices = [web_slice(json!([
+        ready("10.244.1.5", "n1"),
+        ready("10.244.2.7", "n2")
+    ]))];
+    let d = desired(&[svc(v.clone())], &slices, &all_types(), None);
+    let services: Vec<(&str, &[String])> = d
+        .services
+        .iter()
+        .map(|s| (s.name.as_str(), s.source_ranges.as_slice()))
+        .collect();
+    let ranges = ["198.51.100.0/24".to_string()];
+    assert_eq!(
+        services,
+        [
+            ("default/web", &ranges[..]),
+            ("default/web-external", &[][..]),
+            ("default/web-internal", &[][..]),
+        ]
+    );
+    let (lb, ext, np, ip) = (
+        pb::FrontendType::LoadBalancer as i32,
+        pb::FrontendType::ExternalIp as i32,
+        pb::FrontendType::NodePort as i32,
+        pb::FrontendType::ClusterIp as i32,
+    );
+    let f = |s: &str, a: &str, p: u32, t: i32| (s.to_string(), a.to_string(), p, t);
+    assert_eq!(
+        frontends(&d),
+        vec![
+            f("default/web", "192.0.2.10", 80, lb),
+            f("default/web-external", "10.0.0.1", 30080, np),
+            f("default/web-external", "2001:db8::1", 30080, np),
+            f("default/web-external", "203.0.113.5", 80, ext),
+            f("default/web-internal", "10.96.0.10", 80, ip),
+        ]
+    );
+    // Each has every backend.
+    for s in ["default/web", "default/web-external", "default/web-internal"] {
+        assert_eq!(d.backends.iter().filter(|b| b.service == s).count(), 2, "{s}");
+    }
+    assert!(d.skipped.is_empty(), "{:?}", d.skipped);
+    // Which Service port each one is, all different.
+    assert_eq!(d.origins.len(), 3, "{:?}", d.origins);
+    // No load-balancer IP yet: the others keep their names.
+    let mut pending = v.clone();
+    pending["status"] = json!({});
+    let d = desired(&[svc(pending)], &slices, &all_types(), None);
+    let names: Vec<&str> = d.services.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["default/web-external", "default/web-internal"]);
+    // Without source ranges, one lbd service.
+    v["spec"]["loadBalancerSourceRanges"] = json!([]);
+    let d = desired(&[svc(v)], &slices, &all_types(), None);
+    let names: Vec<&str> = d.services.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["default/web"]);
+    assert_eq!(d.frontends.len(), 5);
+}
+
+#[test]
+fn the_internal_traffic_policy_is_the_cluster_ips() {
+    let mut v = web();
+    v["spec"]["externalTrafficPolicy"] = json!("Local");
+    let local = Options {
+        node_local: true,
+        ..all_types()
+    };
+    let policies = |d: &Desired| -> Vec<(String, i32, usize)> {
+        d.services
+            .iter()
+            .map(|s| {
+                let n = d.frontends.iter().filter(|f| f.service == s.name).count();
+                (s.name.clone(), s.traffic_policy, n)
+            })
+            .collect()
+    };
+    let (l, c) = (pb::TrafficPolicy::Local as i32, pb::TrafficPolicy::Cluster as i32);
+    // External local, internal cluster (its default): two lbd services.
+    assert_eq!(
+        policies(&desired(&[svc(v.clone())], &[], &local, None)),
+        [
+            ("default/web".to_string(), l, 1),
+            ("default/web-internal".to_string(), c, 1)
+        ]
+    );
+    // Both local: one.
+    v["spec"]["internalTrafficPolicy"] = json!("Local");
+    assert_eq!(
+        policies(&desired(&[svc(v.clone())], &[], &local, None)),
+        [("default/web".to_string(), l, 2)]
+    );
+    // Internal local only.
+    v["spec"]["externalTrafficPolicy"] = json!("Cluster");
+    assert_eq!(
+        policies(&desired(&[svc(v.clone())], &[], &local, None)),
+        [
+            ("default/web".to_string(), c, 1),
+            ("default/web-internal".to_string(), l, 1)
+        ]
+    );
+    // Without --node-local every policy is cluster: one.
+    assert_eq!(
+        policies(&desired(&[svc(v)], &[], &all_types(), None)),
+        [("default/web".to_string(), c, 2)]
+    );
+}
+
+#[test]
+fn a_name_too_long_for_a_group_skips_that_group_only() {
+    let long = "w".repeat(60);
+    let mut v = web();
+    v["metadata"]["name"] = json!(long);
+    v["spec"]["loadBalancerSourceRanges"] = json!(["198.51.100.0/24"]);
+    v["spec"]["externalIPs"] = json!(["203.0.113.5"]);
+    let d = desired(&[svc(v)], &[], &all_types(), None);
+    let names: Vec<&str> = d.services.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, [format!("default/{long}")]);
+    let text: Vec<String> = d.skipped.iter().map(|s| s.to_string()).collect();
+    assert_eq!(text.len(), 2, "{text:#?}");
+    assert!(
+        text.iter()
+            .any(|t| t.contains("(external IPs and node ports)") && t.contains("lbd service name")),
+        "{text:#?}"
+    );
+    assert!(
+        text.iter()
+            .any(|t| t.contains("(cluster IPs)") && t.contains("lbd service name")),
+        "{text:#?}"
+    );
+}

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use lb_control::cli::{self, output, ClientTls, ServerAddr};
+use lb_control::model::Cidr;
 use lb_k8s_sync::desired::{FrontendKind, Options};
 use lb_k8s_sync::sync::{self, Ended, Mode, Settings};
 use lb_proto::v1 as pb;
@@ -48,9 +49,13 @@ struct Cli {
     selector: Option<String>,
     /// Which addresses of a Service become frontends, comma-separated:
     /// load-balancer (status.loadBalancer.ingress IPs), external-ip,
-    /// cluster-ip.
+    /// cluster-ip, node-port (the nodePort on lbd's own addresses).
     #[arg(long, value_delimiter = ',', default_value = "load-balancer,external-ip")]
     frontends: Vec<FrontendKind>,
+    /// Node ports go only on lbd's addresses in these ranges,
+    /// comma-separated CIDRs (default: on all of lbd's addresses).
+    #[arg(long, value_name = "CIDRS", value_delimiter = ',')]
+    node_port_addresses: Vec<Cidr>,
     /// Take LoadBalancer Services of this spec.loadBalancerClass (default:
     /// those without a class).
     #[arg(long, value_name = "CLASS")]
@@ -81,7 +86,8 @@ struct Cli {
     #[arg(long, conflicts_with = "dry_run")]
     once: bool,
     /// List the cluster, print what would be pushed (and what is skipped,
-    /// and why), and exit without connecting to lbd.
+    /// and why), and exit without changing lbd (it connects only to ask
+    /// for lbd's addresses, with node-port frontends).
     #[arg(long)]
     dry_run: bool,
 }
@@ -153,7 +159,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             },
             load_balancer_class: cli.load_balancer_class,
             node_local: cli.node_local,
+            node_addresses: Vec::new(),
         },
+        node_port_ranges: cli.node_port_addresses,
         namespace: cli.namespace,
         selector: cli.selector,
         debounce: Duration::from_millis(cli.debounce_ms),

@@ -11,9 +11,15 @@
 //! out is tried again, so that an lbd that restarted without its state
 //! file, a `k8s` object deleted by hand, or a conflict since resolved is
 //! put right.
+//!
+//! With node-port frontends, each mapping first asks lbd for its
+//! interface addresses (`GetInfo`), where the node ports go
+//! ([`node_addresses`]); lbd not answering is a failed push like any
+//! other.
 
 use std::collections::BTreeSet;
 use std::future::Future;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,11 +30,13 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
 use lb_control::cli::{ClientTls, ServerAddr};
+use lb_control::model::Cidr;
+use lb_proto::v1 as pb;
 use lb_proto::v1::load_balancer_client::LoadBalancerClient;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
-use crate::desired::{desired, Desired, Options, Skip};
+use crate::desired::{desired, Desired, FrontendKind, Options, Skip};
 use crate::metrics::SyncStats;
 use crate::push::{push, LeftOut, PushError, Pushed};
 
@@ -51,8 +59,11 @@ pub struct Settings {
     pub tls: ClientTls,
     /// How long one call to lbd may take.
     pub timeout: Duration,
-    /// The mapping's options.
+    /// The mapping's options ([`Options::node_addresses`] is filled from
+    /// lbd's before each mapping).
     pub options: Options,
+    /// Node ports go on lbd's addresses in these ranges (empty: on all).
+    pub node_port_ranges: Vec<Cidr>,
     /// Watch only this namespace (`None`: all).
     pub namespace: Option<String>,
     /// Watch only Services with these labels (a label selector).
@@ -228,12 +239,20 @@ pub async fn run(
             () = &mut shutdown => return Ok(Ended::Stopped(st.last_pushed)),
             () = tokio::time::sleep_until(due), if ready && dirty => {
                 dirty = false;
-                let d = map(&services, &slices, &settings.options, st.last_pushed.as_ref().map(|p| &p.sent));
-                if mode == Mode::DryRun {
-                    return Ok(Ended::Mapped(d));
-                }
+                let step = async {
+                    let opts = st.options(settings).await?;
+                    let d = map(&services, &slices, &opts, st.last_pushed.as_ref().map(|p| &p.sent));
+                    if mode == Mode::DryRun {
+                        return Ok(Err(d));
+                    }
+                    st.push(settings, d).await.map(Ok)
+                };
                 let pushed = tokio::select! {
-                    r = st.push(settings, d) => r,
+                    r = step => match r {
+                        Ok(Err(d)) => return Ok(Ended::Mapped(d)),
+                        Ok(Ok(pushed)) => Ok(pushed),
+                        Err(e) => Err(e),
+                    },
                     // One push can take a connection and several calls:
                     // a stop does not wait for them.
                     () = &mut shutdown => return Ok(Ended::Stopped(st.last_pushed)),
@@ -241,7 +260,7 @@ pub async fn run(
                 match pushed {
                     Ok(true) if mode == Mode::Once => return Ok(Ended::Stopped(st.last_pushed)),
                     Ok(_) => {}
-                    Err(e) if mode == Mode::Once => return Err(e.into()),
+                    Err(e) if mode != Mode::Follow => return Err(e.into()),
                     Err(e) => {
                         tracing::error!("{e}; trying again in {} s", st.retry.as_secs());
                         st.failed(&e);
@@ -288,6 +307,8 @@ struct Pushes {
     logged_skips: BTreeSet<Skip>,
     /// The connection to lbd.
     lbd: Option<LoadBalancerClient<Channel>>,
+    /// The node-port addresses of the last mapping, to log a change.
+    node_addresses: Option<Vec<IpAddr>>,
     /// The delay after the next failure, and no push before `not_before`.
     retry: Duration,
     not_before: Instant,
@@ -301,6 +322,7 @@ impl Default for Pushes {
             last_pushed: None,
             logged_skips: BTreeSet::new(),
             lbd: None,
+            node_addresses: None,
             retry: FIRST_RETRY,
             not_before: Instant::now(),
         }
@@ -308,6 +330,32 @@ impl Default for Pushes {
 }
 
 impl Pushes {
+    /// The mapping's options, with lbd's node-port addresses if node ports
+    /// are mapped (asked of lbd: a connection if there is none).
+    async fn options(&mut self, settings: &Settings) -> Result<Options, PushError> {
+        let mut opts = settings.options.clone();
+        if !opts.types.contains(&FrontendKind::NodePort) {
+            return Ok(opts);
+        }
+        let client = connected(&mut self.lbd, settings).await?;
+        let info = client
+            .get_info(pb::GetInfoRequest {})
+            .await
+            .map_err(|s| PushError::Unavailable(lb_control::cli::error_line(&s)))?
+            .into_inner();
+        opts.node_addresses = node_addresses(&info, &settings.node_port_ranges);
+        if self.node_addresses.as_ref() != Some(&opts.node_addresses) {
+            if opts.node_addresses.is_empty() {
+                tracing::warn!("no address of lbd's is in --node-port-addresses: no node-port frontends");
+            } else {
+                let list: Vec<String> = opts.node_addresses.iter().map(ToString::to_string).collect();
+                tracing::info!("node ports on lbd's addresses {}", list.join(", "));
+            }
+            self.node_addresses = Some(opts.node_addresses.clone());
+        }
+        Ok(opts)
+    }
+
     /// Pushes `d` unless it is the last state lbd took (and not forced);
     /// returns whether it pushed.
     async fn push(&mut self, settings: &Settings, d: Desired) -> Result<bool, PushError> {
@@ -350,6 +398,20 @@ impl Pushes {
     }
 }
 
+/// The connection to lbd, made if there is none.
+async fn connected<'c>(
+    lbd: &'c mut Option<LoadBalancerClient<Channel>>,
+    settings: &Settings,
+) -> Result<&'c mut LoadBalancerClient<Channel>, PushError> {
+    if lbd.is_none() {
+        let c = lb_control::cli::connect(&settings.server, &settings.tls, settings.timeout)
+            .await
+            .map_err(|e| PushError::Unavailable(lb_control::cli::error_line(&e)))?;
+        *lbd = Some(c);
+    }
+    Ok(lbd.as_mut().expect("connected above"))
+}
+
 /// Connects when not connected, and pushes.
 async fn push_once(
     lbd: &mut Option<LoadBalancerClient<Channel>>,
@@ -357,14 +419,22 @@ async fn push_once(
     d: &Desired,
     known: &LeftOut,
 ) -> Result<Pushed, PushError> {
-    if lbd.is_none() {
-        let c = lb_control::cli::connect(&settings.server, &settings.tls, settings.timeout)
-            .await
-            .map_err(|e| PushError::Unavailable(lb_control::cli::error_line(&e)))?;
-        *lbd = Some(c);
-    }
-    let client = lbd.as_mut().expect("connected above");
+    let client = connected(lbd, settings).await?;
     push(client, d, known, &settings.stats.resync_calls).await
+}
+
+/// The addresses node ports go on: lbd's ports' addresses (`GetInfo`) in
+/// `ranges` (all when it is empty), in port order, without repeats.
+pub fn node_addresses(info: &pb::GetInfoResponse, ranges: &[Cidr]) -> Vec<IpAddr> {
+    let mut out: Vec<IpAddr> = Vec::new();
+    let all = info.ports.iter().flat_map(|p| &p.addresses);
+    // `10.0.0.1/24`: the address with its prefix length.
+    for addr in all.filter_map(|a| a.split('/').next()?.parse::<IpAddr>().ok()) {
+        if (ranges.is_empty() || ranges.iter().any(|r| r.0.contains(addr))) && !out.contains(&addr) {
+            out.push(addr);
+        }
+    }
+    out
 }
 
 /// Logs what lbd committed.

@@ -13,7 +13,7 @@ use std::time::Duration;
 use fake_api::{FakeApi, Kind};
 use lb_control::cli::{ClientTls, ServerAddr};
 use lb_control::model::Source;
-use lb_k8s_sync::desired::Options;
+use lb_k8s_sync::desired::{FrontendKind, Options};
 use lb_k8s_sync::sync::{self, Ended, Mode, Settings};
 use lb_proto::v1 as pb;
 use serde_json::{json, Value};
@@ -48,6 +48,7 @@ fn settings(server: &common::Server) -> Settings {
         tls: ClientTls::default(),
         timeout: Duration::from_secs(10),
         options: Options::default(),
+        node_port_ranges: Vec::new(),
         namespace: None,
         selector: None,
         debounce: Duration::from_millis(20),
@@ -416,13 +417,24 @@ async fn the_binary_prints_what_it_would_push() {
     );
     // A bad flag is one line and exit 2; a kubeconfig that is not there, 1.
     let out = std::process::Command::new(bin)
-        .args(["--frontends", "node-port"])
+        .args(["--frontends", "nodeport"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("\"node-port\" is not a frontend type"), "{err}");
+    assert!(err.contains("\"nodeport\" is not a frontend type"), "{err}");
+    let out = std::process::Command::new(bin)
+        .args(["--node-port-addresses", "10.0.0.0/24,10.1.0.0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--node-port-addresses") && err.contains("10.1.0.0"),
+        "{err}"
+    );
     let out = std::process::Command::new(bin)
         .args(["--dry-run", "--kubeconfig"])
         .arg(dir.path().join("absent"))
@@ -588,4 +600,64 @@ async fn metrics_and_health_say_what_the_loop_did() {
     );
     stop.send(()).unwrap();
     task.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_ports_go_on_the_addresses_lbd_reports() {
+    let server = common::Server::start();
+    let api = FakeApi::start().await;
+    let mut np = service("np", "192.0.2.10");
+    np["spec"]["type"] = json!("NodePort");
+    np["spec"]["ports"][0]["nodePort"] = json!(30080);
+    np["status"] = json!({});
+    api.apply(Kind::Service, np);
+    api.apply(Kind::EndpointSlice, slice("np", &[("10.1.0.11", true, false)]));
+    let mut s = settings(&server);
+    s.options.types = [FrontendKind::NodePort].into();
+    // The test server's ports have 10.0.0.1/24 and 10.1.0.1/24.
+    let d = match sync::run(kube_client(&api), &s, Mode::DryRun, std::future::pending())
+        .await
+        .unwrap()
+    {
+        Ended::Mapped(d) => d,
+        other => panic!("{other:?}"),
+    };
+    let fe: Vec<(&str, u32, i32)> = d
+        .frontends
+        .iter()
+        .map(|f| (f.address.as_str(), f.port, f.r#type))
+        .collect();
+    let np_type = pb::FrontendType::NodePort as i32;
+    assert_eq!(fe, [("10.0.0.1", 30080, np_type), ("10.1.0.1", 30080, np_type)]);
+    // Only those in --node-port-addresses; into lbd.
+    s.node_port_ranges = vec!["10.1.0.0/24".parse().unwrap()];
+    let (stop, task) = follow(&api, s.clone());
+    until("the node port is in lbd", || {
+        k8s_backends(&server) == owned(&[("default/np", "10.1.0.11", "active")])
+    })
+    .await;
+    let fe: Vec<(String, u16, lb_control::model::FrontendType)> = server
+        .state()
+        .frontends
+        .values()
+        .map(|f| (f.key.addr.to_string(), f.key.port, f.kind))
+        .collect();
+    assert_eq!(
+        fe,
+        [(
+            "10.1.0.1".to_string(),
+            30080,
+            lb_control::model::FrontendType::NodePort
+        )]
+    );
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+    // Without lbd to ask, a dry run with node ports fails, and says why.
+    let dir = tempfile::tempdir().unwrap();
+    s.server = ServerAddr::Unix(dir.path().join("absent.sock"));
+    let e = sync::run(kube_client(&api), &s, Mode::DryRun, std::future::pending())
+        .await
+        .unwrap_err();
+    let text = lb_control::cli::error_line(&*e);
+    assert!(text.contains("absent.sock"), "{text}");
 }

@@ -3,8 +3,9 @@
 //! LoadBalancer Service on the lab's VIP and its EndpointSlice; the
 //! `lb-k8s-sync` binary pushes them into an lbd that started without
 //! services; real clients reach real backends through the lab (see
-//! scripts/lab.sh), and an endpoint that starts terminating takes no new
-//! connections.
+//! scripts/lab.sh), on the VIP and on the Service's node port on lbd's
+//! client-side address, and an endpoint that starts terminating takes no
+//! new connections.
 mod common;
 #[path = "../../../control/k8s-sync/tests/fake_api/mod.rs"]
 mod fake_api;
@@ -74,7 +75,8 @@ fn the_sidecar_drives_real_connections() {
         Kind::Service,
         json!({
             "metadata": {"namespace": "default", "name": "web"},
-            "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "targetPort": 8080, "protocol": "TCP"}]},
+            "spec": {"type": "LoadBalancer",
+                     "ports": [{"port": 80, "targetPort": 8080, "nodePort": 30080, "protocol": "TCP"}]},
             "status": {"loadBalancer": {"ingress": [{"ip": lab.vip()}]}}
         }),
     );
@@ -101,6 +103,11 @@ fn the_sidecar_drives_real_connections() {
                 &kubeconfig,
                 "--debounce-ms",
                 "50",
+                "--frontends",
+                "load-balancer,node-port",
+                // lbd's client-side address only.
+                "--node-port-addresses",
+                &format!("10.{}.1.0/24", lab.net),
             ])
             .stdout(Stdio::null())
             .stderr(log)
@@ -115,6 +122,24 @@ fn the_sidecar_drives_real_connections() {
     assert_eq!(m.len(), 3, "{m:?}\n{}", sidecar_log());
     let services = lab.lbctl_ok(&["get", "services", "--source", "k8s"]);
     assert!(services.contains("default/web"), "{services}");
+    // The node port, on the address lbd reports for its client side
+    // (`lbctl info`), not on the other.
+    let info = lab.lbctl_ok(&["info"]);
+    let lbd_addr = format!("10.{}.1.1", lab.net);
+    assert!(info.contains(&format!("{lbd_addr}/24")), "{info}");
+    let frontends = lab.lbctl_ok(&["get", "frontends"]);
+    assert!(
+        frontends.contains(&format!("{lbd_addr}:30080")) && frontends.contains("node-port"),
+        "{frontends}\n{}",
+        sidecar_log()
+    );
+    assert!(
+        !frontends.contains(&format!("10.{}.2.1:30080", lab.net)),
+        "{frontends}"
+    );
+    let (answers, raw) = lab.requests_to(&format!("http://{lbd_addr}:30080/whoami"), 30);
+    assert!(!raw.contains("FAIL"), "{raw}\n{}", sidecar_log());
+    assert_eq!(spread(&answers).len(), 3, "{raw}");
 
     // backend-1's pod is being deleted: no new connections to it.
     api.apply(Kind::EndpointSlice, slice(&lab, &[1]));
