@@ -666,15 +666,18 @@ impl<'p> SnapshotBuilder<'p> {
         let vip_sources = VipSources::new(frontends_v4.values().chain(frontends_v6.values()), &services);
 
         // Each port answers for its own interface addresses, every VIP and
-        // every SNAT address.
+        // every SNAT address; an interface address that is also a VIP (a
+        // node port) or SNAT address, on its own port only (two ports
+        // answering for one address on a shared segment would make its
+        // MAC flap).
         let shared: Vec<IpAddr> = owned_v4
             .iter()
-            .filter(|(_, k)| !(**k == OwnerKind::INTERFACE))
+            .filter(|(_, k)| !k.contains(OwnerKind::INTERFACE))
             .map(|(&a, _)| IpAddr::V4(Ipv4Addr::from(a)))
             .chain(
                 owned_v6
                     .iter()
-                    .filter(|(_, k)| !(**k == OwnerKind::INTERFACE))
+                    .filter(|(_, k)| !k.contains(OwnerKind::INTERFACE))
                     .map(|(&a, _)| IpAddr::V6(Ipv6Addr::from(a))),
             )
             .collect();

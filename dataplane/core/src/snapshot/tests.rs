@@ -362,6 +362,9 @@ fn owned_addresses() {
     }
     assert!(!l0.owns(ip("172.16.0.1")));
     assert!(l1.owns(ip("172.16.0.1")) && l1.owns(ip("192.0.2.1")) && !l1.owns(ip("2001:db8::1")));
+    // The node port's address is port 0's interface address: port 1 does
+    // not answer for it.
+    assert!(!l1.owns(ip("10.0.0.1")));
 }
 
 /// Two services; returns the builder's snapshot.
