@@ -82,6 +82,7 @@ fn info() -> pb::GetInfoResponse {
             ..Default::default()
         }],
         workers: 2,
+        snat_addresses: vec!["10.1.0.100".into()],
     }
 }
 

@@ -140,6 +140,7 @@ fn info_from(
             })
             .collect(),
         workers: info.workers,
+        snat_addresses: info.snat_addresses.iter().map(ToString::to_string).collect(),
     }
 }
 

@@ -606,6 +606,7 @@ async fn stats_and_info() {
         (i.ports[0].addresses.as_slice(), i.ports[1].addresses.as_slice()),
         (&["10.0.0.1/24".to_string()][..], &["10.1.0.1/24".to_string()][..])
     );
+    assert_eq!(i.snat_addresses, ["10.1.0.100"]);
     assert!(i.ports[0].link_up);
     assert_eq!(
         i.ports

@@ -781,6 +781,7 @@ pub fn info_value(i: &pb::GetInfoResponse) -> serde_json::Value {
         "published_revision": i.published_revision,
         "last_publish_micros": i.last_publish_micros,
         "workers": i.workers,
+        "snat_addresses": i.snat_addresses,
         "ports": i.ports.iter().map(|p| serde_json::json!({
             "id": p.id,
             "name": p.name,
@@ -808,6 +809,14 @@ pub fn info_text(i: &pb::GetInfoResponse) -> String {
             vec!["published revision".into(), i.published_revision.to_string()],
             vec!["last publish".into(), format!("{} µs", i.last_publish_micros)],
             vec!["workers".into(), i.workers.to_string()],
+            vec![
+                "snat addresses".into(),
+                if i.snat_addresses.is_empty() {
+                    "-".into()
+                } else {
+                    i.snat_addresses.join(",")
+                },
+            ],
         ],
     );
     // The key/value block has no header.
@@ -1329,5 +1338,17 @@ mod tests {
         );
         assert_eq!(info_value(&i)["ports"][0]["rx_ipv4_checksum_offload"], true);
         assert_eq!(info_value(&i)["revision"], 7);
+        assert!(t.contains("\nsnat addresses      -\n"), "{t}");
+        let mut snat = i.clone();
+        snat.snat_addresses = vec!["10.1.0.100".into(), "2001:db8:1::100".into()];
+        let t = info_text(&snat);
+        assert!(
+            t.contains("\nsnat addresses      10.1.0.100,2001:db8:1::100\n"),
+            "{t}"
+        );
+        assert_eq!(
+            info_value(&snat)["snat_addresses"],
+            serde_json::json!(["10.1.0.100", "2001:db8:1::100"])
+        );
     }
 }

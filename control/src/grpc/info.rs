@@ -3,6 +3,7 @@
 //! kept current by their owner), the control thread's counters and the
 //! client-IP affinity table, all fixed for one run but for the counters.
 
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -168,6 +169,8 @@ pub struct ServerInfo {
     pub ports: Vec<PortInfo>,
     /// Worker lcores.
     pub workers: u32,
+    /// The SNAT addresses of full-NAT services.
+    pub snat_addresses: Vec<IpAddr>,
     /// The control thread's counters, kept current by the control thread.
     pub control: Arc<ControlCounters>,
     /// The node's client-IP affinity table, for GetStats' occupancy.
@@ -222,8 +225,17 @@ impl ServerInfo {
             instance_id: new_instance_id(),
             ports,
             workers,
+            snat_addresses: Vec::new(),
             control: Arc::default(),
             affinity: None,
+        }
+    }
+
+    /// The same, reporting `snat` as the SNAT addresses.
+    pub fn with_snat_addresses(self, snat: Vec<IpAddr>) -> ServerInfo {
+        ServerInfo {
+            snat_addresses: snat,
+            ..self
         }
     }
 

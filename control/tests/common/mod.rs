@@ -99,6 +99,7 @@ impl Server {
         let clock_ms = Arc::new(AtomicU64::new(0));
         let clock = Arc::clone(&clock_ms);
         let info = ServerInfo::new(ports, 2)
+            .with_snat_addresses(node().snat_addresses)
             .with_control(Arc::clone(&control))
             .with_affinity(Arc::clone(&affinity), move || Tick(clock.load(Ordering::Relaxed)));
         let instance_id = info.instance_id.clone();

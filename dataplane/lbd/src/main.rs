@@ -557,6 +557,7 @@ fn server_info(dpdk: &Dpdk, config: &Config, affinity: &Arc<AffinityTable>) -> S
     // The workers' clock: pins expire by it, and GetStats counts live ones.
     let clock = Clock::new(dpdk.eal.tsc_hz());
     let info = ServerInfo::new(port_infos, u32::from(dpdk.queues))
+        .with_snat_addresses(config.services.snat.clone())
         .with_control(Arc::clone(&ctl_stats))
         .with_affinity(Arc::clone(affinity), move || clock.now());
     Served {
