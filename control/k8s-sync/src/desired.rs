@@ -183,8 +183,9 @@ pub struct Desired {
     /// What could not be mapped.
     pub skipped: Vec<Skip>,
     /// Which Service port each lbd service is (`ns/name port http`, or
-    /// `ns/name` for an unnamed port), so that the next mapping knows who
-    /// had a name.
+    /// `ns/name` for an unnamed port), and which of its groups
+    /// (`ns/name port http (external)`), so that the next mapping knows who
+    /// had a name and a frontend.
     pub origins: BTreeMap<String, String>,
 }
 
@@ -217,7 +218,8 @@ struct Candidate<'a> {
     what: String,
     /// Which Service port it is, for [`Desired::origins`]: `ns/name`, and
     /// the port's name if it has one (not its number, which an edit may
-    /// change).
+    /// change), and ` (external)` or ` (internal)` for those groups (a
+    /// space and parentheses, which no Kubernetes name has).
     origin: String,
     /// (namespace, Service name), for its slices.
     ns_name: (String, String),
@@ -250,6 +252,15 @@ impl Group {
             Group::Base => "",
             Group::External => "-external",
             Group::Internal => "-internal",
+        }
+    }
+
+    /// What [`Candidate::origin`] adds to the Service port's.
+    fn origin(self) -> &'static str {
+        match self {
+            Group::Base => "",
+            Group::External => " (external)",
+            Group::Internal => " (internal)",
         }
     }
 
@@ -375,11 +386,22 @@ pub fn desired<'a>(
             }
         };
         let addrs = frontend_addresses(svc, opts, &what, &mut skipped);
-        // Node ports: a `NodePort` or `LoadBalancer` Service's.
-        let node_ports = opts.types.contains(&FrontendKind::NodePort)
+        // Node ports: a `NodePort` or `LoadBalancer` Service's, on lbd's
+        // addresses of the Service's families (lbd never translates
+        // between families: the other's would have no backend).
+        let node_addresses: Vec<IpAddr> = if opts.types.contains(&FrontendKind::NodePort)
             && matches!(spec.type_.as_deref(), Some("NodePort" | "LoadBalancer"))
-            && !opts.node_addresses.is_empty();
-        if addrs.is_empty() && !node_ports {
+        {
+            let families = families_of(svc);
+            opts.node_addresses
+                .iter()
+                .copied()
+                .filter(|a| families.contains(&a.is_ipv6()))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if addrs.is_empty() && node_addresses.is_empty() {
             continue;
         }
         let ports = spec.ports.as_deref().unwrap_or_default();
@@ -430,12 +452,8 @@ pub fn desired<'a>(
             for &(addr, kind) in &addrs {
                 endpoints.push((addr, service_port, kind));
             }
-            if let Some(np) = port
-                .node_port
-                .and_then(|p| u32::try_from(p).ok())
-                .filter(|_| node_ports)
-            {
-                for &addr in &opts.node_addresses {
+            if let Some(np) = port.node_port.and_then(|p| u32::try_from(p).ok()) {
+                for &addr in &node_addresses {
                     if !endpoints.iter().any(|&(a, p, _)| (a, p) == (addr, np)) {
                         endpoints.push((addr, np, FrontendKind::NodePort));
                     }
@@ -502,7 +520,7 @@ pub fn desired<'a>(
                 }
                 candidates.push(Candidate {
                     what: format!("{what}{}", group.what()),
-                    origin: format!("{origin}{}", group.suffix()),
+                    origin: format!("{origin}{}", group.origin()),
                     ns_name: (ns.clone(), name.clone()),
                     port,
                     service,
@@ -573,11 +591,14 @@ fn settle_claims<'a>(
                 .collect()
         })
         .unwrap_or_default();
+    // By the Service port that had it, whichever of its groups: a
+    // frontend that moves between them (source ranges added) keeps its
+    // hold.
     let held_frontends: BTreeMap<FrontendKey, &str> = previous
         .map(|p| {
             p.frontends
                 .iter()
-                .filter_map(|f| Some((frontend_key(f)?, f.service.as_str())))
+                .filter_map(|f| Some((frontend_key(f)?, port_of(p.origins.get(&f.service)?))))
                 .collect()
         })
         .unwrap_or_default();
@@ -601,7 +622,7 @@ fn settle_claims<'a>(
             .filter(|&(i, _)| alive[i] && named(i))
         {
             for key in c.frontends.iter().filter_map(frontend_key) {
-                let held = held_frontends.get(&key) == Some(&c.service.name.as_str());
+                let held = held_frontends.get(&key) == Some(&port_of(&c.origin));
                 if held || !fe_holder.contains_key(&key) {
                     fe_holder.insert(key, i);
                 }
@@ -645,7 +666,7 @@ fn settle_claims<'a>(
                 .retain(|f| match frontend_key(f).and_then(|k| fe_holder.get(&k)) {
                     Some(h) if *h != f.service || !named[i] => {
                         skipped.push(Skip {
-                            object: format!("{} frontend {}", c.what, f.address),
+                            object: format!("{} frontend {}", c.what, frontend_text(f)),
                             reason: format!("lbd service {h:?} has it already"),
                         });
                         false
@@ -658,6 +679,52 @@ fn settle_claims<'a>(
         }
         return out;
     }
+}
+
+/// The Service port of an origin ([`Candidate::origin`]), without its
+/// group.
+fn port_of(origin: &str) -> &str {
+    origin.split_once(" (").map_or(origin, |(port, _)| port)
+}
+
+/// `1.2.3.4:80` of a frontend (its address as sent if not an IP).
+fn frontend_text(f: &pb::Frontend) -> String {
+    match f.address.parse::<IpAddr>() {
+        Ok(a) => endpoint_text(a, f.port),
+        Err(_) => format!("{}:{}", f.address, f.port),
+    }
+}
+
+/// The address families of `svc`, as `is_ipv6` values: `spec.ipFamilies`,
+/// else those of its cluster IPs, else both (nothing says).
+fn families_of(svc: &Service) -> Vec<bool> {
+    let Some(spec) = &svc.spec else {
+        return vec![false, true];
+    };
+    let mut out: Vec<bool> = spec
+        .ip_families
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|f| match f.as_str() {
+            "IPv4" => Some(false),
+            "IPv6" => Some(true),
+            _ => None,
+        })
+        .collect();
+    if out.is_empty() {
+        let ips = spec.cluster_ips.as_deref().unwrap_or_default();
+        out = ips
+            .iter()
+            .chain(spec.cluster_ip.as_ref())
+            .filter_map(|ip| ip.parse::<IpAddr>().ok())
+            .map(|a| a.is_ipv6())
+            .collect();
+    }
+    if out.is_empty() {
+        out = vec![false, true];
+    }
+    out
 }
 
 /// (namespace, name).

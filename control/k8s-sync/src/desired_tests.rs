@@ -530,7 +530,7 @@ fn a_name_holder_left_without_a_frontend_lets_the_name_go() {
     let text: Vec<String> = d.skipped.iter().map(|s| s.to_string()).collect();
     assert_eq!(
         text,
-        ["Service default/web port \"http\" frontend 192.0.2.10: lbd service \"default/a\" has it already"]
+        ["Service default/web port \"http\" frontend 192.0.2.10:80: lbd service \"default/a\" has it already"]
     );
 }
 
@@ -571,7 +571,8 @@ fn node_ports_go_on_lbds_addresses() {
     };
     let slices = [web_slice(json!([ready("10.244.1.5", "n1")]))];
     // A LoadBalancer Service has node ports too: one lbd service, its
-    // backends once.
+    // backends once; an IPv4 Service (its cluster IP says) on lbd's IPv4
+    // address only.
     let d = desired(&[svc(v.clone())], &slices, &all_types(), None);
     let names: Vec<&str> = d.services.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["default/web"]);
@@ -583,18 +584,25 @@ fn node_ports_go_on_lbds_addresses() {
             w("10.0.0.1", 30080, np),
             w("10.96.0.10", 80, ip),
             w("192.0.2.10", 80, lb),
-            w("2001:db8::1", 30080, np),
         ]
     );
     assert_eq!(d.backends.len(), 1);
     assert!(d.skipped.is_empty(), "{:?}", d.skipped);
-    // A NodePort Service: only its node ports.
+    // A NodePort Service: only its node ports; dual-stack, on both
+    // families' addresses; IPv6 only (`ipFamilies`), on the IPv6 one.
     v["spec"]["type"] = json!("NodePort");
     v["status"] = json!({});
+    v["spec"]["ipFamilies"] = json!(["IPv4", "IPv6"]);
     let d = desired(&[svc(v.clone())], &slices, &only_np, None);
     assert_eq!(
         frontends(&d),
         vec![w("10.0.0.1", 30080, np), w("2001:db8::1", 30080, np)]
+    );
+    let mut v6 = v.clone();
+    v6["spec"]["ipFamilies"] = json!(["IPv6"]);
+    assert_eq!(
+        frontends(&desired(&[svc(v6)], &slices, &only_np, None)),
+        vec![w("2001:db8::1", 30080, np)]
     );
     assert_eq!(endpoints(&d).len(), 1);
     // Not without the type, nor without addresses of lbd's, nor for a
@@ -657,7 +665,6 @@ fn source_ranges_stay_on_the_load_balancer_frontends() {
         vec![
             f("default/web", "192.0.2.10", 80, lb),
             f("default/web-external", "10.0.0.1", 30080, np),
-            f("default/web-external", "2001:db8::1", 30080, np),
             f("default/web-external", "203.0.113.5", 80, ext),
             f("default/web-internal", "10.96.0.10", 80, ip),
         ]
@@ -667,8 +674,11 @@ fn source_ranges_stay_on_the_load_balancer_frontends() {
         assert_eq!(d.backends.iter().filter(|b| b.service == s).count(), 2, "{s}");
     }
     assert!(d.skipped.is_empty(), "{:?}", d.skipped);
-    // Which Service port each one is, all different.
-    assert_eq!(d.origins.len(), 3, "{:?}", d.origins);
+    // Which Service port and group each lbd service is.
+    assert_eq!(
+        d.origins.values().map(String::as_str).collect::<Vec<_>>(),
+        ["default/web", "default/web (external)", "default/web (internal)"]
+    );
     // No load-balancer IP yet: the others keep their names.
     let mut pending = v.clone();
     pending["status"] = json!({});
@@ -680,7 +690,7 @@ fn source_ranges_stay_on_the_load_balancer_frontends() {
     let d = desired(&[svc(v)], &slices, &all_types(), None);
     let names: Vec<&str> = d.services.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["default/web"]);
-    assert_eq!(d.frontends.len(), 5);
+    assert_eq!(d.frontends.len(), 4);
 }
 
 #[test]
@@ -753,4 +763,67 @@ fn a_name_too_long_for_a_group_skips_that_group_only() {
             .any(|t| t.contains("(cluster IPs)") && t.contains("lbd service name")),
         "{text:#?}"
     );
+}
+
+#[test]
+fn a_service_named_like_a_group_does_not_take_its_name_over() {
+    let mut v = web();
+    v["spec"]["externalIPs"] = json!(["203.0.113.5"]);
+    v["spec"]["loadBalancerSourceRanges"] = json!(["198.51.100.0/24"]);
+    let before = desired(&[svc(v.clone())], &[], &all_types(), None);
+    assert!(before.origins.contains_key("default/web-external"));
+    // A Service named web-external comes, with a VIP of its own: the name
+    // stays web's group's, in any order of the cache.
+    let mut other = web();
+    other["metadata"]["name"] = json!("web-external");
+    other["status"]["loadBalancer"]["ingress"] = json!([{"ip": "192.0.2.99"}]);
+    other["spec"]["clusterIPs"] = json!(["10.96.0.99"]);
+    for order in [
+        [svc(v.clone()), svc(other.clone())],
+        [svc(other.clone()), svc(v.clone())],
+    ] {
+        let d = desired(&order, &[], &all_types(), Some(&before));
+        assert_eq!(
+            d.origins["default/web-external"], "default/web (external)",
+            "{d:?}"
+        );
+        assert!(
+            d.frontends
+                .iter()
+                .any(|f| f.service == "default/web-external" && f.address == "203.0.113.5"),
+            "{:?}",
+            d.frontends
+        );
+        assert!(
+            d.skipped
+                .iter()
+                .any(|s| s.object.starts_with("Service default/web-external")
+                    && s.reason.contains("another Service port's")),
+            "{:?}",
+            d.skipped
+        );
+    }
+}
+
+#[test]
+fn a_frontend_keeps_its_hold_when_it_moves_to_another_group() {
+    let mut web_v = web();
+    web_v["spec"]["externalIPs"] = json!(["203.0.113.5"]);
+    let before = desired(&[svc(web_v.clone())], &[], &all_types(), None);
+    // A Service that sorts first claims the external IP, while web gains
+    // source ranges (the IP moves to web-external): web keeps it.
+    let mut a = web();
+    a["metadata"]["name"] = json!("a");
+    a["status"] = json!({});
+    a["spec"]["clusterIPs"] = json!(["10.96.0.1"]);
+    a["spec"]["externalIPs"] = json!(["203.0.113.5"]);
+    web_v["spec"]["loadBalancerSourceRanges"] = json!(["198.51.100.0/24"]);
+    let d = desired(&[svc(a), svc(web_v)], &[], &all_types(), Some(&before));
+    let holder: Vec<&str> = d
+        .frontends
+        .iter()
+        .filter(|f| f.address == "203.0.113.5")
+        .map(|f| f.service.as_str())
+        .collect();
+    assert_eq!(holder, ["default/web-external"], "{:?}", d.skipped);
 }

@@ -53,7 +53,9 @@ struct Cli {
     #[arg(long, value_delimiter = ',', default_value = "load-balancer,external-ip")]
     frontends: Vec<FrontendKind>,
     /// Node ports go only on lbd's addresses in these ranges,
-    /// comma-separated CIDRs (default: on all of lbd's addresses).
+    /// comma-separated CIDRs, as kube-proxy's --nodeport-addresses: per
+    /// family, all of a family no range has (default: all of lbd's
+    /// addresses but its SNAT addresses).
     #[arg(long, value_name = "CIDRS", value_delimiter = ',')]
     node_port_addresses: Vec<Cidr>,
     /// Take LoadBalancer Services of this spec.loadBalancerClass (default:
@@ -97,6 +99,12 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
+    if !cli.node_port_addresses.is_empty() && !cli.frontends.contains(&FrontendKind::NodePort) {
+        eprintln!(
+            "lb-k8s-sync: --node-port-addresses needs node-port in --frontends (see lb-k8s-sync --help)"
+        );
+        return ExitCode::from(2);
+    }
     init_tracing();
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,

@@ -140,6 +140,10 @@ pub enum PushError {
     /// lbd refused the request and it could not be narrowed.
     #[error("lbd refused the resync: {0}")]
     Refused(String),
+    /// lbd answered `GetInfo`, for its node-port addresses, with an error:
+    /// try again later.
+    #[error("lbd did not give its addresses: {0}")]
+    NoAddresses(String),
 }
 
 /// Sends `desired` to lbd as a `Resync` of source `k8s`, narrowed as the
@@ -224,7 +228,7 @@ fn is_refusal(s: &tonic::Status) -> bool {
 }
 
 /// `CODE: message` on one line.
-fn status_line(s: &tonic::Status) -> String {
+pub(crate) fn status_line(s: &tonic::Status) -> String {
     if lb_control::cli::is_local_failure(s) {
         return lb_control::cli::error_line(s);
     }

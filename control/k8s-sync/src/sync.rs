@@ -15,7 +15,7 @@
 //! With node-port frontends, each mapping first asks lbd for its
 //! interface addresses (`GetInfo`), where the node ports go
 //! ([`node_addresses`]); lbd not answering is a failed push like any
-//! other.
+//! other (counted, retried, and `/healthz` says so).
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -337,16 +337,29 @@ impl Pushes {
         if !opts.types.contains(&FrontendKind::NodePort) {
             return Ok(opts);
         }
-        let client = connected(&mut self.lbd, settings).await?;
-        let info = client
-            .get_info(pb::GetInfoRequest {})
+        let info = async {
+            let client = connected(&mut self.lbd, settings).await?;
+            match client.get_info(pb::GetInfoRequest {}).await {
+                Ok(r) => Ok(r.into_inner()),
+                Err(s) if lb_control::cli::is_local_failure(&s) => {
+                    Err(PushError::Unavailable(lb_control::cli::error_line(&s)))
+                }
+                Err(s) => Err(PushError::NoAddresses(crate::push::status_line(&s))),
+            }
+        };
+        let info = info
             .await
-            .map_err(|s| PushError::Unavailable(lb_control::cli::error_line(&s)))?
-            .into_inner();
+            .inspect_err(|e| settings.stats.failed(false, &e.to_string()))?;
         opts.node_addresses = node_addresses(&info, &settings.node_port_ranges);
         if self.node_addresses.as_ref() != Some(&opts.node_addresses) {
-            if opts.node_addresses.is_empty() {
-                tracing::warn!("no address of lbd's is in --node-port-addresses: no node-port frontends");
+            if info.ports.iter().all(|p| p.addresses.is_empty()) {
+                tracing::warn!(
+                    "lbd reports no addresses of its own (an lbd older than lb-k8s-sync?): no node-port frontends"
+                );
+            } else if opts.node_addresses.is_empty() {
+                tracing::warn!(
+                    "none of lbd's addresses is in --node-port-addresses (or each is an SNAT address): no node-port frontends"
+                );
             } else {
                 let list: Vec<String> = opts.node_addresses.iter().map(ToString::to_string).collect();
                 tracing::info!("node ports on lbd's addresses {}", list.join(", "));
@@ -424,13 +437,20 @@ async fn push_once(
 }
 
 /// The addresses node ports go on: lbd's ports' addresses (`GetInfo`) in
-/// `ranges` (all when it is empty), in port order, without repeats.
+/// `ranges`, in port order, without repeats, and none of lbd's SNAT
+/// addresses (lbd takes no frontend there). As kube-proxy's
+/// `--nodeport-addresses`, per family: an address of a family no range
+/// has is taken (no range at all: every address).
 pub fn node_addresses(info: &pb::GetInfoResponse, ranges: &[Cidr]) -> Vec<IpAddr> {
+    let parse = |a: &String| a.split('/').next()?.parse::<IpAddr>().ok();
+    let snat: Vec<IpAddr> = info.snat_addresses.iter().filter_map(parse).collect();
     let mut out: Vec<IpAddr> = Vec::new();
-    let all = info.ports.iter().flat_map(|p| &p.addresses);
     // `10.0.0.1/24`: the address with its prefix length.
-    for addr in all.filter_map(|a| a.split('/').next()?.parse::<IpAddr>().ok()) {
-        if (ranges.is_empty() || ranges.iter().any(|r| r.0.contains(addr))) && !out.contains(&addr) {
+    for addr in info.ports.iter().flat_map(|p| &p.addresses).filter_map(parse) {
+        let of_family = |r: &&Cidr| r.0.addr().is_ipv6() == addr.is_ipv6();
+        let mut family = ranges.iter().filter(of_family).peekable();
+        let in_ranges = family.peek().is_none() || family.any(|r| r.0.contains(addr));
+        if in_ranges && !snat.contains(&addr) && !out.contains(&addr) {
             out.push(addr);
         }
     }
@@ -463,5 +483,59 @@ fn log_skips(skipped: &[Skip], logged: &mut BTreeSet<Skip>) {
         if logged.insert(s.clone()) {
             tracing::warn!("skipped {s}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(addresses: &[&[&str]], snat: &[&str]) -> pb::GetInfoResponse {
+        pb::GetInfoResponse {
+            ports: addresses
+                .iter()
+                .map(|a| pb::PortInfo {
+                    addresses: a.iter().map(|s| s.to_string()).collect(),
+                    ..Default::default()
+                })
+                .collect(),
+            snat_addresses: snat.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn addrs(v: &[&str]) -> Vec<IpAddr> {
+        v.iter().map(|a| a.parse().unwrap()).collect()
+    }
+
+    fn cidrs(v: &[&str]) -> Vec<Cidr> {
+        v.iter().map(|c| c.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn node_addresses_are_lbds_in_the_ranges_per_family_and_not_snat() {
+        let i = info(
+            &[
+                &["10.0.0.1/24", "2001:db8::1/64"],
+                &["10.1.0.1/24", "10.0.0.1/24", "2001:db8:1::1/64"],
+            ],
+            &["10.1.0.1"],
+        );
+        // All but the SNAT address, in port order, once each.
+        assert_eq!(
+            node_addresses(&i, &[]),
+            addrs(&["10.0.0.1", "2001:db8::1", "2001:db8:1::1"])
+        );
+        // An IPv4 range leaves the IPv6 addresses alone (kube-proxy's
+        // per-family rule), and the other way round.
+        assert_eq!(
+            node_addresses(&i, &cidrs(&["10.0.0.0/24"])),
+            addrs(&["10.0.0.1", "2001:db8::1", "2001:db8:1::1"])
+        );
+        assert_eq!(
+            node_addresses(&i, &cidrs(&["10.9.0.0/16", "2001:db8:1::/64"])),
+            addrs(&["2001:db8:1::1"])
+        );
+        assert!(node_addresses(&info(&[&[]], &[]), &[]).is_empty());
     }
 }

@@ -435,6 +435,17 @@ async fn the_binary_prints_what_it_would_push() {
         err.contains("--node-port-addresses") && err.contains("10.1.0.0"),
         "{err}"
     );
+    // The ranges without node ports would do nothing: said, not ignored.
+    let out = std::process::Command::new(bin)
+        .args(["--node-port-addresses", "10.0.0.0/24"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.trim_end(),
+        "lb-k8s-sync: --node-port-addresses needs node-port in --frontends (see lb-k8s-sync --help)"
+    );
     let out = std::process::Command::new(bin)
         .args(["--dry-run", "--kubeconfig"])
         .arg(dir.path().join("absent"))
@@ -660,4 +671,10 @@ async fn node_ports_go_on_the_addresses_lbd_reports() {
         .unwrap_err();
     let text = lb_control::cli::error_line(&*e);
     assert!(text.contains("absent.sock"), "{text}");
+    // Counted as a failed push, as any other lbd that does not answer.
+    let m = s.stats.render();
+    assert!(
+        m.contains("lb_k8s_sync_push_failures_total{reason=\"unavailable\"} 1\n"),
+        "{m}"
+    );
 }
