@@ -14,7 +14,9 @@
 //!   ([`Options::types`]): `status.loadBalancer.ingress[].ip` of a
 //!   `LoadBalancer` Service of this sidecar's class, `spec.externalIPs`,
 //!   `spec.clusterIPs`; and the port's `nodePort` (a `NodePort` or
-//!   `LoadBalancer` Service's) on each of [`Options::node_addresses`];
+//!   `LoadBalancer` Service's) on each of [`Options::node_addresses`] of
+//!   the Service's families (`spec.ipFamilies`, else its cluster IPs',
+//!   else both);
 //! - **forwarding mode**: the annotation [`MODE_ANNOTATION`] (`dnat` or
 //!   `fullnat`), else [`Options::mode`];
 //! - **traffic policy**: `spec.externalTrafficPolicy: Local` → local when
@@ -76,8 +78,8 @@ pub enum FrontendKind {
     ExternalIp,
     /// `spec.clusterIPs` (not `None`).
     ClusterIp,
-    /// `spec.ports[].nodePort` on lbd's own addresses
-    /// ([`Options::node_addresses`]).
+    /// `spec.ports[].nodePort` on lbd's own addresses of the Service's
+    /// families ([`Options::node_addresses`]).
     NodePort,
 }
 
@@ -138,8 +140,9 @@ pub struct Options {
     /// likewise for the cluster IPs.
     pub node_local: bool,
     /// Where [`FrontendKind::NodePort`] frontends are made: lbd's own
-    /// interface addresses (the sync loop asks lbd for them), in order and
-    /// without repeats. Empty: none.
+    /// interface addresses but its SNAT addresses (the sync loop asks lbd
+    /// for them), in order and without repeats; each Service takes those
+    /// of its families. Empty: none.
     pub node_addresses: Vec<IpAddr>,
 }
 
@@ -163,6 +166,48 @@ pub struct Skip {
     pub object: String,
     /// Why, on one line.
     pub reason: String,
+    /// The Kubernetes object it is about (its Event's), if one.
+    pub regarding: Option<Regarding>,
+}
+
+/// A Kubernetes object a [`Skip`] is about: what an Event names as the
+/// object it regards (`kubectl describe` shows it there).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Regarding {
+    /// `v1` or `discovery.k8s.io/v1`.
+    pub api_version: &'static str,
+    /// `Service` or `EndpointSlice`.
+    pub kind: &'static str,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its uid, which `kubectl describe` matches events by.
+    pub uid: Option<String>,
+}
+
+impl Regarding {
+    /// The Service `s`.
+    pub fn service(s: &Service) -> Option<Regarding> {
+        Some(Regarding {
+            api_version: "v1",
+            kind: "Service",
+            namespace: s.metadata.namespace.clone()?,
+            name: s.metadata.name.clone()?,
+            uid: s.metadata.uid.clone(),
+        })
+    }
+
+    /// The EndpointSlice `s`.
+    pub fn slice(s: &EndpointSlice) -> Option<Regarding> {
+        Some(Regarding {
+            api_version: "discovery.k8s.io/v1",
+            kind: "EndpointSlice",
+            namespace: s.metadata.namespace.clone()?,
+            name: s.metadata.name.clone()?,
+            uid: s.metadata.uid.clone(),
+        })
+    }
 }
 
 impl std::fmt::Display for Skip {
@@ -187,6 +232,9 @@ pub struct Desired {
     /// (`ns/name port http (external)`), so that the next mapping knows who
     /// had a name and a frontend.
     pub origins: BTreeMap<String, String>,
+    /// The Service of each lbd service, for the Events of what a push
+    /// leaves out.
+    pub regarding: BTreeMap<String, Regarding>,
 }
 
 impl Desired {
@@ -223,6 +271,8 @@ struct Candidate<'a> {
     origin: String,
     /// (namespace, Service name), for its slices.
     ns_name: (String, String),
+    /// The Service, for Events.
+    regarding: Option<Regarding>,
     port: &'a ServicePort,
     service: pb::Service,
     frontends: Vec<pb::Frontend>,
@@ -363,6 +413,7 @@ pub fn desired<'a>(
     for svc in services {
         let (ns, name) = key_of(svc);
         let what = format!("Service {ns}/{name}");
+        let regarding = Regarding::service(svc);
         let Some(spec) = &svc.spec else { continue };
         if spec.type_.as_deref() == Some("ExternalName") {
             continue;
@@ -381,6 +432,7 @@ pub fn desired<'a>(
                 skipped.push(Skip {
                     object: what,
                     reason: format!("annotation {MODE_ANNOTATION}: {v:?} is not dnat or fullnat"),
+                    regarding,
                 });
                 continue;
             }
@@ -393,11 +445,27 @@ pub fn desired<'a>(
             && matches!(spec.type_.as_deref(), Some("NodePort" | "LoadBalancer"))
         {
             let families = families_of(svc);
-            opts.node_addresses
+            let of_families: Vec<IpAddr> = opts
+                .node_addresses
                 .iter()
                 .copied()
                 .filter(|a| families.contains(&a.is_ipv6()))
-                .collect()
+                .collect();
+            if of_families.is_empty() && !opts.node_addresses.is_empty() {
+                let names: Vec<&str> = families
+                    .iter()
+                    .map(|&v6| if v6 { "IPv6" } else { "IPv4" })
+                    .collect();
+                skipped.push(Skip {
+                    object: format!("{what} node ports"),
+                    reason: format!(
+                        "lbd has no address of the Service's family ({})",
+                        names.join(", ")
+                    ),
+                    regarding: regarding.clone(),
+                });
+            }
+            of_families
         } else {
             Vec::new()
         };
@@ -434,6 +502,7 @@ pub fn desired<'a>(
                     skipped.push(Skip {
                         object: what,
                         reason: format!("protocol {other} (lbd balances TCP and UDP)"),
+                        regarding: regarding.clone(),
                     });
                     continue;
                 }
@@ -441,7 +510,11 @@ pub fn desired<'a>(
             let base_name = match lbd_name(&ns, &name, port, ports.len()) {
                 Ok(n) => n,
                 Err(reason) => {
-                    skipped.push(Skip { object: what, reason });
+                    skipped.push(Skip {
+                        object: what,
+                        reason,
+                        regarding: regarding.clone(),
+                    });
                     continue;
                 }
             };
@@ -477,6 +550,7 @@ pub fn desired<'a>(
                     skipped.push(Skip {
                         object: format!("{what}{}", group.what()),
                         reason: format!("lbd service name: {e}"),
+                        regarding: regarding.clone(),
                     });
                     continue;
                 }
@@ -493,6 +567,7 @@ pub fn desired<'a>(
                     skipped.push(Skip {
                         object: format!("{what}{}", group.what()),
                         reason: e.to_string(),
+                        regarding: regarding.clone(),
                     });
                     continue;
                 }
@@ -510,6 +585,7 @@ pub fn desired<'a>(
                         skipped.push(Skip {
                             object: format!("{what} frontend {}", endpoint_text(addr, fe_port)),
                             reason: e.to_string(),
+                            regarding: regarding.clone(),
                         });
                         continue;
                     }
@@ -522,6 +598,7 @@ pub fn desired<'a>(
                     what: format!("{what}{}", group.what()),
                     origin: format!("{origin}{}", group.origin()),
                     ns_name: (ns.clone(), name.clone()),
+                    regarding: regarding.clone(),
                     port,
                     service,
                     frontends,
@@ -532,9 +609,13 @@ pub fn desired<'a>(
     let candidates = settle_claims(candidates, previous, &mut skipped);
     let mut built: BTreeMap<String, Built> = BTreeMap::new();
     let mut origins = BTreeMap::new();
+    let mut regarding = BTreeMap::new();
     for c in candidates {
         let name = c.service.name.clone();
         origins.insert(name.clone(), c.origin);
+        if let Some(r) = c.regarding {
+            regarding.insert(name.clone(), r);
+        }
         let mut b = Built {
             service: c.service,
             frontends: c.frontends,
@@ -560,6 +641,7 @@ pub fn desired<'a>(
     let mut out = Desired {
         skipped,
         origins,
+        regarding,
         ..Desired::default()
     };
     for (_, b) in built {
@@ -658,6 +740,7 @@ fn settle_claims<'a>(
                         c.service.name
                     ),
                     object: c.what,
+                    regarding: c.regarding,
                 });
                 continue;
             }
@@ -668,6 +751,7 @@ fn settle_claims<'a>(
                         skipped.push(Skip {
                             object: format!("{} frontend {}", c.what, frontend_text(f)),
                             reason: format!("lbd service {h:?} has it already"),
+                            regarding: c.regarding.clone(),
                         });
                         false
                     }
@@ -772,6 +856,7 @@ fn frontend_addresses(
         Err(_) => skipped.push(Skip {
             object: format!("{what} {} {text:?}", kind.name()),
             reason: "not an IP address".into(),
+            regarding: Regarding::service(svc),
         }),
     };
     if opts.types.contains(&FrontendKind::LoadBalancer)
@@ -869,6 +954,7 @@ fn add_backends(b: &mut Built, slice: &EndpointSlice, port: &ServicePort, skippe
             skipped.push(Skip {
                 object: format!("{slice_name} endpoint {text:?}"),
                 reason: "not an IP address".into(),
+                regarding: Regarding::slice(slice),
             });
             continue;
         };
@@ -887,6 +973,7 @@ fn add_backends(b: &mut Built, slice: &EndpointSlice, port: &ServicePort, skippe
             skipped.push(Skip {
                 object: format!("{slice_name} endpoint {addr}"),
                 reason: e.to_string(),
+                regarding: Regarding::slice(slice),
             });
             continue;
         }

@@ -601,8 +601,19 @@ fn node_ports_go_on_lbds_addresses() {
     let mut v6 = v.clone();
     v6["spec"]["ipFamilies"] = json!(["IPv6"]);
     assert_eq!(
-        frontends(&desired(&[svc(v6)], &slices, &only_np, None)),
+        frontends(&desired(&[svc(v6.clone())], &slices, &only_np, None)),
         vec![w("2001:db8::1", 30080, np)]
+    );
+    // lbd without an address of its family: said, not silently left out.
+    let v4_only = Options {
+        node_addresses: vec!["10.0.0.1".parse().unwrap()],
+        ..only_np.clone()
+    };
+    let none = desired(&[svc(v6)], &slices, &v4_only, None);
+    assert!(none.services.is_empty());
+    assert_eq!(
+        none.skipped.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        ["Service default/web node ports: lbd has no address of the Service's family (IPv6)"]
     );
     assert_eq!(endpoints(&d).len(), 1);
     // Not without the type, nor without addresses of lbd's, nor for a
@@ -773,16 +784,18 @@ fn a_service_named_like_a_group_does_not_take_its_name_over() {
     let before = desired(&[svc(v.clone())], &[], &all_types(), None);
     assert!(before.origins.contains_key("default/web-external"));
     // A Service named web-external comes, with a VIP of its own: the name
-    // stays web's group's, in any order of the cache.
+    // stays web's group's (the one named first by name would have it).
     let mut other = web();
     other["metadata"]["name"] = json!("web-external");
     other["status"]["loadBalancer"]["ingress"] = json!([{"ip": "192.0.2.99"}]);
     other["spec"]["clusterIPs"] = json!(["10.96.0.99"]);
-    for order in [
-        [svc(v.clone()), svc(other.clone())],
-        [svc(other.clone()), svc(v.clone())],
-    ] {
-        let d = desired(&order, &[], &all_types(), Some(&before));
+    {
+        let d = desired(
+            &[svc(v.clone()), svc(other.clone())],
+            &[],
+            &all_types(),
+            Some(&before),
+        );
         assert_eq!(
             d.origins["default/web-external"], "default/web (external)",
             "{d:?}"

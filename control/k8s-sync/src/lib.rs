@@ -3,11 +3,13 @@
 //! they map to, one `Resync` at a time.
 //!
 //! - [`desired`]: the mapping, pure;
+//! - [`events`]: Kubernetes Events for what is skipped;
 //! - [`push`]: one resync, narrowed around what lbd refuses;
 //! - [`sync`]: the watches and the loop;
 //! - [`metrics`]: its counters and their endpoint.
 
 pub mod desired;
+pub mod events;
 pub mod metrics;
 pub mod push;
 pub mod sync;

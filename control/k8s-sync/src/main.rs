@@ -84,6 +84,10 @@ struct Cli {
     /// pod's probes (GET /healthz) on this address (IP:PORT).
     #[arg(long, value_name = "IP:PORT")]
     metrics: Option<std::net::SocketAddr>,
+    /// Create no Kubernetes Events for what is skipped (by default a
+    /// Warning on the Service, reason NotBalancedByLbd, for each).
+    #[arg(long)]
+    no_events: bool,
     /// Push once, when the cluster has been listed, and exit.
     #[arg(long, conflicts_with = "dry_run")]
     once: bool,
@@ -175,6 +179,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         debounce: Duration::from_millis(cli.debounce_ms),
         resync: Duration::from_secs(cli.resync),
         stats: Arc::default(),
+        events: !cli.no_events,
     };
     if let Some(addr) = cli.metrics {
         let listener = lb_control::metrics::MetricsListener::bind(addr)

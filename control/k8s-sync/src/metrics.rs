@@ -28,6 +28,10 @@ pub struct SyncStats {
     pub service_watch_errors: AtomicU64,
     /// Failed EndpointSlice watches.
     pub slice_watch_errors: AtomicU64,
+    /// Kubernetes Events created for skips.
+    pub events_sent: AtomicU64,
+    /// Kubernetes Events the API refused (or did not answer in time).
+    pub events_failed: AtomicU64,
     /// Both kinds have been listed.
     pub listed: AtomicBool,
     /// The last event of the Service watch, and of the EndpointSlice
@@ -94,7 +98,7 @@ impl SyncStats {
         out.family(
             "lb_k8s_sync_push_failures_total",
             "counter",
-            "Pushes lbd did not take: unavailable (not answered; retried), refused (refused whole; retried).",
+            "Pushes lbd did not take: unavailable (not answered, or an lbd error that is no refusal; retried), refused (refused whole; retried).",
         );
         out.sample(
             "lb_k8s_sync_push_failures_total",
@@ -126,6 +130,21 @@ impl SyncStats {
             "lb_k8s_sync_watch_errors_total",
             &[("kind", "endpointslices")],
             get(&self.slice_watch_errors),
+        );
+        out.family(
+            "lb_k8s_sync_events_total",
+            "counter",
+            "Kubernetes Events for skips: sent, failed (refused, e.g. no permission, or not answered in time).",
+        );
+        out.sample(
+            "lb_k8s_sync_events_total",
+            &[("result", "sent")],
+            get(&self.events_sent),
+        );
+        out.sample(
+            "lb_k8s_sync_events_total",
+            &[("result", "failed")],
+            get(&self.events_failed),
         );
         out.one(
             "lb_k8s_sync_listed",

@@ -53,6 +53,17 @@ pub enum Value {
     Backend(pb::Backend),
 }
 
+impl Value {
+    /// The lbd service it is or belongs to.
+    fn service(&self) -> &str {
+        match self {
+            Value::Service(s) => &s.name,
+            Value::Frontend(f) => &f.service,
+            Value::Backend(b) => &b.service,
+        }
+    }
+}
+
 /// Takes the object `id` out of `d` (if `only` is given, only while it
 /// has that value); returns what it was, for a skip, and its value.
 fn take_out(d: &mut Desired, id: &Ident, only: Option<&Value>) -> Option<(String, Value)> {
@@ -161,7 +172,12 @@ pub async fn push(
     let leave_out =
         |sent: &mut Desired, left: &mut LeftOut, id: Ident, only: Option<&Value>, reason: String| {
             if let Some((object, value)) = take_out(sent, &id, only) {
-                let skip = Skip { object, reason };
+                let regarding = sent.regarding.get(value.service()).cloned();
+                let skip = Skip {
+                    object,
+                    reason,
+                    regarding,
+                };
                 sent.skipped.push(skip.clone());
                 left.push((id, value, skip));
             }
@@ -417,6 +433,7 @@ mod tests {
             }],
             skipped: vec![],
             origins: Default::default(),
+            regarding: Default::default(),
         }
     }
 

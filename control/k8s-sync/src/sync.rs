@@ -13,7 +13,8 @@
 //! put right.
 //!
 //! With node-port frontends, each mapping first asks lbd for its
-//! interface addresses (`GetInfo`), where the node ports go
+//! interface and SNAT addresses (`GetInfo`): the node ports go on the
+//! former but the latter
 //! ([`node_addresses`]); lbd not answering is a failed push like any
 //! other (counted, retried, and `/healthz` says so).
 
@@ -37,6 +38,7 @@ use tokio::time::Instant;
 use tonic::transport::Channel;
 
 use crate::desired::{desired, Desired, FrontendKind, Options, Skip};
+use crate::events::{self, Events};
 use crate::metrics::SyncStats;
 use crate::push::{push, LeftOut, PushError, Pushed};
 
@@ -62,7 +64,8 @@ pub struct Settings {
     /// The mapping's options ([`Options::node_addresses`] is filled from
     /// lbd's before each mapping).
     pub options: Options,
-    /// Node ports go on lbd's addresses in these ranges (empty: on all).
+    /// Node ports go on lbd's addresses in these ranges, per family
+    /// ([`node_addresses`]; empty: on all but its SNAT addresses).
     pub node_port_ranges: Vec<Cidr>,
     /// Watch only this namespace (`None`: all).
     pub namespace: Option<String>,
@@ -74,6 +77,8 @@ pub struct Settings {
     pub resync: Duration,
     /// Where the loop counts.
     pub stats: Arc<SyncStats>,
+    /// Create a Kubernetes Event for each skip ([`crate::events`]).
+    pub events: bool,
 }
 
 /// What [`run`] does.
@@ -84,7 +89,8 @@ pub enum Mode {
     /// Push once, when both kinds have been listed, and return.
     Once,
     /// Map once, when both kinds have been listed, and return the state
-    /// without connecting to lbd.
+    /// without changing lbd (it asks lbd for its addresses only with
+    /// node-port frontends).
     DryRun,
 }
 
@@ -212,7 +218,16 @@ pub async fn run(
     } = watches(&client, settings);
     tokio::pin!(shutdown);
     let (mut svc_ready, mut slice_ready) = (false, false);
-    let mut st = Pushes::default();
+    let mut st = Pushes {
+        events: settings.events.then(|| {
+            Events::new(
+                client.clone(),
+                events::instance_name(),
+                Arc::clone(&settings.stats),
+            )
+        }),
+        ..Pushes::default()
+    };
     let mut dirty = false;
     // When the watches last changed the caches, and when the first change
     // not pushed yet came.
@@ -305,6 +320,10 @@ struct Pushes {
     last_pushed: Option<Pushed>,
     /// The skips logged, so each is logged once.
     logged_skips: BTreeSet<Skip>,
+    /// Where skips are published as Kubernetes Events, if they are.
+    events: Option<Events>,
+    /// The skips of the last push taken, each published once.
+    evented: BTreeSet<Skip>,
     /// The connection to lbd.
     lbd: Option<LoadBalancerClient<Channel>>,
     /// The node-port addresses of the last mapping, to log a change.
@@ -321,6 +340,8 @@ impl Default for Pushes {
             last: None,
             last_pushed: None,
             logged_skips: BTreeSet::new(),
+            events: None,
+            evented: BTreeSet::new(),
             lbd: None,
             node_addresses: None,
             retry: FIRST_RETRY,
@@ -392,6 +413,18 @@ impl Pushes {
         report(&p, self.last.is_none());
         log_skips(&p.sent.skipped, &mut self.logged_skips);
         self.logged_skips.retain(|s| p.sent.skipped.contains(s));
+        if let Some(events) = &self.events {
+            // Each skip of a push lbd took, once while it lasts.
+            let new: Vec<Skip> = p
+                .sent
+                .skipped
+                .iter()
+                .filter(|s| !self.evented.contains(*s))
+                .cloned()
+                .collect();
+            events.publish(&new).await;
+            self.evented = p.sent.skipped.iter().cloned().collect();
+        }
         self.force = false;
         self.retry = FIRST_RETRY;
         self.last = Some(d);

@@ -54,6 +54,7 @@ fn settings(server: &common::Server) -> Settings {
         debounce: Duration::from_millis(20),
         resync: Duration::from_secs(3600),
         stats: Default::default(),
+        events: true,
     }
 }
 
@@ -666,6 +667,7 @@ async fn node_ports_go_on_the_addresses_lbd_reports() {
     // Without lbd to ask, a dry run with node ports fails, and says why.
     let dir = tempfile::tempdir().unwrap();
     s.server = ServerAddr::Unix(dir.path().join("absent.sock"));
+    s.stats = Default::default();
     let e = sync::run(kube_client(&api), &s, Mode::DryRun, std::future::pending())
         .await
         .unwrap_err();
@@ -677,4 +679,97 @@ async fn node_ports_go_on_the_addresses_lbd_reports() {
         m.contains("lb_k8s_sync_push_failures_total{reason=\"unavailable\"} 1\n"),
         "{m}"
     );
+}
+
+/// (regarding kind/namespace/name/uid, reason, note) of each Event.
+fn events(api: &FakeApi) -> Vec<(String, String, String)> {
+    api.events()
+        .iter()
+        .map(|e| {
+            let r = &e["regarding"];
+            let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            (
+                format!(
+                    "{} {}/{} {}",
+                    s(&r["kind"]),
+                    s(&r["namespace"]),
+                    s(&r["name"]),
+                    s(&r["uid"])
+                ),
+                s(&e["reason"]),
+                s(&e["note"]),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skips_become_events_on_their_services() {
+    let server = common::Server::start();
+    let api = FakeApi::start().await;
+    api.apply(Kind::Service, service("web", "192.0.2.10"));
+    api.apply(Kind::EndpointSlice, slice("web", &[("10.1.0.11", true, false)]));
+    // Skipped by the mapping: an SCTP port.
+    let mut sctp = service("sctp", "192.0.2.11");
+    sctp["metadata"]["uid"] = json!("uid-sctp");
+    sctp["spec"]["ports"] = json!([{"port": 9, "protocol": "SCTP"}]);
+    api.apply(Kind::Service, sctp);
+    // Left out when lbd refuses it: a VIP on lbd's SNAT address.
+    let mut on_snat = service("on-snat", "10.1.0.100");
+    on_snat["metadata"]["uid"] = json!("uid-on-snat");
+    api.apply(Kind::Service, on_snat);
+    let s = settings(&server);
+    let stats = std::sync::Arc::clone(&s.stats);
+    let (stop, task) = follow(&api, s);
+    until("both Events are there", || events(&api).len() >= 2).await;
+    let ev = events(&api);
+    assert_eq!(ev.len(), 2, "{ev:#?}");
+    let find = |object: &str| {
+        ev.iter()
+            .find(|(o, _, _)| o == object)
+            .unwrap_or_else(|| panic!("no Event on {object} in {ev:#?}"))
+            .clone()
+    };
+    let (_, reason, note) = find("Service default/sctp uid-sctp");
+    assert_eq!(reason, "NotBalancedByLbd");
+    assert!(note.contains("protocol SCTP"), "{note}");
+    let (_, _, note) = find("Service default/on-snat uid-on-snat");
+    assert!(
+        note.starts_with("lbd service default/on-snat frontend 10.1.0.100:80: lbd refused it")
+            && note.contains("SNAT"),
+        "{note}"
+    );
+    assert!(
+        api.events()
+            .iter()
+            .all(|e| e["type"] == "Warning" && e["reportingController"] == "lbd.io/lb-k8s-sync"),
+        "{:#?}",
+        api.events()
+    );
+    // A change elsewhere: the same skips, no new Events.
+    api.apply(
+        Kind::EndpointSlice,
+        slice("web", &[("10.1.0.11", true, false), ("10.1.0.12", true, false)]),
+    );
+    until("the new endpoint is in lbd", || k8s_backends(&server).len() == 2).await;
+    assert_eq!(events(&api).len(), 2);
+    // An API that refuses Events: counted, and the pushes go on.
+    api.refuse_events(true);
+    let mut bad = service("bad-mode", "192.0.2.12");
+    bad["metadata"]["annotations"] = json!({"lbd.io/forwarding-mode": "tunnel"});
+    api.apply(Kind::Service, bad);
+    api.apply(Kind::Service, service("other", "192.0.2.13"));
+    until("the next Service is in lbd", || {
+        services(&server).contains_key("default/other")
+    })
+    .await;
+    let m = stats.render();
+    assert!(m.contains("lb_k8s_sync_events_total{result=\"sent\"} 2\n"), "{m}");
+    assert!(
+        m.contains("lb_k8s_sync_events_total{result=\"failed\"} 1\n"),
+        "{m}"
+    );
+    assert_eq!(events(&api).len(), 2);
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
 }

@@ -7,7 +7,9 @@
 //! answers every object with the collection's resourceVersion, a watch
 //! (`watch=true`) streams `{"type": "ADDED"|"MODIFIED"|"DELETED",
 //! "object": ...}` lines for each later change. Label selectors are not
-//! applied (the tests' slices all carry the service-name label).
+//! applied (the tests' slices all carry the service-name label). It also
+//! takes Events (`POST /apis/events.k8s.io/v1/namespaces/NS/events`),
+//! kept for the tests to read, or refused with 403 while told to.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -56,6 +58,10 @@ struct Inner {
     failing: Vec<Kind>,
     /// Requests seen, by kind: (lists, watches).
     seen: BTreeMap<Kind, (u32, u32)>,
+    /// Events created, as posted.
+    events: Vec<Value>,
+    /// Events refused (403) while set.
+    refuse_events: bool,
 }
 
 /// The server; it stops with the test's runtime.
@@ -84,7 +90,7 @@ impl FakeApi {
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req| {
                         let s = s.clone();
-                        async move { Ok::<_, Infallible>(s.answer(req)) }
+                        async move { Ok::<_, Infallible>(s.answer(req).await) }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), svc)
@@ -154,7 +160,60 @@ impl FakeApi {
             .unwrap_or_default()
     }
 
-    fn answer(&self, req: Request<hyper::body::Incoming>) -> Response<BoxBody<Bytes, Infallible>> {
+    /// The Events created so far.
+    pub fn events(&self) -> Vec<Value> {
+        self.inner.lock().unwrap().events.clone()
+    }
+
+    /// Refuses Events with 403, as for a service account without the
+    /// permission (`true`), or takes them.
+    pub fn refuse_events(&self, refuse: bool) {
+        self.inner.lock().unwrap().refuse_events = refuse;
+    }
+
+    async fn answer(&self, req: Request<hyper::body::Incoming>) -> Response<BoxBody<Bytes, Infallible>> {
+        if req.method() == hyper::Method::POST {
+            return self.post(req).await;
+        }
+        self.get(req)
+    }
+
+    /// An Event created.
+    async fn post(&self, req: Request<hyper::body::Incoming>) -> Response<BoxBody<Bytes, Infallible>> {
+        let path = req.uri().path().to_string();
+        let ns = path
+            .strip_prefix("/apis/events.k8s.io/v1/namespaces/")
+            .and_then(|rest| rest.strip_suffix("/events"));
+        let Some(ns) = ns.map(str::to_string) else {
+            return status(StatusCode::NOT_FOUND, &format!("no POST {path} here"));
+        };
+        let Ok(body) = req.into_body().collect().await else {
+            return status(StatusCode::BAD_REQUEST, "no body");
+        };
+        let Ok(mut event) = serde_json::from_slice::<Value>(&body.to_bytes()) else {
+            return status(StatusCode::BAD_REQUEST, "not JSON");
+        };
+        let mut g = self.inner.lock().unwrap();
+        if g.refuse_events {
+            return status(StatusCode::FORBIDDEN, "events refused on purpose");
+        }
+        if event["metadata"]["namespace"] != json!(ns) {
+            return status(
+                StatusCode::BAD_REQUEST,
+                "the namespace of the path and of the event differ",
+            );
+        }
+        g.revision += 1;
+        event["metadata"]["resourceVersion"] = json!(g.revision.to_string());
+        g.events.push(event.clone());
+        Response::builder()
+            .status(StatusCode::CREATED)
+            .header("content-type", "application/json")
+            .body(BodyExt::boxed(Full::new(Bytes::from(event.to_string()))))
+            .unwrap()
+    }
+
+    fn get(&self, req: Request<hyper::body::Incoming>) -> Response<BoxBody<Bytes, Infallible>> {
         let kind = match req.uri().path() {
             "/api/v1/services" => Kind::Service,
             "/apis/discovery.k8s.io/v1/endpointslices" => Kind::EndpointSlice,

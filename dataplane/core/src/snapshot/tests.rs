@@ -365,6 +365,14 @@ fn owned_addresses() {
     // The node port's address is port 0's interface address: port 1 does
     // not answer for it.
     assert!(!l1.owns(ip("10.0.0.1")));
+    // Nor does port 0 for an SNAT address that is port 1's own.
+    let mut b = base();
+    b.interface(1, MAC1, cidr("172.16.0.1/16"), None)
+        .snat_address(ip("172.16.0.1"));
+    let s = b.build().unwrap();
+    let (l0, l1) = (s.port(0).unwrap().local_addrs(), s.port(1).unwrap().local_addrs());
+    assert!(l1.owns(ip("172.16.0.1")) && !l0.owns(ip("172.16.0.1")));
+    assert!(l0.owns(ip("10.0.0.100")) && l1.owns(ip("10.0.0.100")));
 }
 
 /// Two services; returns the builder's snapshot.
