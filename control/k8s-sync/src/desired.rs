@@ -451,7 +451,13 @@ pub fn desired<'a>(
                 .copied()
                 .filter(|a| families.contains(&a.is_ipv6()))
                 .collect();
-            if of_families.is_empty() && !opts.node_addresses.is_empty() {
+            let has_node_ports = spec
+                .ports
+                .as_deref()
+                .unwrap_or_default()
+                .iter()
+                .any(|p| p.node_port.is_some_and(|n| n != 0));
+            if of_families.is_empty() && !opts.node_addresses.is_empty() && has_node_ports {
                 let names: Vec<&str> = families
                     .iter()
                     .map(|&v6| if v6 { "IPv6" } else { "IPv4" })

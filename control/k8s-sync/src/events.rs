@@ -4,11 +4,13 @@
 //! lbd does not balance it (or part of it) without a look at the
 //! sidecar's log.
 //!
-//! One Event each time a skip appears (as the log line), at most
-//! [`MAX_PER_PUSH`] a push; an Event the API refuses (no `create`
-//! permission on `events.k8s.io` events, a namespace being deleted) is
-//! counted and logged, once as a warning, and changes nothing else: the
-//! push has been made.
+//! One Event each time a skip appears (as the log line), and again every
+//! [`REFRESH`] while it lasts (the API server deletes Events after an
+//! hour by default), at most [`MAX_PER_PUSH`] a push (the rest at the next
+//! pushes); an Event the API refuses (no `create` permission on
+//! `events.k8s.io` events, a namespace being deleted) is counted and
+//! logged, once as a warning, not tried again before [`REFRESH`], and
+//! changes nothing else: the push has been made.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -37,6 +39,15 @@ pub const MAX_PER_PUSH: usize = 50;
 
 /// How long one push's Events may take in all.
 pub const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How often the Event of a skip that lasts is made again: within the
+/// API server's default `--event-ttl` of an hour, so `kubectl describe`
+/// keeps showing it (at the first push after, the periodic one at the
+/// latest).
+pub const REFRESH: Duration = Duration::from_secs(30 * 60);
+
+/// The longest reporting instance the API takes.
+const MAX_INSTANCE: usize = 128;
 
 /// The longest note the API takes is 1 kB.
 const MAX_NOTE: usize = 1024;
@@ -72,29 +83,39 @@ impl Events {
     }
 
     /// One Event for each of `skips` that regards an object, the first
-    /// [`MAX_PER_PUSH`], within [`TIMEOUT`].
-    pub async fn publish(&self, skips: &[Skip]) {
+    /// [`MAX_PER_PUSH`], within [`TIMEOUT`]. Returns those done with: made,
+    /// refused by the API, or about no object; the others (past the cap or
+    /// the time, or not answered) are for the next push.
+    pub async fn publish(&self, skips: &[Skip]) -> Vec<Skip> {
+        let mut done: Vec<Skip> = skips.iter().filter(|s| s.regarding.is_none()).cloned().collect();
         let with_object: Vec<(&Skip, &Regarding)> = skips
             .iter()
             .filter_map(|s| Some((s, s.regarding.as_ref()?)))
             .collect();
         if with_object.len() > MAX_PER_PUSH {
             tracing::info!(
-                "{} skips are not sent as Kubernetes Events (at most {MAX_PER_PUSH} a push; the log has them)",
+                "{} skips wait for the next push to become Kubernetes Events (at most {MAX_PER_PUSH} a push)",
                 with_object.len() - MAX_PER_PUSH
             );
         }
         let all = async {
             for (skip, regarding) in with_object.into_iter().take(MAX_PER_PUSH) {
-                self.publish_one(skip, regarding).await;
+                if self.publish_one(skip, regarding).await {
+                    done.push(skip.clone());
+                }
             }
         };
         if tokio::time::timeout(TIMEOUT, all).await.is_err() {
-            self.failed(&format!("the Kubernetes API took over {} s", TIMEOUT.as_secs()));
+            self.failed(&format!(
+                "the Kubernetes API took over {} s (the rest at the next push)",
+                TIMEOUT.as_secs()
+            ));
         }
+        done
     }
 
-    async fn publish_one(&self, skip: &Skip, regarding: &Regarding) {
+    /// Whether the API answered: made, or refused (an error status).
+    async fn publish_one(&self, skip: &Skip, regarding: &Regarding) -> bool {
         let api: Api<Event> = Api::namespaced(self.client.clone(), &regarding.namespace);
         match api
             .create(&PostParams::default(), &event(skip, regarding, &self.instance))
@@ -102,8 +123,12 @@ impl Events {
         {
             Ok(_) => {
                 self.stats.events_sent.fetch_add(1, Ordering::Relaxed);
+                true
             }
-            Err(e) => self.failed(&lb_control::cli::error_line(&e)),
+            Err(e) => {
+                self.failed(&lb_control::cli::error_line(&e));
+                matches!(e, kube::Error::Api(_))
+            }
         }
     }
 
@@ -131,6 +156,14 @@ pub fn event(skip: &Skip, regarding: &Regarding, instance: &str) -> Event {
         note.truncate(end);
         note.push_str("...");
     }
+    let mut instance = instance.to_string();
+    if instance.len() > MAX_INSTANCE {
+        let mut end = MAX_INSTANCE;
+        while !instance.is_char_boundary(end) {
+            end -= 1;
+        }
+        instance.truncate(end);
+    }
     Event {
         metadata: ObjectMeta {
             // Unique, as kubectl and client-go name theirs.
@@ -152,7 +185,7 @@ pub fn event(skip: &Skip, regarding: &Regarding, instance: &str) -> Event {
             ..ObjectReference::default()
         }),
         reporting_controller: Some(CONTROLLER.into()),
-        reporting_instance: Some(instance.into()),
+        reporting_instance: Some(instance),
         ..Event::default()
     }
 }
@@ -214,12 +247,18 @@ mod tests {
 
     #[test]
     fn a_long_note_is_cut_to_what_the_api_takes() {
+        // The cut falls inside a two-byte character: before it.
         let skip = Skip {
-            object: "Service default/web".into(),
+            object: "Service default/webs".into(),
             reason: "é".repeat(1000),
             regarding: None,
         };
         let note = event(&skip, &regarding(), "gw-1").note.unwrap();
-        assert!(note.len() <= MAX_NOTE && note.ends_with("..."), "{}", note.len());
+        assert_eq!(note.len(), MAX_NOTE - 1, "{note}");
+        assert!(note.ends_with("é..."), "{note}");
+        // So is a reporting instance too long for the API.
+        let long = "g".repeat(200);
+        let e = event(&skip, &regarding(), &long);
+        assert_eq!(e.reporting_instance.unwrap().len(), MAX_INSTANCE);
     }
 }

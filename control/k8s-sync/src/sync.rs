@@ -18,7 +18,7 @@
 //! ([`node_addresses`]); lbd not answering is a failed push like any
 //! other (counted, retried, and `/healthz` says so).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -322,8 +322,9 @@ struct Pushes {
     logged_skips: BTreeSet<Skip>,
     /// Where skips are published as Kubernetes Events, if they are.
     events: Option<Events>,
-    /// The skips of the last push taken, each published once.
-    evented: BTreeSet<Skip>,
+    /// The skips of the last push taken whose Event was made (or refused
+    /// for good), and when: made again after [`events::REFRESH`].
+    evented: BTreeMap<Skip, Instant>,
     /// The connection to lbd.
     lbd: Option<LoadBalancerClient<Channel>>,
     /// The node-port addresses of the last mapping, to log a change.
@@ -341,7 +342,7 @@ impl Default for Pushes {
             last_pushed: None,
             logged_skips: BTreeSet::new(),
             events: None,
-            evented: BTreeSet::new(),
+            evented: BTreeMap::new(),
             lbd: None,
             node_addresses: None,
             retry: FIRST_RETRY,
@@ -413,22 +414,25 @@ impl Pushes {
         report(&p, self.last.is_none());
         log_skips(&p.sent.skipped, &mut self.logged_skips);
         self.logged_skips.retain(|s| p.sent.skipped.contains(s));
-        if let Some(events) = &self.events {
-            // Each skip of a push lbd took, once while it lasts.
-            let new: Vec<Skip> = p
-                .sent
-                .skipped
-                .iter()
-                .filter(|s| !self.evented.contains(*s))
-                .cloned()
-                .collect();
-            events.publish(&new).await;
-            self.evented = p.sent.skipped.iter().cloned().collect();
-        }
+        let skipped = p.sent.skipped.clone();
         self.force = false;
         self.retry = FIRST_RETRY;
         self.last = Some(d);
         self.last_pushed = Some(p);
+        if let Some(events) = &self.events {
+            // Each skip of a push lbd took: once, and again when its Event
+            // is old enough that the API server may have let it expire.
+            self.evented
+                .retain(|s, at| skipped.contains(s) && at.elapsed() < events::REFRESH);
+            let due: Vec<Skip> = skipped
+                .into_iter()
+                .filter(|s| !self.evented.contains_key(s))
+                .collect();
+            let now = Instant::now();
+            for s in events.publish(&due).await {
+                self.evented.insert(s, now);
+            }
+        }
         Ok(true)
     }
 

@@ -763,6 +763,13 @@ async fn skips_become_events_on_their_services() {
         services(&server).contains_key("default/other")
     })
     .await;
+    // (lbd takes the push before the Events are made.)
+    until("the refused Event is counted", || {
+        stats
+            .render()
+            .contains("lb_k8s_sync_events_total{result=\"failed\"} 1\n")
+    })
+    .await;
     let m = stats.render();
     assert!(m.contains("lb_k8s_sync_events_total{result=\"sent\"} 2\n"), "{m}");
     assert!(
@@ -770,6 +777,38 @@ async fn skips_become_events_on_their_services() {
         "{m}"
     );
     assert_eq!(events(&api).len(), 2);
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_past_the_cap_wait_for_the_next_push() {
+    let server = common::Server::start();
+    let api = FakeApi::start().await;
+    api.apply(Kind::Service, service("web", "192.0.2.10"));
+    api.apply(Kind::EndpointSlice, slice("web", &[("10.1.0.11", true, false)]));
+    let n = lb_k8s_sync::events::MAX_PER_PUSH + 1;
+    for i in 0..n {
+        let mut sctp = service(&format!("sctp-{i:02}"), "192.0.2.11");
+        sctp["metadata"]["uid"] = json!(format!("uid-{i}"));
+        sctp["spec"]["ports"] = json!([{"port": 9, "protocol": "SCTP"}]);
+        api.apply(Kind::Service, sctp);
+    }
+    let (stop, task) = follow(&api, settings(&server));
+    until("the first push's Events are there", || {
+        events(&api).len() == n - 1
+    })
+    .await;
+    // The next push (any change) makes the one left.
+    api.apply(
+        Kind::EndpointSlice,
+        slice("web", &[("10.1.0.11", true, false), ("10.1.0.12", true, false)]),
+    );
+    until("the last Event is there", || events(&api).len() == n).await;
+    let mut names: Vec<String> = events(&api).into_iter().map(|(o, _, _)| o).collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), n, "one Event each: {names:#?}");
     stop.send(()).unwrap();
     task.await.unwrap().unwrap();
 }
