@@ -7,8 +7,11 @@
 //! index (`frontends[3] ...`: a VIP that is lbd's own SNAT address, a
 //! backend on one of lbd's addresses; `services[1] ...`: the whole
 //! service) is left out, one a round. Each left-out object is a [`Skip`],
-//! and the next push leaves it out before sending ([`LeftOut`]) until the
-//! sync loop's periodic push tries everything again.
+//! and the next push leaves it out before sending ([`LeftOut`]) while it
+//! is unchanged. Whether lbd refuses an object depends, besides the object,
+//! only on lbd's configuration (its addresses, SNAT addresses) and on the
+//! other sources' objects: the [`Grounds`] of the refusals, which the sync
+//! loop's periodic push compares before it tries the left-outs again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -128,6 +131,47 @@ fn endpoint(address: &str, port: u32) -> String {
 /// being refused again.
 pub type LeftOut = Vec<(Ident, Value, Skip)>;
 
+/// What lbd's refusals depended on besides the objects refused: the lbd
+/// instance (a new one on every start, so a new configuration is a new
+/// instance) and the objects of the other sources (a digest of them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grounds {
+    instance_id: String,
+    others: u64,
+}
+
+/// The present [`Grounds`], and the other sources' objects.
+pub async fn grounds(
+    client: &mut LoadBalancerClient<Channel>,
+) -> Result<(Grounds, pb::ListResponse), PushError> {
+    let info = client
+        .get_info(pb::GetInfoRequest {})
+        .await
+        .map_err(|s| PushError::Unavailable(status_line(&s)))?
+        .into_inner();
+    let others = list_others(client).await?;
+    let g = Grounds {
+        instance_id: info.instance_id,
+        others: digest(&others),
+    };
+    Ok((g, others))
+}
+
+/// A digest of the objects of a list (its revision left out: a change of
+/// the `k8s` objects moves it).
+fn digest(l: &pb::ListResponse) -> u64 {
+    use prost::Message;
+    use std::hash::{Hash, Hasher};
+    let objects = pb::ListResponse {
+        revision: 0,
+        ..l.clone()
+    };
+    // SipHash with fixed keys: the same objects, the same digest.
+    let mut h = std::hash::DefaultHasher::new();
+    objects.encode_to_vec().hash(&mut h);
+    h.finish()
+}
+
 /// What a push committed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pushed {
@@ -137,6 +181,9 @@ pub struct Pushed {
     pub sent: Desired,
     /// What had to be left out.
     pub left_out: LeftOut,
+    /// What the refusals of what was left out depended on, if known for
+    /// all of it (`None`: try it all again at the periodic push).
+    pub grounds: Option<Grounds>,
     /// How many `Resync` calls it took (1 when nothing was refused).
     pub rounds: usize,
 }
@@ -159,12 +206,13 @@ pub enum PushError {
 
 /// Sends `desired` to lbd as a `Resync` of source `k8s`, narrowed as the
 /// module doc says until lbd takes it. What `known` names (the last push's
-/// [`Pushed::left_out`]) is left out first, with its reason. Each `Resync`
-/// call adds one to `calls`.
+/// [`Pushed::left_out`], refused on `known_grounds`) is left out first,
+/// with its reason. Each `Resync` call adds one to `calls`.
 pub async fn push(
     client: &mut LoadBalancerClient<Channel>,
     desired: &Desired,
     known: &LeftOut,
+    known_grounds: Option<&Grounds>,
     calls: &std::sync::atomic::AtomicU64,
 ) -> Result<Pushed, PushError> {
     let mut sent = desired.clone();
@@ -186,6 +234,8 @@ pub async fn push(
         leave_out(&mut sent, &mut left, id.clone(), Some(value), skip.reason.clone());
     }
     let mut listed = false;
+    // What the refusals depend on: those known, until this push is refused.
+    let mut on = known_grounds.cloned();
     // Each round takes at least one object out.
     let rounds = sent.services.len() + sent.frontends.len() + sent.backends.len();
     for round in 1..=rounds + 1 {
@@ -195,6 +245,7 @@ pub async fn push(
                 sent.skipped.sort();
                 return Ok(Pushed {
                     response: r.into_inner(),
+                    grounds: on.filter(|_| !left.is_empty()),
                     sent,
                     left_out: left,
                     rounds: round,
@@ -207,7 +258,14 @@ pub async fn push(
         }
         if !listed {
             listed = true;
-            let others = list_others(client).await?;
+            let (now, others) = grounds(client).await?;
+            // The known left-outs were refused on other grounds, if these
+            // differ: not known for all then.
+            on = match &on {
+                Some(g) if *g != now && !known.is_empty() => None,
+                None if !known.is_empty() => None,
+                _ => Some(now),
+            };
             let clashes = clashes(&sent, &others);
             if !clashes.is_empty() {
                 for (id, reason) in clashes {

@@ -7,10 +7,13 @@
 //! been listed once: an empty cache pushed at start would delete every
 //! backend lbd has from Kubernetes. A push lbd did not take is tried again
 //! with a growing delay (1 s doubling to 30 s), and every `resync` period
-//! the state is pushed even unchanged, and what the last push had to leave
-//! out is tried again, so that an lbd that restarted without its state
-//! file, a `k8s` object deleted by hand, or a conflict since resolved is
-//! put right.
+//! the state is pushed even unchanged, so that an lbd that restarted
+//! without its state file or a `k8s` object deleted by hand is put right;
+//! what the last push had to leave out is tried again then if lbd
+//! restarted or another source's objects changed since it was refused
+//! ([`Grounds`]): a conflict since resolved is put right, and an object
+//! lbd keeps refusing costs one `GetInfo` and one `List` a period instead
+//! of a refused `Resync` each.
 //!
 //! With node-port frontends, each mapping first asks lbd for its
 //! interface and SNAT addresses (`GetInfo`): the node ports go on the
@@ -40,7 +43,7 @@ use tonic::transport::Channel;
 use crate::desired::{desired, Desired, FrontendKind, Options, Skip};
 use crate::events::{self, Events};
 use crate::metrics::SyncStats;
-use crate::push::{push, LeftOut, PushError, Pushed};
+use crate::push::{push, Grounds, LeftOut, PushError, Pushed};
 
 /// The longest a change waits for the watches to be quiet: a cluster
 /// whose slices change more often than the debounce time is still pushed
@@ -310,7 +313,7 @@ pub async fn run(
 #[derive(Debug)]
 struct Pushes {
     /// Push even a state equal to the last (the periodic push, which also
-    /// tries again what the last push left out).
+    /// tries again what the last push left out, if its grounds changed).
     force: bool,
     /// The last state lbd took, as mapped (before any narrowing); `None`
     /// after a failure, since lbd may have committed what it did not
@@ -398,13 +401,26 @@ impl Pushes {
             return Ok(false);
         }
         log_skips(&d.skipped, &mut self.logged_skips);
-        // The last push's left-outs are left out again, except in the
-        // periodic push, which tries everything.
-        let known = match (&self.last_pushed, self.force) {
-            (Some(p), false) => p.left_out.clone(),
-            _ => Vec::new(),
+        // The last push's left-outs are left out again; the periodic push
+        // tries them again if what their refusals depended on changed
+        // since (lbd restarted, another source's objects changed) or is
+        // not known.
+        let (known, grounds) = match (&self.last_pushed, self.force) {
+            (Some(p), false) => (p.left_out.clone(), p.grounds.clone()),
+            (Some(p), true) if !p.left_out.is_empty() && p.grounds.is_some() => {
+                let now = match connected(&mut self.lbd, settings).await {
+                    Ok(client) => crate::push::grounds(client).await.ok().map(|(g, _)| g),
+                    Err(_) => None,
+                };
+                if now.is_some() && now == p.grounds {
+                    (p.left_out.clone(), now)
+                } else {
+                    (Vec::new(), None)
+                }
+            }
+            _ => (Vec::new(), None),
         };
-        let p = push_once(&mut self.lbd, settings, &d, &known).await;
+        let p = push_once(&mut self.lbd, settings, &d, &known, grounds.as_ref()).await;
         let p = p.inspect_err(|e| {
             settings
                 .stats
@@ -468,9 +484,10 @@ async fn push_once(
     settings: &Settings,
     d: &Desired,
     known: &LeftOut,
+    grounds: Option<&Grounds>,
 ) -> Result<Pushed, PushError> {
     let client = connected(lbd, settings).await?;
-    push(client, d, known, &settings.stats.resync_calls).await
+    push(client, d, known, grounds, &settings.stats.resync_calls).await
 }
 
 /// The addresses node ports go on: lbd's ports' addresses (`GetInfo`) in

@@ -812,3 +812,65 @@ async fn events_past_the_cap_wait_for_the_next_push() {
     stop.send(()).unwrap();
     task.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_left_out_is_tried_again_when_what_refused_it_changed() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let server = common::Server::start();
+    let api = FakeApi::start().await;
+    api.apply(Kind::Service, service("web", "192.0.2.10"));
+    api.apply(Kind::EndpointSlice, slice("web", &[("10.1.0.11", true, false)]));
+    // An operator's VIP that a k8s Service wants too: left out.
+    operator_service(&server, "ops/manual", "192.0.2.20");
+    api.apply(Kind::Service, service("clash", "192.0.2.20"));
+    let mut s = settings(&server);
+    s.resync = Duration::from_millis(100);
+    let stats = std::sync::Arc::clone(&s.stats);
+    let (stop, task) = follow(&api, s);
+    until("both Services are in lbd", || {
+        let sv = services(&server);
+        sv.contains_key("default/web") && sv.contains_key("default/clash")
+    })
+    .await;
+    // Periodic pushes while nothing changes: one Resync each, the
+    // left-out left out before sending (it would be refused, then the
+    // push narrowed: two each). (A push in flight may have made its call
+    // and not yet counted itself: slack of 2.)
+    let count = || (stats.resync_calls.load(Relaxed), stats.pushes.load(Relaxed));
+    let (c0, p0) = count();
+    until("ten periodic pushes", || count().1 >= p0 + 10).await;
+    let (c1, p1) = count();
+    assert!(
+        c1 - c0 <= p1 - p0 + 2,
+        "{} Resync calls for {} pushes",
+        c1 - c0,
+        p1 - p0
+    );
+    let fe = |server: &common::Server| -> Vec<(String, String)> {
+        server
+            .state()
+            .frontends
+            .values()
+            .map(|f| (f.service.clone(), f.key.addr.to_string()))
+            .collect()
+    };
+    assert!(!fe(&server).contains(&("default/clash".into(), "192.0.2.20".into())));
+    // The operator lets the VIP go: the next periodic push tries the
+    // left-out again, and lbd takes it.
+    let delete = [pb::Change {
+        change: Some(pb::change::Change::DeleteService("ops/manual".into())),
+    }];
+    let delete = lb_control::convert::changes_from_proto(&delete, Source::Api).unwrap();
+    server
+        .plane
+        .lock()
+        .unwrap()
+        .apply(Source::Api, delete, None)
+        .unwrap();
+    until("the Service has the VIP", || {
+        fe(&server).contains(&("default/clash".into(), "192.0.2.20".into()))
+    })
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
