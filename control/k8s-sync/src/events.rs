@@ -114,7 +114,8 @@ impl Events {
         done
     }
 
-    /// Whether the API answered: made, or refused (an error status).
+    /// Whether it is done with: made, or refused for good (a client error
+    /// status: not 429, which asks to come back, nor a server error).
     async fn publish_one(&self, skip: &Skip, regarding: &Regarding) -> bool {
         let api: Api<Event> = Api::namespaced(self.client.clone(), &regarding.namespace);
         match api
@@ -127,7 +128,7 @@ impl Events {
             }
             Err(e) => {
                 self.failed(&lb_control::cli::error_line(&e));
-                matches!(e, kube::Error::Api(_))
+                matches!(&e, kube::Error::Api(s) if (400..500).contains(&s.code) && s.code != 429)
             }
         }
     }

@@ -8,10 +8,12 @@
 //! backend on one of lbd's addresses; `services[1] ...`: the whole
 //! service) is left out, one a round. Each left-out object is a [`Skip`],
 //! and the next push leaves it out before sending ([`LeftOut`]) while it
-//! is unchanged. Whether lbd refuses an object depends, besides the object,
-//! only on lbd's configuration (its addresses, SNAT addresses) and on the
-//! other sources' objects: the [`Grounds`] of the refusals, which the sync
-//! loop's periodic push compares before it tries the left-outs again.
+//! is unchanged, its service included ([`Value`]). Whether lbd refuses an
+//! object depends, besides the object and its service, on lbd's
+//! configuration (its addresses, SNAT addresses) and on the other
+//! sources' objects: the [`Grounds`] of the refusals, which the sync
+//! loop's periodic push compares before it tries the left-outs again (and
+//! tries them every hour in any case, for what this misses).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -45,15 +47,19 @@ fn backend_ident(b: &pb::Backend) -> Ident {
 }
 
 /// An object's value when it was left out: the next push leaves out only
-/// the same value (a Service fixed since is sent again at once).
+/// the same value (a Service fixed since is sent again at once). A
+/// frontend's or backend's includes its service's, which lbd's refusal
+/// may depend on (a full-NAT service's frontend of a family lbd has no
+/// SNAT address of; source ranges of no frontend's family): a new
+/// forwarding mode or new ranges send it again.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
     /// A service (its frontends and backends went with it).
     Service(pb::Service),
-    /// A frontend.
-    Frontend(pb::Frontend),
-    /// A backend.
-    Backend(pb::Backend),
+    /// A frontend, and its service.
+    Frontend(pb::Frontend, Option<pb::Service>),
+    /// A backend, and its service.
+    Backend(pb::Backend, Option<pb::Service>),
 }
 
 impl Value {
@@ -61,10 +67,15 @@ impl Value {
     fn service(&self) -> &str {
         match self {
             Value::Service(s) => &s.name,
-            Value::Frontend(f) => &f.service,
-            Value::Backend(b) => &b.service,
+            Value::Frontend(f, _) => &f.service,
+            Value::Backend(b, _) => &b.service,
         }
     }
+}
+
+/// The service `name` of `d`, as it is.
+fn service_of(d: &Desired, name: &str) -> Option<pb::Service> {
+    d.services.iter().find(|s| s.name == name).cloned()
 }
 
 /// Takes the object `id` out of `d` (if `only` is given, only while it
@@ -84,7 +95,7 @@ fn take_out(d: &mut Desired, id: &Ident, only: Option<&Value>) -> Option<(String
         }
         Ident::Frontend(..) => {
             let at = d.frontends.iter().position(|f| frontend_ident(f) == *id)?;
-            let v = Value::Frontend(d.frontends[at].clone());
+            let v = Value::Frontend(d.frontends[at].clone(), service_of(d, &d.frontends[at].service));
             if only.is_some_and(|o| *o != v) {
                 return None;
             }
@@ -100,7 +111,7 @@ fn take_out(d: &mut Desired, id: &Ident, only: Option<&Value>) -> Option<(String
         }
         Ident::Backend(..) => {
             let at = d.backends.iter().position(|b| backend_ident(b) == *id)?;
-            let v = Value::Backend(d.backends[at].clone());
+            let v = Value::Backend(d.backends[at].clone(), service_of(d, &d.backends[at].service));
             if only.is_some_and(|o| *o != v) {
                 return None;
             }
@@ -549,8 +560,15 @@ mod tests {
         let text = |t: Option<(String, Value)>| t.map(|(s, _)| s);
         let fe = Ident::Frontend("fd00::2".parse().ok(), 80, 1);
         // Only while it has the value given.
-        let other = Value::Frontend(pb::Frontend::default());
+        let other = Value::Frontend(pb::Frontend::default(), None);
         assert_eq!(take_out(&mut d, &fe, Some(&other)), None);
+        // Nor once its service has changed (another mode).
+        let mut d2 = d.clone();
+        let (_, v) = take_out(&mut d2, &fe, None).unwrap();
+        let mut d3 = d.clone();
+        d3.services[1].mode = pb::ForwardingMode::Dnat as i32;
+        assert_eq!(take_out(&mut d3, &fe, Some(&v)), None);
+        assert!(take_out(&mut d.clone(), &fe, Some(&v)).is_some());
         let f = text(take_out(&mut d, &fe, None));
         assert_eq!(f.as_deref(), Some("lbd service default/b frontend [fd00::2]:80"));
         assert_eq!(d.services.len(), 2);

@@ -50,6 +50,11 @@ use crate::push::{push, Grounds, LeftOut, PushError, Pushed};
 /// this often (or every debounce time, if longer).
 pub const MAX_HOLD: Duration = Duration::from_secs(2);
 
+/// The periodic push tries everything, what lbd refused before included,
+/// at least this often, even if nothing it knows of changed: a refusal
+/// that depends on something the [`Grounds`] miss costs at most this.
+pub const TRY_ALL_EVERY: Duration = Duration::from_secs(3600);
+
 /// The first delay after a push lbd did not take.
 pub const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// The longest delay between tries.
@@ -325,6 +330,8 @@ struct Pushes {
     logged_skips: BTreeSet<Skip>,
     /// Where skips are published as Kubernetes Events, if they are.
     events: Option<Events>,
+    /// When a push last tried everything, left-outs included.
+    tried_all: Instant,
     /// The skips of the last push taken whose Event was made (or refused
     /// for good), and when: made again after [`events::REFRESH`].
     evented: BTreeMap<Skip, Instant>,
@@ -346,6 +353,7 @@ impl Default for Pushes {
             logged_skips: BTreeSet::new(),
             events: None,
             evented: BTreeMap::new(),
+            tried_all: Instant::now(),
             lbd: None,
             node_addresses: None,
             retry: FIRST_RETRY,
@@ -407,7 +415,11 @@ impl Pushes {
         // not known.
         let (known, grounds) = match (&self.last_pushed, self.force) {
             (Some(p), false) => (p.left_out.clone(), p.grounds.clone()),
-            (Some(p), true) if !p.left_out.is_empty() && p.grounds.is_some() => {
+            (Some(p), true)
+                if !p.left_out.is_empty()
+                    && p.grounds.is_some()
+                    && self.tried_all.elapsed() < TRY_ALL_EVERY =>
+            {
                 let now = match connected(&mut self.lbd, settings).await {
                     Ok(client) => crate::push::grounds(client).await.ok().map(|(g, _)| g),
                     Err(_) => None,
@@ -415,10 +427,14 @@ impl Pushes {
                 if now.is_some() && now == p.grounds {
                     (p.left_out.clone(), now)
                 } else {
+                    self.tried_all = Instant::now();
                     (Vec::new(), None)
                 }
             }
-            _ => (Vec::new(), None),
+            _ => {
+                self.tried_all = Instant::now();
+                (Vec::new(), None)
+            }
         };
         let p = push_once(&mut self.lbd, settings, &d, &known, grounds.as_ref()).await;
         let p = p.inspect_err(|e| {
@@ -429,7 +445,9 @@ impl Pushes {
         settings.stats.pushed(&p);
         report(&p, self.last.is_none());
         log_skips(&p.sent.skipped, &mut self.logged_skips);
-        self.logged_skips.retain(|s| p.sent.skipped.contains(s));
+        // (`push` sorts them.)
+        self.logged_skips
+            .retain(|s| p.sent.skipped.binary_search(s).is_ok());
         let skipped = p.sent.skipped.clone();
         self.force = false;
         self.retry = FIRST_RETRY;
@@ -439,7 +457,7 @@ impl Pushes {
             // Each skip of a push lbd took: once, and again when its Event
             // is old enough that the API server may have let it expire.
             self.evented
-                .retain(|s, at| skipped.contains(s) && at.elapsed() < events::REFRESH);
+                .retain(|s, at| skipped.binary_search(s).is_ok() && at.elapsed() < events::REFRESH);
             let due: Vec<Skip> = skipped
                 .into_iter()
                 .filter(|s| !self.evented.contains_key(s))

@@ -874,3 +874,35 @@ async fn a_left_out_is_tried_again_when_what_refused_it_changed() {
     stop.send(()).unwrap();
     task.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frontend_refused_for_its_service_comes_back_when_the_service_changes() {
+    let server = common::Server::start();
+    let api = FakeApi::start().await;
+    // Dual-stack, full-NAT: the test node has no IPv6 SNAT address, so
+    // lbd refuses the IPv6 frontend (that one only).
+    let mut dual = service("dual", "192.0.2.40");
+    dual["status"]["loadBalancer"]["ingress"] = json!([{"ip": "192.0.2.40"}, {"ip": "2001:db8::40"}]);
+    api.apply(Kind::Service, dual.clone());
+    api.apply(Kind::EndpointSlice, slice("dual", &[("10.1.0.11", true, false)]));
+    let (stop, task) = follow(&api, settings(&server));
+    let addrs = |server: &common::Server| -> Vec<String> {
+        server
+            .state()
+            .frontends
+            .values()
+            .map(|f| f.key.addr.to_string())
+            .collect()
+    };
+    until("the IPv4 frontend is in lbd", || addrs(&server) == ["192.0.2.40"]).await;
+    // DNAT needs no SNAT address: the next push (not only a periodic one
+    // that finds lbd changed) sends the frontend again, and lbd takes it.
+    dual["metadata"]["annotations"] = json!({"lbd.io/forwarding-mode": "dnat"});
+    api.apply(Kind::Service, dual);
+    until("the IPv6 frontend is in lbd", || {
+        addrs(&server) == ["192.0.2.40", "2001:db8::40"]
+    })
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
