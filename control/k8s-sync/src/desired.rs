@@ -189,23 +189,25 @@ pub struct Regarding {
 impl Regarding {
     /// The Service `s`.
     pub fn service(s: &Service) -> Option<Regarding> {
-        Some(Regarding {
-            api_version: "v1",
-            kind: "Service",
-            namespace: s.metadata.namespace.clone()?,
-            name: s.metadata.name.clone()?,
-            uid: s.metadata.uid.clone(),
-        })
+        Regarding::of(&s.metadata, "v1", "Service")
     }
 
     /// The EndpointSlice `s`.
     pub fn slice(s: &EndpointSlice) -> Option<Regarding> {
+        Regarding::of(&s.metadata, "discovery.k8s.io/v1", "EndpointSlice")
+    }
+
+    fn of(
+        m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        api_version: &'static str,
+        kind: &'static str,
+    ) -> Option<Regarding> {
         Some(Regarding {
-            api_version: "discovery.k8s.io/v1",
-            kind: "EndpointSlice",
-            namespace: s.metadata.namespace.clone()?,
-            name: s.metadata.name.clone()?,
-            uid: s.metadata.uid.clone(),
+            api_version,
+            kind,
+            namespace: m.namespace.clone()?,
+            name: m.name.clone()?,
+            uid: m.uid.clone(),
         })
     }
 }
