@@ -56,6 +56,7 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{Service, ServicePort};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use lb_control::convert;
 use lb_proto::v1 as pb;
 
@@ -197,11 +198,8 @@ impl Regarding {
         Regarding::of(&s.metadata, "discovery.k8s.io/v1", "EndpointSlice")
     }
 
-    fn of(
-        m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-        api_version: &'static str,
-        kind: &'static str,
-    ) -> Option<Regarding> {
+    /// The object with metadata `m`, of `kind` in `api_version`.
+    fn of(m: &ObjectMeta, api_version: &'static str, kind: &'static str) -> Option<Regarding> {
         Some(Regarding {
             api_version,
             kind,

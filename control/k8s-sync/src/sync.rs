@@ -413,8 +413,10 @@ impl Pushes {
         // tries them again if what their refusals depended on changed
         // since (lbd restarted, another source's objects changed) or is
         // not known.
-        let (known, grounds) = match (&self.last_pushed, self.force) {
-            (Some(p), false) => (p.left_out.clone(), p.grounds.clone()),
+        // (`tries_all`: this push tries everything; noted when lbd takes
+        // it, so a failed hourly try is made again.)
+        let (known, grounds, tries_all) = match (&self.last_pushed, self.force) {
+            (Some(p), false) => (p.left_out.clone(), p.grounds.clone(), false),
             (Some(p), true)
                 if !p.left_out.is_empty()
                     && p.grounds.is_some()
@@ -425,16 +427,12 @@ impl Pushes {
                     Err(_) => None,
                 };
                 if now.is_some() && now == p.grounds {
-                    (p.left_out.clone(), now)
+                    (p.left_out.clone(), now, false)
                 } else {
-                    self.tried_all = Instant::now();
-                    (Vec::new(), None)
+                    (Vec::new(), None, true)
                 }
             }
-            _ => {
-                self.tried_all = Instant::now();
-                (Vec::new(), None)
-            }
+            _ => (Vec::new(), None, true),
         };
         let p = push_once(&mut self.lbd, settings, &d, &known, grounds.as_ref()).await;
         let p = p.inspect_err(|e| {
@@ -449,6 +447,9 @@ impl Pushes {
         self.logged_skips
             .retain(|s| p.sent.skipped.binary_search(s).is_ok());
         let skipped = p.sent.skipped.clone();
+        if tries_all {
+            self.tried_all = Instant::now();
+        }
         self.force = false;
         self.retry = FIRST_RETRY;
         self.last = Some(d);
