@@ -1,9 +1,9 @@
-//! The example deployment, deploy/kubernetes/lbd.yaml: every object is
-//! one Kubernetes would take (each field known to the API's schema, as
-//! k8s-openapi has it: an object that does not survive a round trip
-//! through its type has a field the API would drop or refuse), the
-//! sidecar has the permissions it uses, and its container's flags are
-//! flags it takes. (lbd's container and lbd.toml: dataplane/lbd's
+//! The example deployment, deploy/kubernetes/lbd.yaml: every field of
+//! every object is one the API's schema has, with its type (as
+//! k8s-openapi has them: an object that does not survive a round trip
+//! through its type has a field the API would drop or refuse; values are
+//! not checked), the pod is Guaranteed, the sidecar has the permissions it
+//! uses, and its container's flags are flags it takes. (lbd's container and lbd.toml: dataplane/lbd's
 //! tests/deploy.rs.)
 
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -98,6 +98,23 @@ fn the_sidecar_may_do_what_it_does() {
 }
 
 #[test]
+fn the_pod_is_guaranteed() {
+    // Every container's requests equal its limits, CPU and memory: the
+    // data plane's pod is not a Burstable one (first for the OOM killer).
+    let docs = documents();
+    let ds: DaemonSet = typed(docs.iter().find(|d| d["kind"] == "DaemonSet").unwrap());
+    let pod = ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    for c in &pod.containers {
+        let r = c.resources.as_ref().unwrap();
+        let (req, lim) = (r.requests.clone().unwrap(), r.limits.clone().unwrap());
+        for k in ["cpu", "memory"] {
+            assert!(req.contains_key(k), "{}: no {k} request", c.name);
+        }
+        assert_eq!(req, lim, "{}", c.name);
+    }
+}
+
+#[test]
 fn the_sidecars_flags_are_its_own() {
     let docs = documents();
     let ds: DaemonSet = typed(docs.iter().find(|d| d["kind"] == "DaemonSet").unwrap());
@@ -106,11 +123,25 @@ fn the_sidecars_flags_are_its_own() {
         c.command.as_deref(),
         Some(&["/usr/local/bin/lb-k8s-sync".to_string()][..])
     );
-    // Its Events' reporting instance comes from the downward API.
+    // Its Events' reporting instance, and the address of its --metrics,
+    // come from the downward API.
     let env = c.env.clone().unwrap_or_default();
-    let pod_name = env.iter().find(|e| e.name == "POD_NAME").unwrap();
-    let field = pod_name.value_from.as_ref().unwrap().field_ref.as_ref().unwrap();
-    assert_eq!(field.field_path, "metadata.name");
+    let field = |name: &str| {
+        let e = env
+            .iter()
+            .find(|e| e.name == name)
+            .unwrap_or_else(|| panic!("no {name}"));
+        e.value_from
+            .as_ref()
+            .unwrap()
+            .field_ref
+            .as_ref()
+            .unwrap()
+            .field_path
+            .clone()
+    };
+    assert_eq!(field("POD_NAME"), "metadata.name");
+    assert_eq!(field("POD_IP"), "status.podIP");
     // The flags, with the pod's values for its $(VARIABLES), parse: the
     // binary prints its help (exit 0) only after every flag before
     // --help parsed; a flag it does not have, or a bad value, is exit 2.

@@ -62,8 +62,38 @@ fn lbds_flags_are_its_own() {
     for v in ["NODE_NAME", "POD_IP"] {
         assert!(env.contains(&v), "{v} in {env:?}");
     }
-    // The socket the sidecar talks to, in the volume both mount.
+    // The socket the sidecar talks to, in the volume both mount; the state
+    // file in the node's directory.
     assert!(args.contains(&"--grpc=/run/lbd/lbd.sock".to_string()), "{args:?}");
+    let mounted = |path: &str| {
+        c["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["mountPath"] == path)
+    };
+    assert!(mounted("/run/lbd") && mounted("/var/lib/lbd"));
+    assert!(args.contains(&"--state-file=/var/lib/lbd/state.json".to_string()));
+    // Ready by lbd's /healthz, on its --metrics port.
+    let probe = &c["readinessProbe"]["httpGet"];
+    assert_eq!(probe["path"], "/healthz");
+    let port = probe["port"].as_u64().unwrap();
+    assert!(args.contains(&format!("--metrics=192.0.2.9:{port}")), "{args:?}");
+}
+
+#[test]
+fn one_device_for_each_interface() {
+    // lbd stops at start when DPDK has another number of ports than the
+    // config has [[interface]] tables.
+    let docs = documents();
+    let cm = docs.iter().find(|d| d["kind"] == "ConfigMap").unwrap();
+    let config: toml::Table = cm["data"]["lbd.toml"].as_str().unwrap().parse().unwrap();
+    let interfaces = config["interface"].as_array().unwrap().len();
+    let devices = args(&lbd_container(&docs))
+        .iter()
+        .filter(|a| a.starts_with("--pci=") || a.starts_with("--vdev="))
+        .count();
+    assert_eq!(devices, interfaces);
 }
 
 #[test]
