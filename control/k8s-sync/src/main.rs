@@ -80,6 +80,10 @@ struct Cli {
     /// that lost it (10-86400).
     #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(10..=86_400))]
     resync: u64,
+    /// Seconds between checks that lbd has not restarted (its instance id):
+    /// one that did is pushed the state at once (1-3600).
+    #[arg(long, value_name = "SECS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    lbd_check: u64,
     /// Serve Prometheus metrics (GET /metrics) and a health check for the
     /// pod's probes (GET /healthz) on this address (IP:PORT).
     #[arg(long, value_name = "IP:PORT")]
@@ -177,6 +181,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         namespace: cli.namespace,
         selector: cli.selector,
         debounce: Duration::from_millis(cli.debounce_ms),
+        lbd_check: Duration::from_secs(cli.lbd_check),
         resync: Duration::from_secs(cli.resync),
         stats: Arc::default(),
         events: !cli.no_events,

@@ -7,8 +7,9 @@
 //! been listed once: an empty cache pushed at start would delete every
 //! backend lbd has from Kubernetes. A push lbd did not take is tried again
 //! with a growing delay (1 s doubling to 30 s), and every `resync` period
-//! the state is pushed even unchanged, so that an lbd that restarted
-//! without its state file or a `k8s` object deleted by hand is put right;
+//! the state is pushed even unchanged, so that a `k8s` object deleted by
+//! hand is put right (an lbd that restarted, perhaps without its state
+//! file, is found sooner: its instance id, asked every `lbd_check`);
 //! what the last push had to leave out is tried again then if lbd
 //! restarted or another source's objects changed since it was refused
 //! ([`Grounds`]): a conflict since resolved is put right, and an object
@@ -83,6 +84,10 @@ pub struct Settings {
     pub debounce: Duration,
     /// Push the state at least this often, changed or not.
     pub resync: Duration,
+    /// Ask lbd this often whether it restarted (its `GetInfo` instance
+    /// id), and push at once if it did: an lbd that restarted without its
+    /// state file has none of the cluster's objects until then.
+    pub lbd_check: Duration,
     /// Where the loop counts.
     pub stats: Arc<SyncStats>,
     /// Create a Kubernetes Event for each skip ([`crate::events`]).
@@ -243,6 +248,8 @@ pub async fn run(
     let mut held_since = Instant::now();
     let hold = MAX_HOLD.max(settings.debounce);
     let mut periodic = tokio::time::interval_at(Instant::now() + settings.resync, settings.resync);
+    let mut lbd_check = tokio::time::interval_at(Instant::now() + settings.lbd_check, settings.lbd_check);
+    lbd_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let ready = svc_ready && slice_ready;
         settings
@@ -258,6 +265,15 @@ pub async fn run(
             _ = periodic.tick() => {
                 st.force = true;
                 Noted::Changed
+            }
+            // Only once something was pushed: until then every change is.
+            _ = lbd_check.tick(), if mode == Mode::Follow && st.instance.is_some() => {
+                if st.lbd_restarted(settings).await {
+                    st.force = true;
+                    Noted::Changed
+                } else {
+                    Noted::Nothing
+                }
             }
             () = &mut shutdown => return Ok(Ended::Stopped(st.last_pushed)),
             () = tokio::time::sleep_until(due), if ready && dirty => {
@@ -337,6 +353,8 @@ struct Pushes {
     evented: BTreeMap<Skip, Instant>,
     /// The connection to lbd.
     lbd: Option<LoadBalancerClient<Channel>>,
+    /// The lbd instance the last push went to, as far as known.
+    instance: Option<String>,
     /// The node-port addresses of the last mapping, to log a change.
     node_addresses: Option<Vec<IpAddr>>,
     /// The delay after the next failure, and no push before `not_before`.
@@ -355,6 +373,7 @@ impl Default for Pushes {
             evented: BTreeMap::new(),
             tried_all: Instant::now(),
             lbd: None,
+            instance: None,
             node_addresses: None,
             retry: FIRST_RETRY,
             not_before: Instant::now(),
@@ -434,6 +453,9 @@ impl Pushes {
             }
             _ => (Vec::new(), None, true),
         };
+        // The instance it goes to (a restart between this and the push
+        // costs one push more, at the next check).
+        let instance = self.instance_id(settings).await;
         let p = push_once(&mut self.lbd, settings, &d, &known, grounds.as_ref()).await;
         let p = p.inspect_err(|e| {
             settings
@@ -450,6 +472,7 @@ impl Pushes {
         if tries_all {
             self.tried_all = Instant::now();
         }
+        self.instance = instance.or_else(|| self.instance.take());
         self.force = false;
         self.retry = FIRST_RETRY;
         self.last = Some(d);
@@ -469,6 +492,34 @@ impl Pushes {
             }
         }
         Ok(true)
+    }
+
+    /// lbd's instance id, if it answers `GetInfo` (a new connection next
+    /// time if it does not), within the check interval.
+    async fn instance_id(&mut self, settings: &Settings) -> Option<String> {
+        let ask = async {
+            let client = connected(&mut self.lbd, settings).await.ok()?;
+            client.get_info(pb::GetInfoRequest {}).await.ok()
+        };
+        match tokio::time::timeout(settings.lbd_check.max(Duration::from_secs(1)), ask).await {
+            Ok(Some(r)) => Some(r.into_inner().instance_id),
+            _ => {
+                self.lbd = None;
+                None
+            }
+        }
+    }
+
+    /// Whether lbd answers with another instance than the last push went
+    /// to: it restarted.
+    async fn lbd_restarted(&mut self, settings: &Settings) -> bool {
+        match (self.instance_id(settings).await, &self.instance) {
+            (Some(now), Some(then)) if now != *then => {
+                tracing::info!("lbd restarted (instance {now}): pushing the state again");
+                true
+            }
+            _ => false,
+        }
     }
 
     /// After a push that failed: a new connection if lbd did not answer,

@@ -10,16 +10,10 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
 use serde_json::Value;
 
-fn documents() -> Vec<Value> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/kubernetes/lbd.yaml");
-    let text = std::fs::read_to_string(path).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|d| Value::deserialize(d).unwrap())
-        .collect()
-}
+mod deploy_yaml;
+use deploy_yaml::documents;
 
 /// `v` as a `T`, checked to lose nothing on the way.
 fn typed<T: DeserializeOwned + serde::Serialize>(v: &Value) -> T {

@@ -52,6 +52,7 @@ fn settings(server: &common::Server) -> Settings {
         namespace: None,
         selector: None,
         debounce: Duration::from_millis(20),
+        lbd_check: Duration::from_millis(100),
         resync: Duration::from_secs(3600),
         stats: Default::default(),
         events: true,
@@ -901,6 +902,48 @@ async fn a_frontend_refused_for_its_service_comes_back_when_the_service_changes(
     api.apply(Kind::Service, dual);
     until("the IPv6 frontend is in lbd", || {
         addrs(&server) == ["192.0.2.40", "2001:db8::40"]
+    })
+    .await;
+    stop.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_lbd_that_restarted_empty_is_pushed_again_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("lbd.sock");
+    let at = |s: &std::path::Path| {
+        let s = s.to_path_buf();
+        move |_: &std::path::Path| {
+            Some(lb_control::listen::ListenConfig {
+                addr: lb_control::listen::ListenAddr::Unix(s),
+                tls: None,
+            })
+        }
+    };
+    let mut first = common::Server::start_with(at(&socket));
+    let api = FakeApi::start().await;
+    api.apply(Kind::Service, service("web", "192.0.2.10"));
+    api.apply(Kind::EndpointSlice, slice("web", &[("10.1.0.11", true, false)]));
+    // The periodic push an hour away: only the check can find the restart.
+    let s = Settings {
+        server: ServerAddr::Unix(socket.clone()),
+        ..settings(&first)
+    };
+    let (stop, task) = follow(&api, s);
+    until("the first lbd has the Service", || {
+        k8s_backends(&first) == owned(&[("default/web", "10.1.0.11", "active")])
+    })
+    .await;
+    // lbd restarts on the same socket without a state file: a new
+    // instance, nothing in it.
+    first.stop().unwrap();
+    let second = tokio::task::spawn_blocking(move || common::Server::start_with(at(&socket)))
+        .await
+        .unwrap();
+    assert!(k8s_backends(&second).is_empty());
+    until("the second lbd has the Service", || {
+        k8s_backends(&second) == owned(&[("default/web", "10.1.0.11", "active")])
     })
     .await;
     stop.send(()).unwrap();

@@ -4,16 +4,11 @@
 //! Kubernetes schema and the sidecar's part: control/k8s-sync's
 //! tests/deploy.rs.)
 
-use serde::Deserialize;
 use serde_json::Value;
 
-fn documents() -> Vec<Value> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/kubernetes/lbd.yaml");
-    let text = std::fs::read_to_string(path).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|d| Value::deserialize(d).unwrap())
-        .collect()
-}
+#[path = "../../../control/k8s-sync/tests/deploy_yaml/mod.rs"]
+mod deploy_yaml;
+use deploy_yaml::documents;
 
 /// lbd's container.
 fn lbd_container(docs: &[Value]) -> Value {
