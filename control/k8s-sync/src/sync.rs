@@ -266,9 +266,14 @@ pub async fn run(
                 st.force = true;
                 Noted::Changed
             }
-            // Only once something was pushed: until then every change is.
-            _ = lbd_check.tick(), if mode == Mode::Follow && st.instance.is_some() => {
-                if st.lbd_restarted(settings).await {
+            // Only once something was pushed (until then every change is),
+            // and not while a forced push waits (it notes the instance).
+            _ = lbd_check.tick(), if mode == Mode::Follow && st.instance.is_some() && !st.force => {
+                let restarted = tokio::select! {
+                    r = st.lbd_restarted(settings) => r,
+                    () = &mut shutdown => return Ok(Ended::Stopped(st.last_pushed)),
+                };
+                if restarted {
                     st.force = true;
                     Noted::Changed
                 } else {
@@ -494,15 +499,21 @@ impl Pushes {
         Ok(true)
     }
 
-    /// lbd's instance id, if it answers `GetInfo` (a new connection next
-    /// time if it does not), within the check interval.
+    /// lbd's instance id, if it answers `GetInfo` within half the check
+    /// interval (at least 1 s, at most `--timeout`); a new connection next
+    /// time if it did not answer.
     async fn instance_id(&mut self, settings: &Settings) -> Option<String> {
         let ask = async {
             let client = connected(&mut self.lbd, settings).await.ok()?;
-            client.get_info(pb::GetInfoRequest {}).await.ok()
+            Some(client.get_info(pb::GetInfoRequest {}).await)
         };
-        match tokio::time::timeout(settings.lbd_check.max(Duration::from_secs(1)), ask).await {
-            Ok(Some(r)) => Some(r.into_inner().instance_id),
+        let limit = (settings.lbd_check / 2)
+            .max(Duration::from_secs(1))
+            .min(settings.timeout);
+        match tokio::time::timeout(limit, ask).await {
+            Ok(Some(Ok(r))) => Some(r.into_inner().instance_id),
+            // lbd answered, with an error: the connection is good.
+            Ok(Some(Err(s))) if !lb_control::cli::is_local_failure(&s) => None,
             _ => {
                 self.lbd = None;
                 None

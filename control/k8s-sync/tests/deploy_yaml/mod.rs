@@ -1,5 +1,6 @@
 //! The documents of deploy/kubernetes/lbd.yaml, as JSON values: read by
-//! the `deploy` tests of lb-k8s-sync and of lbd.
+//! the `deploy` tests of lb-k8s-sync and of lbd (both crates two levels
+//! below the repository's root, which the path below assumes).
 
 use serde::Deserialize;
 use serde_json::Value;
