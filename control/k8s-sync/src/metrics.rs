@@ -95,20 +95,47 @@ impl SyncStats {
             "Pushes (Resyncs of source k8s) lbd took.",
             get(&self.pushes),
         );
-        out.family(
+        // A family with one label, a sample for each value.
+        let mut labelled = |name: &str, kind: &str, help: &str, label: &str, samples: &[(&str, u64)]| {
+            out.family(name, kind, help);
+            for (value, n) in samples {
+                out.sample(name, &[(label, value)], n);
+            }
+        };
+        labelled(
             "lb_k8s_sync_push_failures_total",
             "counter",
             "Pushes lbd did not take: unavailable (not answered, or an lbd error that is no refusal; retried), refused (refused whole; retried).",
+            "reason",
+            &[("unavailable", get(&self.unavailable)), ("refused", get(&self.refused))],
         );
-        out.sample(
-            "lb_k8s_sync_push_failures_total",
-            &[("reason", "unavailable")],
-            get(&self.unavailable),
+        labelled(
+            "lb_k8s_sync_watch_errors_total",
+            "counter",
+            "Failed watches, listed and watched again after a backoff.",
+            "kind",
+            &[
+                ("services", get(&self.service_watch_errors)),
+                ("endpointslices", get(&self.slice_watch_errors)),
+            ],
         );
-        out.sample(
-            "lb_k8s_sync_push_failures_total",
-            &[("reason", "refused")],
-            get(&self.refused),
+        labelled(
+            "lb_k8s_sync_events_total",
+            "counter",
+            "Kubernetes Events for skips: sent, failed (refused, e.g. no permission, or not answered in time).",
+            "result",
+            &[("sent", get(&self.events_sent)), ("failed", get(&self.events_failed))],
+        );
+        labelled(
+            "lb_k8s_sync_objects",
+            "gauge",
+            "Objects in the last push, by kind.",
+            "kind",
+            &[
+                ("services", last.services),
+                ("frontends", last.frontends),
+                ("backends", last.backends),
+            ],
         );
         out.one(
             "lb_k8s_sync_resync_calls_total",
@@ -116,54 +143,12 @@ impl SyncStats {
             "Resync calls, those that left out what lbd refused included.",
             get(&self.resync_calls),
         );
-        out.family(
-            "lb_k8s_sync_watch_errors_total",
-            "counter",
-            "Failed watches, listed and watched again after a backoff.",
-        );
-        out.sample(
-            "lb_k8s_sync_watch_errors_total",
-            &[("kind", "services")],
-            get(&self.service_watch_errors),
-        );
-        out.sample(
-            "lb_k8s_sync_watch_errors_total",
-            &[("kind", "endpointslices")],
-            get(&self.slice_watch_errors),
-        );
-        out.family(
-            "lb_k8s_sync_events_total",
-            "counter",
-            "Kubernetes Events for skips: sent, failed (refused, e.g. no permission, or not answered in time).",
-        );
-        out.sample(
-            "lb_k8s_sync_events_total",
-            &[("result", "sent")],
-            get(&self.events_sent),
-        );
-        out.sample(
-            "lb_k8s_sync_events_total",
-            &[("result", "failed")],
-            get(&self.events_failed),
-        );
         out.one(
             "lb_k8s_sync_listed",
             "gauge",
             "1 once Services and EndpointSlices have both been listed (nothing is pushed before).",
             u8::from(self.listed.load(Ordering::Relaxed)),
         );
-        out.family(
-            "lb_k8s_sync_objects",
-            "gauge",
-            "Objects in the last push, by kind.",
-        );
-        for (kind, n) in [
-            ("services", last.services),
-            ("frontends", last.frontends),
-            ("backends", last.backends),
-        ] {
-            out.sample("lb_k8s_sync_objects", &[("kind", kind)], n);
-        }
         out.one(
             "lb_k8s_sync_skipped_objects",
             "gauge",
