@@ -17,6 +17,11 @@
 //!   `PIPELINE_VLAN=1` runs every variant on a tagged node: port 0 on
 //!   VLAN 10, port 1 on VLAN 20, every frame with its port's 802.1Q tag
 //!   (in 4 bytes of the padding: frames stay 60 bytes).
+//!   The `pipeline_v6` bench runs every variant in IPv6 instead: the same
+//!   services on fd00::100-102, backends and SNAT addresses in fd01::/64,
+//!   clients in 2001:db8::/64 behind the default gateway fd00::fe, 74-byte
+//!   frames, the conntrack's IPv6 table as large as the IPv4 one is
+//!   otherwise (criterion's groups end with `_v6`).
 //! - Established: the table is filled with n = 1k or 1M connections (a SYN,
 //!   the backend's SYN-ACK and the client's ACK each, through
 //!   `handle_packet`, so every entry is ESTABLISHED). The timed
@@ -50,11 +55,11 @@
 //! The bytes per connection are printed first.
 
 use std::hint::black_box;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, BenchmarkId, Criterion};
+use criterion::{BenchmarkId, Criterion};
 use lb_dataplane::checksum::ChecksumOffload;
 use lb_dataplane::conntrack::{self, Conntrack};
 use lb_dataplane::flow::{FlowKey, Proto, WorkerId};
@@ -68,36 +73,85 @@ mod common;
 use common::Prefetch0;
 
 const BURST: usize = 32;
+/// An IPv4 frame: 60 bytes (54 of headers, padding).
 const FRAME: usize = 60;
-type Frame = [u8; FRAME];
+/// An IPv6 frame (`pipeline_v6.rs`): 74 bytes of headers.
+#[allow(dead_code)] // in this binary: IPv4 only
+pub(crate) const FRAME6: usize = 74;
+/// A frame of `N` bytes: [`FRAME`] or [`FRAME6`]. Everything that holds
+/// frames is generic over `N`, so the IPv4 variants compile as they did
+/// before IPv6 was measured.
+type Frame<const N: usize> = [u8; N];
 
 const MAC0: [u8; 6] = [2, 0, 0, 0, 0, 0x10];
 const MAC1: [u8; 6] = [2, 0, 0, 0, 0, 0x11];
 const PEER: [u8; 6] = [2, 0, 0, 0, 0, 0xee];
-const VIP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 100);
-/// The frontend of a DNAT service with the same backends, for the DNAT
-/// SYN flood.
-const VIP_DNAT: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 101);
-/// The frontend of a DNAT service with client-IP affinity and the same
-/// backends: its new flows go through the affinity table.
-const VIP_STICKY: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 102);
 const BACKENDS: u32 = 16;
 const SNAT_ADDRS: u32 = 32;
 
-fn snat_addr(i: u32) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::from(0x0a01_0100 + i))
+/// `pipeline_v6.rs`: every address IPv6 (module doc).
+static SIX: AtomicBool = AtomicBool::new(false);
+
+fn six() -> bool {
+    SIX.load(Relaxed)
 }
 
+/// The address the IPv4 bench has `v4` (a `u32`) for; in IPv6, `v6`.
+fn addr(v4: u32, v6: u128) -> IpAddr {
+    if six() {
+        IpAddr::V6(Ipv6Addr::from(v6))
+    } else {
+        IpAddr::V4(Ipv4Addr::from(v4))
+    }
+}
+
+/// The full-NAT service's frontend: 10.0.0.100 or fd00::100.
+fn vip() -> IpAddr {
+    addr(0x0a00_0064, 0xfd00_0000_0000_0000_0000_0000_0000_0100)
+}
+
+/// The frontend of a DNAT service with the same backends, for the DNAT
+/// SYN flood.
+fn vip_dnat() -> IpAddr {
+    addr(0x0a00_0065, 0xfd00_0000_0000_0000_0000_0000_0000_0101)
+}
+
+/// The frontend of a DNAT service with client-IP affinity and the same
+/// backends: its new flows go through the affinity table.
+fn vip_sticky() -> IpAddr {
+    addr(0x0a00_0066, 0xfd00_0000_0000_0000_0000_0000_0000_0102)
+}
+
+/// SNAT address `i`: 10.1.1.0 + i or fd01::1:0 + i, on port 1.
+fn snat_addr(i: u32) -> IpAddr {
+    addr(
+        0x0a01_0100 + i,
+        0xfd01_0000_0000_0000_0000_0000_0001_0000 + u128::from(i),
+    )
+}
+
+/// Backend `i`: 10.1.0.11 + i or fd01::b + i, on port 1.
 fn backend_addr(i: u32) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::from(0x0a01_000b + i))
+    addr(
+        0x0a01_000b + i,
+        0xfd01_0000_0000_0000_0000_0000_0000_000b + u128::from(i),
+    )
 }
 
 fn snapshot() -> Snapshot {
     let mut b = SnapshotBuilder::new(1);
-    let gw = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 254));
     let net = |s: &str, len| Cidr::new(s.parse().unwrap(), len).unwrap();
-    b.interface(0, MAC0, net("10.0.0.1", 24), Some(gw));
-    b.interface(1, MAC1, net("10.1.0.1", 16), None);
+    let gw = if six() {
+        let gw = "fd00::fe".parse().unwrap();
+        b.interface(0, MAC0, net("fd00::1", 64), Some(gw));
+        b.interface(1, MAC1, net("fd01::1", 64), None);
+        gw
+    } else {
+        let gw = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 254));
+        b.interface(0, MAC0, net("10.0.0.1", 24), Some(gw));
+        b.interface(1, MAC1, net("10.1.0.1", 16), None);
+        gw
+    };
     b.neighbor(gw, PEER);
     if VLAN.load(Relaxed) {
         b.vlan(0, 10).vlan(1, 20);
@@ -108,12 +162,12 @@ fn snapshot() -> Snapshot {
     let mut web = ServiceSpec::new("default/web");
     web.mode = ForwardMode::FullNat;
     let web = b.service(web).unwrap();
-    let fe = FrontendSpec::new(IpAddr::V4(VIP), 80, Proto::Tcp, FrontendKind::LoadBalancer);
+    let fe = FrontendSpec::new(vip(), 80, Proto::Tcp, FrontendKind::LoadBalancer);
     b.frontend(web, fe).unwrap();
     let mut dnat = ServiceSpec::new("default/web-dnat");
     dnat.mode = ForwardMode::Dnat;
     let dnat = b.service(dnat).unwrap();
-    let fe = FrontendSpec::new(IpAddr::V4(VIP_DNAT), 80, Proto::Tcp, FrontendKind::LoadBalancer);
+    let fe = FrontendSpec::new(vip_dnat(), 80, Proto::Tcp, FrontendKind::LoadBalancer);
     b.frontend(dnat, fe).unwrap();
     let mut sticky = ServiceSpec::new("default/web-sticky");
     sticky.mode = ForwardMode::Dnat;
@@ -121,7 +175,7 @@ fn snapshot() -> Snapshot {
         timeout: Duration::from_secs(10800),
     };
     let sticky = b.service(sticky).unwrap();
-    let fe = FrontendSpec::new(IpAddr::V4(VIP_STICKY), 80, Proto::Tcp, FrontendKind::LoadBalancer);
+    let fe = FrontendSpec::new(vip_sticky(), 80, Proto::Tcp, FrontendKind::LoadBalancer);
     b.frontend(sticky, fe).unwrap();
     for i in 0..BACKENDS {
         b.neighbor(backend_addr(i), PEER);
@@ -133,34 +187,43 @@ fn snapshot() -> Snapshot {
     b.build().unwrap()
 }
 
-fn worker(capacity_v4: u32) -> Worker {
+/// A worker whose conntrack holds `capacity` connections of the bench's
+/// family (and 1,024 of the other).
+fn worker(capacity: u32) -> Worker {
     let mut cfg = WorkerConfig::new(WorkerId(0), 1);
-    cfg.conntrack = conntrack::Config::new(capacity_v4, 1024);
+    cfg.conntrack = if six() {
+        conntrack::Config::new(1024, capacity)
+    } else {
+        conntrack::Config::new(capacity, 1024)
+    };
     cfg.snat_addresses = (0..SNAT_ADDRS).map(snat_addr).collect();
     cfg.frontend_slots = 64;
     cfg.backend_slots = 64;
     Worker::new(cfg).unwrap()
 }
 
-/// A 60-byte Ethernet/IPv4/TCP frame (54 bytes of headers, zero padding).
-fn tcp(src: (IpAddr, u16), dst: (IpAddr, u16), syn: bool, ack: bool) -> Frame {
-    let (IpAddr::V4(s), IpAddr::V4(d)) = (src.0, dst.0) else {
-        unreachable!("IPv4 only")
+/// A 60-byte Ethernet/IPv4/TCP frame (54 bytes of headers, zero padding),
+/// or a 74-byte Ethernet/IPv6/TCP one; `N` is the size.
+fn tcp<const N: usize>(src: (IpAddr, u16), dst: (IpAddr, u16), syn: bool, ack: bool) -> Frame<N> {
+    let l2 = etherparse::PacketBuilder::ethernet2(PEER, MAC0);
+    let l3 = match (src.0, dst.0) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => l2.ipv4(s.octets(), d.octets(), 64),
+        (IpAddr::V6(s), IpAddr::V6(d)) => l2.ipv6(s.octets(), d.octets(), 64),
+        _ => unreachable!("one family"),
     };
-    let mut b = etherparse::PacketBuilder::ethernet2(PEER, MAC0)
-        .ipv4(s.octets(), d.octets(), 64)
-        .tcp(src.1, dst.1, 1000, 64000);
+    let mut b = l3.tcp(src.1, dst.1, 1000, 64000);
     if syn {
         b = b.syn();
     }
     if ack {
         b = b.ack(1);
     }
-    let mut v = Vec::with_capacity(FRAME);
+    let mut v = Vec::with_capacity(N);
     b.write(&mut v, &[]).unwrap();
+    assert!(v.len() <= N, "{} bytes of headers", v.len());
     if VLAN.load(Relaxed) {
         // To a frontend: from a client, on port 0; else on port 1.
-        let vid: u16 = if [VIP, VIP_DNAT, VIP_STICKY].contains(&d) {
+        let vid: u16 = if [vip(), vip_dnat(), vip_sticky()].contains(&dst.0) {
             10
         } else {
             20
@@ -168,17 +231,21 @@ fn tcp(src: (IpAddr, u16), dst: (IpAddr, u16), syn: bool, ack: bool) -> Frame {
         let t = vid.to_be_bytes();
         v.splice(12..12, [0x81, 0x00, t[0], t[1]]);
     }
-    v.resize(FRAME, 0);
+    v.resize(N, 0);
     v.try_into().unwrap()
 }
 
 /// `PIPELINE_VLAN=1`: a tagged node (module doc).
 static VLAN: AtomicBool = AtomicBool::new(false);
 
-/// Client `i` of at most 4M: distinct address and port.
+/// Client `i` of at most 4M: distinct address (100.64.0.0/10, or
+/// 2001:db8::/64 behind the same gateway) and port.
 fn client(i: usize) -> (IpAddr, u16) {
     (
-        IpAddr::V4(Ipv4Addr::from(0x6440_0000 + i as u32)),
+        addr(
+            0x6440_0000 + i as u32,
+            0x2001_0db8_0000_0000_0000_0000_0000_0000 + i as u128,
+        ),
         1024 + (i % 60_000) as u16,
     )
 }
@@ -216,23 +283,23 @@ fn shuffle<T>(v: &mut [T], seed: u64) {
 
 /// A worker holding `n` connections, and a forward and a reply ACK of each
 /// (both in the same random order).
-struct Established {
+struct Established<const N: usize> {
     snap: Snapshot,
     worker: Worker,
-    fwd: Vec<Frame>,
-    rev: Vec<Frame>,
+    fwd: Vec<Frame<N>>,
+    rev: Vec<Frame<N>>,
     now: u64,
 }
 
-fn established(n: usize) -> Established {
+fn established<const N: usize>(n: usize) -> Established<N> {
     let snap = snapshot();
     let mut worker = worker(1 << 20);
-    let vip = (IpAddr::V4(VIP), 80);
+    let vip = (vip(), 80);
     let mut order: Vec<usize> = (0..n).collect();
     shuffle(&mut order, 0x5eed);
     let (mut fwd, mut rev) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for i in 0..n {
-        let mut syn = tcp(client(i), vip, true, false);
+        let mut syn = tcp::<N>(client(i), vip, true, false);
         let v = worker.handle_packet(Tick(0), &snap, &mut syn, &meta(0));
         assert!(matches!(v, Verdict::Transmit { port: 1, .. }), "{v:?}");
     }
@@ -240,12 +307,12 @@ fn established(n: usize) -> Established {
         let key = FlowKey::new(client(i), vip, Proto::Tcp).unwrap();
         let (id, _) = worker.conntrack().lookup(&key).unwrap();
         let reply = worker.conntrack().get(id).unwrap().reply();
-        let mut synack = tcp(reply.src(), reply.dst(), true, true);
+        let mut synack = tcp::<N>(reply.src(), reply.dst(), true, true);
         let v = worker.handle_packet(Tick(1), &snap, &mut synack, &meta(1));
         assert!(matches!(v, Verdict::Transmit { port: 0, .. }), "{v:?}");
         // The client's ACK completes the handshake: both directions then
         // measure established entries.
-        let mut ack = tcp(client(i), vip, false, true);
+        let mut ack = tcp::<N>(client(i), vip, false, true);
         let v = worker.handle_packet(Tick(1), &snap, &mut ack, &meta(0));
         assert!(matches!(v, Verdict::Transmit { port: 1, .. }), "{v:?}");
         assert_eq!(
@@ -282,12 +349,12 @@ impl Mode {
 }
 
 #[inline(always)]
-fn process(
+fn process<const N: usize>(
     mode: Mode,
     w: &mut Worker,
     now: Tick,
     snap: &Snapshot,
-    work: &mut [Frame; BURST],
+    work: &mut [Frame<N>; BURST],
     metas: &[PacketMeta; BURST],
     verdicts: &mut [Verdict; BURST],
 ) {
@@ -307,7 +374,7 @@ static WARM_BY_LOADS: AtomicBool = AtomicBool::new(false);
 
 /// Copies the next 32 pristine frames (wrapping) into `work`.
 #[inline(always)]
-fn load(work: &mut [Frame; BURST], frames: &[Frame], cursor: &mut usize) {
+fn load<const N: usize>(work: &mut [Frame<N>; BURST], frames: &[Frame<N>], cursor: &mut usize) {
     for w in work.iter_mut() {
         *w = frames[*cursor];
         *cursor = if *cursor + 1 == frames.len() {
@@ -319,9 +386,15 @@ fn load(work: &mut [Frame; BURST], frames: &[Frame], cursor: &mut usize) {
 }
 
 /// Times `iters` bursts; returns the time per packet.
-fn timed_bursts(iters: u64, mode: Mode, e: &mut Established, reply: bool, cursor: &mut usize) -> Duration {
+fn timed_bursts<const N: usize>(
+    iters: u64,
+    mode: Mode,
+    e: &mut Established<N>,
+    reply: bool,
+    cursor: &mut usize,
+) -> Duration {
     let metas = [meta(if reply { 1 } else { 0 }); BURST];
-    let mut work = [[0u8; FRAME]; BURST];
+    let mut work = [[0u8; N]; BURST];
     let mut verdicts = [Verdict::ToHost; BURST];
     let mut total = Duration::ZERO;
     let frames = if reply { &e.rev } else { &e.fwd };
@@ -344,9 +417,9 @@ fn timed_bursts(iters: u64, mode: Mode, e: &mut Established, reply: bool, cursor
     total / BURST as u32
 }
 
-fn check_all_transmit(mode: Mode, e: &mut Established, reply: bool) {
+fn check_all_transmit<const N: usize>(mode: Mode, e: &mut Established<N>, reply: bool) {
     let metas = [meta(if reply { 1 } else { 0 }); BURST];
-    let mut work = [[0u8; FRAME]; BURST];
+    let mut work = [[0u8; N]; BURST];
     let mut verdicts = [Verdict::ToHost; BURST];
     let mut cursor = 0;
     let frames = if reply { &e.rev } else { &e.fwd };
@@ -378,11 +451,11 @@ fn print_bytes_per_connection() {
     );
 }
 
-fn bench_established(c: &mut Criterion) {
+fn bench_established<const N: usize>(c: &mut Criterion) {
     print_bytes_per_connection();
-    let mut g = c.benchmark_group("pipeline_established_fullnat");
+    let mut g = c.benchmark_group(format!("pipeline_established_fullnat{}", group_suffix()));
     for n in [1_000usize, 1_000_000] {
-        let mut e = established(n);
+        let mut e = established::<N>(n);
         let label = if n == 1_000 { "1k" } else { "1M" };
         for reply in [false, true] {
             let dir = if reply { "reply" } else { "forward" };
@@ -399,10 +472,10 @@ fn bench_established(c: &mut Criterion) {
 }
 
 /// A fresh worker and a pool of SYNs of distinct flows.
-struct NewFlows {
+struct NewFlows<const N: usize> {
     snap: Snapshot,
     worker: Worker,
-    syns: Vec<Frame>,
+    syns: Vec<Frame<N>>,
     cursor: usize,
     /// Simulated time, in microseconds, and its step per burst.
     now_us: u64,
@@ -413,18 +486,18 @@ const SYN_POOL: usize = 1 << 18;
 const NEW_FLOW_TICK_MS: u64 = 20;
 const SWEEP_BUDGET: usize = 256;
 
-impl NewFlows {
-    fn new() -> NewFlows {
-        NewFlows::with_capacity(1 << 20, SYN_POOL, VIP)
+impl<const N: usize> NewFlows<N> {
+    fn new() -> NewFlows<N> {
+        NewFlows::with_capacity(1 << 20, SYN_POOL, vip())
     }
 
     /// With a table of `capacity` IPv4 connections and SYNs of `pool`
     /// distinct flows to `vip` (port 80): below `pool`, every SYN past the
     /// first `capacity` evicts an embryonic entry (the SYN flood
     /// `bench/run.sh` runs end to end).
-    fn with_capacity(capacity: u32, pool: usize, vip: Ipv4Addr) -> NewFlows {
-        let vip = (IpAddr::V4(vip), 80);
-        let mut syns: Vec<Frame> = (0..pool).map(|i| tcp(client(i), vip, true, false)).collect();
+    fn with_capacity(capacity: u32, pool: usize, vip: IpAddr) -> NewFlows<N> {
+        let vip = (vip, 80);
+        let mut syns: Vec<Frame<N>> = (0..pool).map(|i| tcp::<N>(client(i), vip, true, false)).collect();
         shuffle(&mut syns, 77);
         NewFlows {
             snap: snapshot(),
@@ -440,7 +513,7 @@ impl NewFlows {
     #[inline(always)]
     fn burst(&mut self, mode: Mode, with_tick: bool, verdicts: &mut [Verdict; BURST]) -> Duration {
         let metas = [meta(0); BURST];
-        let mut work = [[0u8; FRAME]; BURST];
+        let mut work = [[0u8; N]; BURST];
         load(&mut work, &self.syns, &mut self.cursor);
         self.now_us += self.step_us;
         let now = Tick(self.now_us / 1000);
@@ -467,9 +540,9 @@ impl NewFlows {
     }
 }
 
-fn bench_new_flow(c: &mut Criterion) {
-    let mut g = c.benchmark_group("pipeline_new_flow_fullnat");
-    let mut nf = NewFlows::new();
+fn bench_new_flow<const N: usize>(c: &mut Criterion) {
+    let mut g = c.benchmark_group(format!("pipeline_new_flow_fullnat{}", group_suffix()));
+    let mut nf = NewFlows::<N>::new();
     // Reach the steady state (and check it): two pool cycles, every SYN a
     // new connection.
     let mut verdicts = [Verdict::ToHost; BURST];
@@ -522,7 +595,23 @@ fn bench_timer(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench_timer, bench_established, bench_new_flow);
+/// What `criterion_group!` would run, for frames of `N` bytes.
+fn criterion_benches<const N: usize>() {
+    let mut c = Criterion::default().configure_from_args();
+    bench_timer(&mut c);
+    bench_established::<N>(&mut c);
+    bench_new_flow::<N>(&mut c);
+    c.final_summary();
+}
+
+/// What criterion's group names end with: nothing for IPv4, `_v6`.
+fn group_suffix() -> &'static str {
+    if six() {
+        "_v6"
+    } else {
+        ""
+    }
+}
 
 /// Instruction counting under callgrind, instead of criterion:
 /// `PIPELINE_COUNT=forward|reply|new|new_dnat|new_sticky|new_full|new_full_1m|new_full_dnat|new_full_1m_dnat
@@ -540,7 +629,7 @@ criterion_group!(benches, bench_timer, bench_established, bench_new_flow);
 /// state's. The expirations per new flow counted are printed. The new
 /// flow alone: `--toggle-collect='*handle_burst_with*'` with
 /// `PIPELINE_MODE=burst`.
-fn count_instructions(what: &str) {
+fn count_instructions<const N: usize>(what: &str) {
     let mode = match std::env::var("PIPELINE_MODE").as_deref() {
         Ok("burst") => Mode::Burst,
         _ => Mode::Packet,
@@ -559,13 +648,13 @@ fn count_instructions(what: &str) {
         });
     if what.starts_with("new") {
         let mut nf = match what {
-            "new" => NewFlows::new(),
+            "new" => NewFlows::<N>::new(),
             // DNAT SYNs from distinct clients, without and with client-IP
             // affinity (each pins a client: the affinity table's worst case).
-            "new_dnat" => NewFlows::with_capacity(1 << 20, SYN_POOL, VIP_DNAT),
-            "new_sticky" => NewFlows::with_capacity(1 << 20, SYN_POOL, VIP_STICKY),
+            "new_dnat" => NewFlows::with_capacity(1 << 20, SYN_POOL, vip_dnat()),
+            "new_sticky" => NewFlows::with_capacity(1 << 20, SYN_POOL, vip_sticky()),
             "new_full" | "new_full_1m" | "new_full_dnat" | "new_full_1m_dnat" => {
-                full_table(what.contains("1m"), what.ends_with("dnat"))
+                full_table::<N>(what.contains("1m"), what.ends_with("dnat"))
             }
             _ => panic!("PIPELINE_COUNT={what}: not a variant"),
         };
@@ -588,7 +677,7 @@ fn count_instructions(what: &str) {
         "reply" => true,
         _ => panic!("PIPELINE_COUNT={what}: not a variant"),
     };
-    let mut e = established(n);
+    let mut e = established::<N>(n);
     check_all_transmit(mode, &mut e, reply);
     let mut cursor = 0;
     timed_bursts(1000, mode, &mut e, reply, &mut cursor);
@@ -597,12 +686,18 @@ fn count_instructions(what: &str) {
 }
 
 #[inline(never)]
-fn counted_bursts(e: &mut Established, mode: Mode, reply: bool, cursor: &mut usize, bursts: u64) {
+fn counted_bursts<const N: usize>(
+    e: &mut Established<N>,
+    mode: Mode,
+    reply: bool,
+    cursor: &mut usize,
+    bursts: u64,
+) {
     timed_bursts(bursts, mode, e, reply, cursor);
 }
 
 #[inline(never)]
-fn counted_new(nf: &mut NewFlows, mode: Mode, bursts: u64) {
+fn counted_new<const N: usize>(nf: &mut NewFlows<N>, mode: Mode, bursts: u64) {
     let mut verdicts = [Verdict::ToHost; BURST];
     for _ in 0..bursts {
         nf.burst(mode, true, &mut verdicts);
@@ -622,7 +717,7 @@ fn counted_new(nf: &mut NewFlows, mode: Mode, bursts: u64) {
 /// and the same binary's median moved 36 -> 76 ns from one run to the next
 /// (2026-11-25, AMD EPYC guest); the best block is what the code does on
 /// the core when it has it, and varies far less between runs. Quote both.
-fn medians() {
+fn medians<const N: usize>() {
     let bursts: usize = std::env::var("PIPELINE_BURSTS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -654,7 +749,7 @@ fn medians() {
         Err(_) => vec![1_000, 1_000_000],
     };
     for n in n_list {
-        let mut e = established(n);
+        let mut e = established::<N>(n);
         for reply in [false, true] {
             for mode in [Mode::Packet, Mode::Burst] {
                 check_all_transmit(mode, &mut e, reply);
@@ -668,7 +763,7 @@ fn medians() {
             }
         }
     }
-    let mut nf = NewFlows::new();
+    let mut nf = NewFlows::<N>::new();
     let mut verdicts = [Verdict::ToHost; BURST];
     for _ in 0..2 * SYN_POOL / BURST {
         nf.burst(Mode::Packet, true, &mut verdicts);
@@ -687,7 +782,7 @@ fn medians() {
     // in a 1M one (the default capacity, as end to end); full-NAT, and
     // DNAT.
     for (big, dnat) in [(false, false), (true, false), (false, true), (true, true)] {
-        let mut full = full_table(big, dnat);
+        let mut full = full_table::<N>(big, dnat);
         for _ in 0..full.syns.len() / BURST {
             full.burst(Mode::Packet, false, &mut verdicts);
         }
@@ -718,8 +813,8 @@ const BLOCK: usize = 1_000;
 /// expire before the table filled). SYNs to the full-NAT service's VIP, or
 /// with `dnat` to the DNAT one's (whose entries keep both keys in the
 /// hashed index: no SNAT port cell for the reply key).
-fn full_table(big: bool, dnat: bool) -> NewFlows {
-    let vip = if dnat { VIP_DNAT } else { VIP };
+fn full_table<const N: usize>(big: bool, dnat: bool) -> NewFlows<N> {
+    let vip = if dnat { vip_dnat() } else { vip() };
     if big {
         let mut nf = NewFlows::with_capacity(1 << 20, 1 << 21, vip);
         nf.step_us = 20;
@@ -730,17 +825,27 @@ fn full_table(big: bool, dnat: bool) -> NewFlows {
 }
 
 fn main() {
+    run::<FRAME>(false);
+}
+
+/// The bench, in IPv6 if `six` (frames of [`FRAME6`] bytes; `N` is
+/// [`FRAME`] otherwise). `pipeline_v6.rs` calls it with IPv6: a binary of
+/// its own, so that this one holds the IPv4 instances of the worker's
+/// code only and compiles them as it did before IPv6 was measured (a
+/// second instance in the same binary moved the IPv4 forward packet's
+/// count by +5 instructions).
+pub(crate) fn run<const N: usize>(six: bool) {
+    SIX.store(six, Relaxed);
     WARM_BY_LOADS.store(std::env::var("PIPELINE_WARM").as_deref() == Ok("loads"), Relaxed);
     NIC_OFFLOAD.store(std::env::var("PIPELINE_OFFLOAD").as_deref() == Ok("nic"), Relaxed);
     VLAN.store(std::env::var("PIPELINE_VLAN").as_deref() == Ok("1"), Relaxed);
     if std::env::var("PIPELINE_MEDIANS").is_ok() {
-        medians();
+        medians::<N>();
         return;
     }
     if let Ok(what) = std::env::var("PIPELINE_COUNT") {
-        count_instructions(&what);
+        count_instructions::<N>(&what);
         return;
     }
-    benches();
-    Criterion::default().configure_from_args().final_summary();
+    criterion_benches::<N>();
 }
