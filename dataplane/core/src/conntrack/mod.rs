@@ -79,6 +79,7 @@ mod table;
 #[cfg(test)]
 mod tests;
 mod v4;
+mod v6;
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -86,6 +87,7 @@ pub(crate) use insert::Evicted;
 pub use state::{tcp_flags, ConnState, EvictClass, Timeouts, UDP_STREAM_AFTER};
 pub(crate) use v4::KeyV4;
 pub use v4::RewriteV4;
+pub use v6::RewriteV6;
 
 use crate::flow::{FlowKey, FlowKeyV4, FlowKeyV6, Proto, SnatPorts};
 use crate::prefetch::Prefetch;

@@ -562,27 +562,85 @@ fn rewrite_v6(
 ) -> Result<(), DropReason> {
     let (ip, l4) = split::<{ ipv6::HEADER_LEN }>(frame, p)?;
     let kind = L4::of(p.protocol, l4, true)?;
-    let hop = ip[ipv6::field::HOP_LIMIT];
-    if hop <= 1 {
+    if ip[ipv6::field::HOP_LIMIT] <= 1 {
         return Err(DropReason::TtlExceeded);
     }
     // --- no error past this point ---
+    write_v6(ip, l4, kind, p.protocol, p.fragment, src, dst, None, offload);
+    Ok(())
+}
+
+/// [`rewrite`] of a whole (unfragmented) IPv6 TCP or UDP packet without
+/// extension headers, whose fixed header is `ip` and whose L4 header and
+/// data up to the IP end are `l4`, for the worker's IPv6 fast path, which
+/// has checked what [`rewrite`] checks (as [`rewrite_v4_whole`]'s caller
+/// does). Same bytes out as [`rewrite`]. `delta`: as for
+/// [`rewrite_v4_whole`], whose `ip` half is here the change of the
+/// addresses alone (the pseudo-header's; IPv6 has no header checksum).
+/// Returns the delta applied.
+#[inline(always)]
+pub(crate) fn rewrite_v6_whole(
+    ip: &mut [u8; ipv6::HEADER_LEN],
+    l4: &mut [u8],
+    tcp: bool,
+    src: (Ipv6Addr, u16),
+    dst: (Ipv6Addr, u16),
+    delta: Option<NatDelta>,
+    offload: &ChecksumOffload,
+) -> NatDelta {
+    let (kind, proto) = if tcp {
+        (L4::Tcp, ip_proto::TCP)
+    } else {
+        (L4::Udp, ip_proto::UDP)
+    };
+    write_v6(ip, l4, kind, proto, Fragment::None, src, dst, delta, offload)
+}
+
+/// The writing half of [`rewrite_v6`]: every check is done; `l4` holds at
+/// least `kind.min_len()` bytes, `proto` is its IP protocol and the hop
+/// limit is above 1. `delta`: see [`rewrite_v6_whole`]; only for TCP and
+/// UDP. Returns the delta applied.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn write_v6(
+    ip: &mut [u8; ipv6::HEADER_LEN],
+    l4: &mut [u8],
+    kind: L4,
+    proto: u8,
+    fragment: Fragment,
+    src: (Ipv6Addr, u16),
+    dst: (Ipv6Addr, u16),
+    delta: Option<NatDelta>,
+    offload: &ChecksumOffload,
+) -> NatDelta {
+    debug_assert!(delta.is_none() || matches!(kind, L4::Tcp | L4::Udp));
     let (new_src, new_dst) = (u128::from(src.0), u128::from(dst.0));
-    let addrs = Wide::default()
-        .add128(be128_at(ip, 8), new_src)
-        .add128(be128_at(ip, 24), new_dst);
+    let addrs = match delta {
+        Some(d) => Wide(u64::from(d.ip)),
+        None => Wide::default()
+            .add128(be128_at(ip, 8), new_src)
+            .add128(be128_at(ip, 24), new_dst),
+    };
     ip[ipv6::field::SRC].copy_from_slice(&new_src.to_be_bytes());
     ip[ipv6::field::DST].copy_from_slice(&new_dst.to_be_bytes());
-    ip[ipv6::field::HOP_LIMIT] = hop - 1;
-    let proto = p.protocol;
+    ip[ipv6::field::HOP_LIMIT] -= 1;
 
     let ports = PortChange::new(l4, kind, src.1, dst.1);
     ports.write(l4);
-    let all = ports.delta(addrs);
-    update_l4_checksum(l4, kind, addrs, all, p.fragment, offload, |len| {
+    let all = match delta {
+        Some(d) => Wide(u64::from(d.l4)),
+        None => ports.delta(addrs),
+    };
+    update_l4_checksum(l4, kind, addrs, all, fragment, offload, |len| {
         offload_pseudo_v6(&src.0, &dst.0, proto, len as u32)
     });
-    Ok(())
+    match delta {
+        Some(d) => d,
+        None => NatDelta {
+            ip: addrs.folded(),
+            l4: all.folded(),
+        },
+    }
 }
 
 #[inline(always)]

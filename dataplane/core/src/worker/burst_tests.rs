@@ -22,9 +22,9 @@ use crate::snapshot::{
 };
 use crate::worker::WorkerConfig;
 
-const MAC0: [u8; 6] = [2, 0, 0, 0, 0, 0x10];
-const MAC1: [u8; 6] = [2, 0, 0, 0, 0, 0x11];
-const PEER: [u8; 6] = [2, 0, 0, 0, 0, 0xc1];
+pub(in crate::worker) const MAC0: [u8; 6] = [2, 0, 0, 0, 0, 0x10];
+pub(in crate::worker) const MAC1: [u8; 6] = [2, 0, 0, 0, 0, 0x11];
+pub(in crate::worker) const PEER: [u8; 6] = [2, 0, 0, 0, 0, 0xc1];
 
 pub(in crate::worker) fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()

@@ -467,7 +467,7 @@ impl Worker {
 
 #[cfg(test)]
 #[path = "fast_tests.rs"]
-mod tests;
+pub(super) mod tests;
 
 #[cfg(test)]
 #[path = "fast_cache_tests.rs"]

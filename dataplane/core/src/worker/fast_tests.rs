@@ -127,9 +127,9 @@ pub(super) fn state(w: &Worker) -> String {
 
 /// How often the fast path answered in one run.
 #[derive(Debug, Default)]
-pub(super) struct Seen {
-    pub(super) fast: u64,
-    pub(super) declined: u64,
+pub(in crate::worker) struct Seen {
+    pub(in crate::worker) fast: u64,
+    pub(in crate::worker) declined: u64,
 }
 
 /// A random frame of [`frame`]'s traffic.
@@ -156,6 +156,25 @@ pub(super) fn run_switching(snaps: &[Snapshot], seed: u64, mk: impl Fn() -> Work
 /// against the general path where the frame carries its port's id (the
 /// check `handle_tagged` makes before it).
 fn run_on(snaps: &[Snapshot], seed: u64, mk: impl Fn() -> Worker, gen: Gen, vids: Option<[u16; 2]>) -> Seen {
+    run_fast(snaps, seed, mk, gen, vids, Worker::fast_v4, corrupt)
+}
+
+/// A fast path held against the general path: `Worker::fast_v4` or
+/// `Worker::fast_v6`.
+pub(in crate::worker) type FastPath =
+    fn(&mut Worker, Tick, &Snapshot, &mut [u8], &PacketMeta) -> Option<Verdict>;
+
+/// [`run_on`] with `untagged` as the fast path of untagged frames, and
+/// `damage` as the corruption of a third of the frames.
+pub(in crate::worker) fn run_fast(
+    snaps: &[Snapshot],
+    seed: u64,
+    mk: impl Fn() -> Worker,
+    gen: Gen,
+    vids: Option<[u16; 2]>,
+    untagged: FastPath,
+    damage: fn(&mut Rng, &mut Vec<u8>),
+) -> Seen {
     let mut fast = mk();
     let mut general = mk();
     let mut rng = Rng(seed | 1);
@@ -173,10 +192,10 @@ fn run_on(snaps: &[Snapshot], seed: u64, mk: impl Fn() -> Worker, gen: Gen, vids
             m.offload = offload(&mut rng);
         }
         if rng.below(3) == 0 {
-            corrupt(&mut rng, &mut f);
+            damage(&mut rng, &mut f);
         }
         let fast_answer = match vids {
-            None => Worker::fast_v4,
+            None => untagged,
             Some(vids) => {
                 f = tag_randomly(&mut rng, f, port, vids);
                 let own = wire::EthernetFrame::new_checked(&f[..])
@@ -405,7 +424,7 @@ fn grown_frame(rng: &mut Rng, replies: &[Reply]) -> (Vec<u8>, u16) {
 
 /// Grows the untagged, unfragmented TCP or UDP packet in `f` to an IP
 /// packet of `ip_len` bytes, DF as `df` on IPv4; leaves anything else.
-fn grow(f: &mut Vec<u8>, ip_len: usize, df: bool) {
+pub(in crate::worker) fn grow(f: &mut Vec<u8>, ip_len: usize, df: bool) {
     let Ok(p) = wire::parse(f) else { return };
     let (l3, l4, end) = (usize::from(p.l3_offset), usize::from(p.l4_offset), p.end as usize);
     let tcp_or_udp = p.protocol == wire::ip_proto::TCP || p.protocol == wire::ip_proto::UDP;

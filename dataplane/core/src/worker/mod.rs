@@ -68,6 +68,7 @@
 mod burst;
 pub use burst::BURST_LOOKUP_MIN_LEN;
 mod fast;
+mod fast6;
 mod fast_open;
 mod paths;
 
@@ -342,7 +343,19 @@ impl Worker {
     ) {
         match self.fast_v4(now, snap, frame, meta) {
             Some(v) => *out = v,
-            None => *out = self.general(now, snap, frame, meta),
+            None => *out = self.not_fast_v4(now, snap, frame, meta),
+        }
+    }
+
+    /// What [`Worker::handle_one`] does with a frame the IPv4 fast path
+    /// declined: the IPv6 fast path (`fast6.rs`), then the general path.
+    /// Out of line, as `general` is, so that the IPv4 fast path is laid
+    /// out as without it.
+    #[inline(never)]
+    fn not_fast_v4(&mut self, now: Tick, snap: &Snapshot, frame: &mut [u8], meta: &PacketMeta) -> Verdict {
+        match self.fast_v6(now, snap, frame, meta) {
+            Some(v) => v,
+            None => self.general(now, snap, frame, meta),
         }
     }
 
@@ -392,9 +405,9 @@ impl Worker {
     }
 
     /// [`Worker::handle_packet`] without the IPv4 fast path (`fast.rs`,
-    /// `fast_open.rs`), which answers the IPv4 TCP and UDP packets it takes
-    /// exactly as this would; exposed so tests and benches can hold one
-    /// against the other.
+    /// `fast_open.rs`) and the IPv6 one (`fast6.rs`), which answer the TCP
+    /// and UDP packets they take exactly as this would; exposed so tests
+    /// and benches can hold one against the other.
     #[doc(hidden)]
     pub fn handle_packet_general(
         &mut self,

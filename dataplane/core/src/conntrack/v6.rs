@@ -1,0 +1,141 @@
+//! The IPv6 accessors of [`Conntrack`] for the worker's IPv6 fast path
+//! (`worker/fast6.rs`): raw octets in and out, as `v4.rs` has them for
+//! IPv4, so an established IPv6 packet never builds a
+//! [`FlowKey`](crate::flow::FlowKey) or an `IpAddr` to find its entry.
+//!
+//! They read the same table as [`Conntrack::lookup`] and
+//! [`Conntrack::rewrite`] and give the same answers (a test compares them
+//! on every entry of a busy table).
+
+use super::table::RawKey;
+use super::{raw_rewrite, Conntrack, Direction, EntryId, V6_BIT};
+
+/// [`Rewrite`](super::Rewrite) of an IPv6 connection, as octets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RewriteV6 {
+    /// New source address.
+    pub src: [u8; 16],
+    /// New source port.
+    pub src_port: u16,
+    /// New destination address.
+    pub dst: [u8; 16],
+    /// New destination port.
+    pub dst_port: u16,
+}
+
+impl Conntrack {
+    /// [`Conntrack::lookup`] of the IPv6 key `src:sport → dst:dport` with
+    /// IP protocol `proto`.
+    #[inline(always)]
+    pub fn lookup_v6(
+        &self,
+        src: [u8; 16],
+        dst: [u8; 16],
+        sport: u16,
+        dport: u16,
+        proto: u8,
+    ) -> Option<(EntryId, Direction)> {
+        let k = RawKey {
+            src,
+            dst,
+            sport,
+            dport,
+            proto,
+        };
+        self.v6
+            .find(&k, self.v6.locate(&k))
+            .map(|(i, d)| (EntryId(i | V6_BIT), d))
+    }
+
+    /// [`Conntrack::rewrite`] of an IPv6 connection; `None` for a stale or
+    /// IPv4 id.
+    #[inline(always)]
+    pub fn rewrite_v6(&self, id: EntryId, dir: Direction) -> Option<RewriteV6> {
+        if !id.is_v6() {
+            return None;
+        }
+        let ((src, src_port), (dst, dst_port)) = raw_rewrite(self.v6.get(id.0 & !V6_BIT)?, dir);
+        Some(RewriteV6 {
+            src,
+            src_port,
+            dst,
+            dst_port,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+
+    use super::*;
+    use crate::conntrack::{Config, Nat, Tags};
+    use crate::flow::{FlowKey, Proto};
+    use crate::Tick;
+
+    fn octets(ip: IpAddr) -> [u8; 16] {
+        match ip {
+            IpAddr::V6(a) => a.octets(),
+            IpAddr::V4(_) => panic!("IPv6 only"),
+        }
+    }
+
+    /// Every key of a table holding DNAT and full-NAT connections, and
+    /// keys it does not hold: `lookup_v6` and `rewrite_v6` answer as
+    /// `lookup` and `rewrite` do, and decline IPv4 ids.
+    #[test]
+    fn v6_accessors_agree_with_the_general_ones() {
+        let mut ct = Conntrack::new(Config::new(64, 256)).unwrap();
+        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        let mut keys = Vec::new();
+        for i in 0..200u16 {
+            let client = (ip(&format!("2001:db8::{:x}", i + 1)), 1000 + i);
+            let proto = if i % 3 == 0 { Proto::Udp } else { Proto::Tcp };
+            let key = FlowKey::new(client, (ip("fd00::100"), 80), proto).unwrap();
+            let backend = (ip(&format!("fd01::{:x}", 11 + i % 5)), 8080);
+            let nat = if i % 2 == 0 {
+                Nat::Dnat { backend }
+            } else {
+                Nat::FullNat {
+                    backend,
+                    snat: (ip("fd01::100"), 2000 + i),
+                }
+            };
+            let id = ct
+                .insert(key, nat, Tags::default(), Tick(0), |_| {})
+                .expect("room");
+            keys.push(key);
+            let reply = ct.get(id).unwrap().reply();
+            keys.push(reply);
+            // Keys held nowhere: another port, another protocol.
+            keys.push(FlowKey::new((client.0, client.1 ^ 1), (ip("fd00::100"), 80), proto).unwrap());
+        }
+        let v4 = FlowKey::new((ip("10.0.0.2"), 1), (ip("10.0.0.100"), 80), Proto::Tcp).unwrap();
+        let v4_id = ct.insert(
+            v4,
+            Nat::Dnat {
+                backend: (ip("10.1.0.11"), 80),
+            },
+            Tags::default(),
+            Tick(0),
+            |_| {},
+        );
+        for key in keys {
+            let FlowKey::V6(k) = key else { unreachable!() };
+            let raw = ct.lookup_v6(k.src.octets(), k.dst.octets(), k.sport, k.dport, k.proto as u8);
+            assert_eq!(raw, ct.lookup(&key), "{key:?}");
+            if let Some((id, dir)) = raw {
+                let rw = ct.rewrite(id, dir).unwrap();
+                let expect = RewriteV6 {
+                    src: octets(rw.src.0),
+                    src_port: rw.src.1,
+                    dst: octets(rw.dst.0),
+                    dst_port: rw.dst.1,
+                };
+                assert_eq!(ct.rewrite_v6(id, dir), Some(expect), "{key:?}");
+            }
+        }
+        let v4_id = v4_id.expect("room");
+        assert_eq!(ct.rewrite_v6(v4_id, Direction::Original), None);
+    }
+}

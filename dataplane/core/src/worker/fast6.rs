@@ -1,0 +1,244 @@
+//! The IPv6 fast path of [`Worker::handle_packet`]: TCP and UDP packets of
+//! tracked IPv6 connections, read at fixed offsets where the general path
+//! would parse into a [`Parsed`](crate::wire::Parsed) and build a
+//! [`FlowKey`](crate::flow::FlowKey) (~1,200 instructions an established
+//! packet, three times an IPv4 one on its fast path, `fast.rs`).
+//!
+//! It takes an untagged frame whose IPv6 header is followed directly by
+//! TCP or UDP (no extension header), that the parse would accept with the
+//! same fields, whose hop limit is above 1 and whose 5-tuple is a tracked
+//! connection's, and does what the general path would do with it, with
+//! the IPv6 forms of each step ([`Conntrack::lookup_v6`](crate::conntrack::Conntrack::lookup_v6),
+//! [`Conntrack::rewrite_v6`](crate::conntrack::Conntrack::rewrite_v6), [`nat::rewrite_v6_whole`]): the owner and frontend
+//! checks of `paths::l4`, the direction check of `paths::reply`, the
+//! resolved next hop and MTU of `paths::translate`, the rewrite, the
+//! entry's state and the counters.
+//!
+//! The contract is the IPv4 fast path's (`fast.rs`): `Some(verdict)` only
+//! for a packet that the general path would answer with that same
+//! verdict, the same output frame and the same counters; `None`, having
+//! written and counted nothing, for anything else (a new connection, a SYN
+//! that reopens a closing one, another worker's flow, a next hop to
+//! resolve or no route, a packet too big for its port, anything the parse
+//! would reject), and the general path runs. A test feeds random and
+//! corrupted IPv6 traffic through both and compares.
+//!
+//! Not (yet) here: the IPv4 path's flow cache (the owner, frontend and
+//! route checks are made for every packet) and new connections.
+
+use std::net::{IpAddr, Ipv6Addr};
+
+use crate::conntrack::Direction;
+use crate::flow::{owner_of_client, owner_of_snat_port, Proto};
+use crate::nat;
+use crate::reject;
+use crate::snapshot::{OwnerKind, Snapshot};
+use crate::wire::{ip_proto, ipv6, TcpFlags};
+use crate::Tick;
+
+use super::paths::Found;
+use super::{PacketMeta, Verdict, Worker};
+
+/// Ethernet header without a VLAN tag.
+const ETH: usize = 14;
+/// The fixed IPv6 header.
+const IP: usize = ipv6::HEADER_LEN;
+
+#[inline(always)]
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+#[inline(always)]
+fn octets16(b: &[u8], at: usize) -> [u8; 16] {
+    match b.get(at..at + 16).map(<[u8; 16]>::try_from) {
+        Some(Ok(a)) => a,
+        _ => panic!("address past the frame's end"),
+    }
+}
+
+/// What the IPv6 fast path read from a frame: the 5-tuple and what the
+/// rewrite needs.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct FastV6 {
+    pub(super) src: [u8; 16],
+    pub(super) dst: [u8; 16],
+    pub(super) sport: u16,
+    pub(super) dport: u16,
+    /// TCP or UDP.
+    pub(super) proto: Proto,
+    /// TCP flags; 0 for UDP.
+    pub(super) flags: u8,
+    /// End of the IP packet.
+    pub(super) end: usize,
+}
+
+/// The fast path's read of `frame`: `Some` for an untagged IPv6 frame
+/// whose next header is TCP or UDP, that the parse would accept with the
+/// same fields (`wire::parse_with`: the payload within the frame, TCP's
+/// data offset within it, UDP's length within it and its checksum not 0),
+/// and whose hop limit is above 1.
+#[inline(always)]
+pub(super) fn read_v6(f: &[u8]) -> Option<FastV6> {
+    let l4 = ETH + IP;
+    if f.len() < l4 + 8 || f[12] != 0x86 || f[13] != 0xdd || f[ETH] >> 4 != 6 {
+        return None;
+    }
+    let l4_len = usize::from(be16(f, ETH + 4));
+    let end = l4 + l4_len;
+    // Hop limit 1 is dropped (or answered) by the general path.
+    if end > f.len() || f[ETH + 7] <= 1 {
+        return None;
+    }
+    let (proto, flags) = match f[ETH + 6] {
+        ip_proto::TCP => {
+            if l4_len < 20 {
+                return None;
+            }
+            let doff = usize::from(f[l4 + 12] >> 4) * 4;
+            if doff < 20 || doff > l4_len {
+                return None;
+            }
+            (Proto::Tcp, f[l4 + 13])
+        }
+        ip_proto::UDP => {
+            let ulen = usize::from(be16(f, l4 + 4));
+            // A zero checksum is no checksum, which IPv6 forbids: the
+            // parse drops the datagram.
+            if ulen < 8 || ulen > l4_len || be16(f, l4 + 6) == 0 {
+                return None;
+            }
+            (Proto::Udp, 0)
+        }
+        _ => return None,
+    };
+    Some(FastV6 {
+        src: octets16(f, ETH + 8),
+        dst: octets16(f, ETH + 24),
+        sport: be16(f, l4),
+        dport: be16(f, l4 + 2),
+        proto,
+        flags,
+        end,
+    })
+}
+
+impl Worker {
+    /// See the module doc: `Some` only where the general path would do
+    /// exactly the same, `None` (nothing written or counted) otherwise.
+    #[inline]
+    pub(super) fn fast_v6(
+        &mut self,
+        now: Tick,
+        snap: &Snapshot,
+        frame: &mut [u8],
+        meta: &PacketMeta,
+    ) -> Option<Verdict> {
+        let k = read_v6(frame)?;
+        self.fast_v6_read(now, snap, frame, meta, &k, None)
+    }
+
+    /// [`Worker::fast_v6`] after [`read_v6`] gave `k` for `frame`; `found`
+    /// is the conntrack lookup of `k`'s 5-tuple done ahead by the burst
+    /// path, if it is still valid.
+    #[inline(always)]
+    pub(super) fn fast_v6_read(
+        &mut self,
+        now: Tick,
+        snap: &Snapshot,
+        frame: &mut [u8],
+        meta: &PacketMeta,
+        k: &FastV6,
+        found: Found,
+    ) -> Option<Verdict> {
+        let hit = match found {
+            Some(hit) => hit,
+            None => self
+                .conntrack
+                .lookup_v6(k.src, k.dst, k.sport, k.dport, k.proto as u8),
+        };
+        // A miss may open a connection: the general path's business.
+        let (id, dir) = hit?;
+        // So is a client SYN that reopens a closing or expired entry
+        // (`paths::forward`).
+        if k.proto == Proto::Tcp
+            && k.flags & (TcpFlags::SYN.0 | TcpFlags::ACK.0) == TcpFlags::SYN.0
+            && dir == Direction::Original
+            && self.conntrack.reopened_by_syn(id, now)
+        {
+            return None;
+        }
+        let forward_path = self.fast_v6_dispatch(snap, k)?;
+        if !forward_path && dir != Direction::Reply {
+            return None;
+        }
+        let rw = self.conntrack.rewrite_v6(id, dir)?;
+        // --- `translate`: only a resolved next hop ---
+        let hop = snap.next_hop(IpAddr::V6(Ipv6Addr::from(rw.dst)))?;
+        // Too big for the port: answered or dropped by `paths::translate`.
+        if k.end - ETH > usize::from(hop.mtu) {
+            return None;
+        }
+        // --- no way back past this point ---
+        // `read_v6` checked `end <= frame.len()`; the `if let` cannot fail.
+        if let Some((head, l4)) = frame.get_mut(..k.end).map(|f| f.split_at_mut(ETH + IP)) {
+            if let Ok(ip) = <&mut [u8; IP]>::try_from(&mut head[ETH..]) {
+                nat::rewrite_v6_whole(
+                    ip,
+                    l4,
+                    k.proto == Proto::Tcp,
+                    (Ipv6Addr::from(rw.src), rw.src_port),
+                    (Ipv6Addr::from(rw.dst), rw.dst_port),
+                    None,
+                    &meta.offload,
+                );
+            }
+        }
+        nat::set_l2(frame, hop.src_mac, hop.dst_mac);
+        if let Some(tags) = self.conntrack.touch(id, dir, k.flags, now) {
+            self.count_flow(tags, frame.len());
+        }
+        Some(Verdict::Transmit {
+            port: hop.port,
+            len: frame.len(),
+        })
+    }
+
+    /// The general path's `l4` dispatch of `k` on this worker: `None`
+    /// where it would not take the forward or reply path here (another
+    /// worker's flow, an owned address that is no frontend of an existing
+    /// service, a destination that names no one host, ...), else
+    /// `Some(true)` for the forward path, which takes a conntrack hit in
+    /// either direction, and `Some(false)` where only a reply may match.
+    #[inline(always)]
+    fn fast_v6_dispatch(&self, snap: &Snapshot, k: &FastV6) -> Option<bool> {
+        let dst = IpAddr::V6(Ipv6Addr::from(k.dst));
+        let owned = snap.owner_kind(dst).unwrap_or_default();
+        if owned.contains(OwnerKind::SNAT) {
+            if self.n_workers > 1 && owner_of_snat_port(k.dport, self.n_workers) != self.id {
+                return None;
+            }
+            Some(false)
+        } else if owned.contains(OwnerKind::VIP) {
+            // As `Snapshot::lookup`: a frontend of an existing service.
+            snap.lookup(dst, k.dport, k.proto)?;
+            let src = IpAddr::V6(Ipv6Addr::from(k.src));
+            if self.n_workers > 1 && owner_of_client(src, k.sport, self.n_workers) != self.id {
+                return None;
+            }
+            Some(true)
+        } else if owned != OwnerKind::default() || !reject::names_one_host(dst) {
+            None
+        } else {
+            // A DNAT reply, owned by the client: the destination.
+            if self.n_workers > 1 && owner_of_client(dst, k.dport, self.n_workers) != self.id {
+                return None;
+            }
+            Some(false)
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "fast6_tests.rs"]
+mod tests;

@@ -1,0 +1,264 @@
+//! The IPv6 fast path against the general path, as `fast_tests.rs` holds
+//! the IPv4 one: random IPv6 traffic (new flows, established flows both
+//! ways, replies, resets, drops, other workers' flows, next hops resolved,
+//! to resolve and missing), a third of it corrupted in the header bytes
+//! `read_v6` reads, under every checksum-offload combination, on three
+//! snapshots in turn (one without services). For each frame, `fast_v6` either declines having
+//! written nothing, or gives the verdict and frame the general path
+//! gives; the two workers' whole state stays equal.
+
+use std::net::{IpAddr, Ipv6Addr};
+
+use super::super::burst::tests::{builder, ip, tcp, worker, Reply, Rng, MAC0, MAC1, PEER};
+use super::super::fast::tests::{grow, run_fast, Seen};
+use crate::flow::Proto;
+use crate::snapshot::{
+    BackendSpec, Cidr, ForwardMode, FrontendKind, FrontendSpec, ServiceSpec, Snapshot, SnapshotBuilder,
+};
+use crate::worker::Worker;
+
+/// The burst tests' snapshot with a DNAT UDP service on [fd00::101]:53
+/// (backends fd01::11-13) and an IPv6 default route: fd02::fe on port 0.
+fn snapshot6() -> Snapshot {
+    let mut b = builder();
+    b.interface(
+        0,
+        MAC0,
+        Cidr::new(ip("fd02::1"), 64).unwrap(),
+        Some(ip("fd02::fe")),
+    );
+    b.neighbor(ip("fd02::fe"), PEER);
+    let mut dns = ServiceSpec::new("default/dns6");
+    dns.mode = ForwardMode::Dnat;
+    let dns = b.service(dns).unwrap();
+    let fe = FrontendSpec::new(ip("fd00::101"), 53, Proto::Udp, FrontendKind::ClusterIp);
+    b.frontend(dns, fe).unwrap();
+    for i in 11..=13 {
+        b.backend(dns, BackendSpec::new(ip(&format!("fd01::{i}")), 53))
+            .unwrap();
+    }
+    b.build().unwrap()
+}
+
+/// [`snapshot6`] with fd00::2 and backend fd01::13 unresolved.
+fn snapshot6_unresolved() -> Snapshot {
+    let n: Vec<_> = [
+        "10.0.0.2",
+        "10.1.0.11",
+        "10.1.0.12",
+        "fd02::fe",
+        "fd01::11",
+        "fd01::12",
+    ]
+    .iter()
+    .map(|a| (ip(a), PEER))
+    .collect();
+    snapshot6().with_neighbors(&n).unwrap()
+}
+
+/// The ports, addresses and neighbors of [`snapshot6`] without a
+/// service: the VIPs are no one's, and a client's packet to one of them
+/// that still hits its connection's entry is no reply (the general path
+/// drops it, `no_conntrack_reply`).
+fn snapshot6_no_services() -> Snapshot {
+    let mut b = SnapshotBuilder::new(1);
+    let net = |a: &str, len| Cidr::new(ip(a), len).unwrap();
+    b.interface(0, MAC0, net("10.0.0.1", 24), Some(ip("10.0.0.254")));
+    b.interface(0, MAC0, net("fd00::1", 64), None);
+    b.interface(0, MAC0, net("fd02::1", 64), Some(ip("fd02::fe")));
+    b.interface(1, MAC1, net("10.1.0.1", 24), None);
+    b.interface(1, MAC1, net("fd01::1", 64), None);
+    b.snat_address(ip("10.1.0.100")).snat_address(ip("fd01::100"));
+    for a in ["fd00::2", "fd02::fe", "fd01::11", "fd01::12", "fd01::13"] {
+        b.neighbor(ip(a), PEER);
+    }
+    b.build().unwrap()
+}
+
+/// An IPv6 client: on port 0's prefix and resolved (fd00::2), on it and
+/// not (fd00::3), behind the gateway (2001:db8::2), or a martian source
+/// (ff02::1, which may open nothing).
+fn client6(rng: &mut Rng) -> (IpAddr, u16) {
+    let a = ["fd00::2", "fd00::3", "2001:db8::2", "2001:db8::2", "ff02::1"][rng.below(5) as usize];
+    (ip(a), 40000 + rng.below(24) as u16)
+}
+
+fn udp6(src: (IpAddr, u16), dst: (IpAddr, u16), hop: u8) -> Vec<u8> {
+    let (IpAddr::V6(s), IpAddr::V6(d)) = (src.0, dst.0) else {
+        unreachable!()
+    };
+    let mut out = Vec::new();
+    etherparse::PacketBuilder::ethernet2(PEER, MAC0)
+        .ipv6(s.octets(), d.octets(), hop)
+        .udp(src.1, dst.1)
+        .write(&mut out, b"q")
+        .unwrap();
+    out
+}
+
+/// One random IPv6 frame (now and then an IPv4 one, which `fast_v6`
+/// declines); `replies` holds tuples the backends may answer with.
+fn frame6(rng: &mut Rng, replies: &[Reply]) -> (Vec<u8>, u16) {
+    let web = (ip("fd00::100"), 80);
+    let dns = (ip("fd00::101"), 53);
+    let flags = [1, 1, 2, 2, 2, 6, 10][rng.below(7) as usize];
+    match rng.below(20) {
+        0..=5 => (tcp(client6(rng), web, flags, 64), 0),
+        6..=7 => (udp6(client6(rng), dns, 64), 0),
+        8..=13 if !replies.is_empty() => {
+            let (src, dst, proto) = replies[rng.below(replies.len() as u64) as usize];
+            let f = if proto == 6 {
+                tcp(src, dst, [2, 3, 6, 10][rng.below(4) as usize], 64)
+            } else {
+                udp6(src, dst, 64)
+            };
+            (f, 1)
+        }
+        14 => (tcp(client6(rng), web, 2, 1 + rng.below(2) as u8), 0),
+        15 => (tcp(client6(rng), (ip("fd00::100"), 81), 2, 64), 0),
+        // To the SNAT address: a reply the table may not hold.
+        16 => (
+            tcp(
+                (ip("fd01::11"), 8080),
+                (ip("fd01::100"), 1024 + rng.below(256) as u16),
+                2,
+                64,
+            ),
+            1,
+        ),
+        17 => (tcp((ip("10.0.0.2"), 40000), (ip("10.0.0.100"), 80), 2, 64), 0),
+        // To an address lbd does not own: no connection's reply.
+        18 => (
+            udp6(
+                (ip("fd01::11"), 53),
+                (IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 9)), 1),
+                64,
+            ),
+            1,
+        ),
+        _ => (tcp(client6(rng), web, flags, 64), 0),
+    }
+}
+
+/// Damages one header field `read_v6` reads, or the frame's length.
+fn corrupt6(rng: &mut Rng, f: &mut Vec<u8>) {
+    let set = |f: &mut Vec<u8>, at: usize, v: u8| {
+        if let Some(b) = f.get_mut(at) {
+            *b = v;
+        }
+    };
+    match rng.below(12) {
+        // EtherType: VLAN tag, IPv4, garbage.
+        0 => set(
+            f,
+            12 + rng.below(2) as usize,
+            [0x81, 0x08, 0x00, 0xdd][rng.below(4) as usize],
+        ),
+        // Version.
+        1 => set(f, 14, [0x40, 0x70, 0x00, 0x6f][rng.below(4) as usize]),
+        // Payload length.
+        2 => set(f, 18 + rng.below(2) as usize, rng.below(256) as u8),
+        // Next header: hop-by-hop options, ICMPv6, fragment, none.
+        3 => set(f, 20, [0, 58, 44, 59][rng.below(4) as usize]),
+        // Hop limit 0, 1, 2.
+        4 => set(f, 21, rng.below(3) as u8),
+        // An address byte: another host, multicast, v4-mapped.
+        5 => set(
+            f,
+            22 + rng.below(32) as usize,
+            [0, 0xff, 1][rng.below(3) as usize],
+        ),
+        // TCP data offset, UDP length, UDP checksum.
+        6 => set(
+            f,
+            [66, 58, 59, 60, 61][rng.below(5) as usize],
+            rng.below(256) as u8,
+        ),
+        7 => {
+            set(f, 60, 0);
+            set(f, 61, 0);
+        }
+        // Truncate.
+        8 => {
+            let n = rng.below(f.len() as u64 + 1) as usize;
+            f.truncate(n);
+        }
+        // Ethernet padding after the IP packet.
+        9 => f.extend_from_slice(&[0; 7]),
+        // Any byte of the first 80.
+        _ => set(f, rng.below(80) as usize, rng.below(256) as u8),
+    }
+}
+
+fn run6(seed: u64, n_workers: u16, capacity: u32) -> Seen {
+    let snaps = [
+        snapshot6(),
+        snapshot6_unresolved(),
+        snapshot6(),
+        snapshot6_no_services(),
+    ];
+    let mk = || worker(n_workers, capacity);
+    run_fast(&snaps, seed, mk, frame6, None, Worker::fast_v6, corrupt6)
+}
+
+#[test]
+fn ipv6_fast_path_answers_exactly_as_the_general_path() {
+    let mut total = Seen::default();
+    for seed in 1..=8u64 {
+        let s = run6(seed.wrapping_mul(0x2545_f491_4f6c_dd1d), 1, 1024);
+        total.fast += s.fast;
+        total.declined += s.declined;
+    }
+    // The fast path must have taken a real share, or this compares
+    // nothing.
+    assert!(total.fast > 2000, "{total:?}");
+    assert!(total.declined > 2000, "{total:?}");
+}
+
+/// Two workers (half the flows are the other's: hand-overs, declined),
+/// and a small table that fills (evictions).
+#[test]
+fn ipv6_fast_path_with_two_workers_and_a_full_table() {
+    let mut total = Seen::default();
+    for seed in 11..=14u64 {
+        let s = run6(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15), 2, 64);
+        total.fast += s.fast;
+        total.declined += s.declined;
+    }
+    assert!(total.fast > 500, "{total:?}");
+}
+
+/// [`frame6`], half of them grown to IP packets of 1,200-1,599 bytes.
+fn grown_frame6(rng: &mut Rng, replies: &[Reply]) -> (Vec<u8>, u16) {
+    let (mut f, port) = frame6(rng, replies);
+    if rng.below(2) == 0 {
+        grow(&mut f, 1200 + rng.below(400) as usize, true);
+    }
+    (f, port)
+}
+
+/// Ports of MTU 1,400 (clients) and 1,280 (backends): the IPv6 fast path
+/// declines a packet too big for its egress port, having written and
+/// counted nothing, and the general path answers it.
+#[test]
+fn ipv6_fast_path_declines_packets_too_big_for_the_port() {
+    let mut b = builder();
+    b.mtu(0, 1400).mtu(1, 1280);
+    let snap = b.build().unwrap();
+    let mut total = Seen::default();
+    for seed in 1..=4u64 {
+        let mk = || worker(1, 1024);
+        let s = run_fast(
+            std::slice::from_ref(&snap),
+            seed.wrapping_mul(0x3c6e_f372_fe94_f82b),
+            mk,
+            grown_frame6,
+            None,
+            Worker::fast_v6,
+            corrupt6,
+        );
+        total.fast += s.fast;
+        total.declined += s.declined;
+    }
+    assert!(total.fast > 500, "{total:?}");
+}
