@@ -90,6 +90,7 @@ pub use v4::RewriteV4;
 pub use v6::RewriteV6;
 
 use crate::flow::{FlowKey, FlowKeyV4, FlowKeyV6, Proto, SnatPorts};
+use crate::nat::NatDelta;
 use crate::prefetch::Prefetch;
 use crate::time::Tick;
 use reply_ports::ReplyPorts;
@@ -938,6 +939,66 @@ fn raw_rewrite<A: Addr>(s: &Slot<A>, dir: Direction) -> ((A, u16), (A, u16)) {
             (src, (s.backend, s.backend_port))
         }
         Direction::Reply => ((s.vip, s.vip_port), (s.client, s.client_port)),
+    }
+}
+
+/// A packet's new (source, destination) endpoints, from [`raw_rewrite`].
+type RawRewrite<A> = ((A, u16), (A, u16));
+
+/// The flow cache's answer for a packet of the entry `s` travelling
+/// `dir` under snapshot epoch `epoch` (`Conntrack::touch_cached_v4` and
+/// `_v6`): if the entry is live and its cache holds, for that epoch and
+/// direction, an index into `hops` whose hop `takes` the packet, accounts
+/// the packet as [`Conntrack::touch`] does and returns the rewrite, the
+/// hop, the tags and `dir`'s checksum change; else `None`, nothing changed.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn touch_cached<'h, A: Addr, H>(
+    s: &mut Slot<A>,
+    dir: Direction,
+    epoch: u64,
+    hops: &'h [H],
+    takes: impl Fn(&H) -> bool,
+    tcp_flags: u8,
+    now: Tick,
+    timeout_ms: &[u64; ConnState::COUNT],
+) -> Option<(RawRewrite<A>, &'h H, Tags, NatDelta)> {
+    // Not for an expired entry the sweep has not reached: a SYN may
+    // reopen it (`reopened_by_syn`), the uncached branch decides (a
+    // closing entry is never cached).
+    let live = s.expires > now.0;
+    let hop = hops
+        .get(s.cache.get(dir, epoch).filter(|_| live)? as usize)
+        .filter(|h| takes(h))?;
+    let rw = raw_rewrite(s, dir);
+    let delta = flip_for(dir, s.delta);
+    advance(s, dir, tcp_flags, now, timeout_ms);
+    let tags = Tags {
+        frontend: s.tags[0],
+        backend: s.tags[1],
+    };
+    Some((rw, hop, tags, delta))
+}
+
+/// Caches `hop` and `delta` as `dir`'s under `epoch` in the entry `s`
+/// (`Conntrack::set_cached_hop_v4` and `_v6`): nothing for epoch 0 or an
+/// entry a client SYN would reopen (`Conntrack::reopened_by_syn`).
+#[inline(always)]
+fn set_cached<A: Addr>(s: &mut Slot<A>, dir: Direction, epoch: u64, hop: u32, delta: NatDelta) {
+    if epoch != 0 && !reopens(s.state) {
+        s.cache.set(dir, epoch, hop);
+        s.delta = flip_for(dir, delta);
+    }
+}
+
+/// The entry keeps its original direction's checksum change: this maps
+/// between that and `dir`'s, either way (reversing twice gives back every
+/// change a rewrite returns, as none is 0; see [`NatDelta::reversed`]).
+#[inline(always)]
+fn flip_for(dir: Direction, delta: NatDelta) -> NatDelta {
+    match dir {
+        Direction::Original => delta,
+        Direction::Reply => delta.reversed(),
     }
 }
 

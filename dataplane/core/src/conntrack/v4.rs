@@ -14,7 +14,7 @@
 use std::net::Ipv4Addr;
 
 use super::table::{RawKey, FULL_NAT};
-use super::{advance, raw_rewrite, reopens, Conntrack, Direction, EntryId, KeyHash, Tags, BURST};
+use super::{raw_rewrite, set_cached, touch_cached, Conntrack, Direction, EntryId, KeyHash, Tags, BURST};
 use crate::flow::Proto;
 use crate::nat::NatDelta;
 use crate::prefetch::Prefetch;
@@ -233,20 +233,8 @@ impl Conntrack {
         }
         let timeout_ms = &self.timeout_ms;
         let s = self.v4.get_mut(id.0)?;
-        // Not for an expired entry the sweep has not reached: a SYN may
-        // reopen it (`reopened_by_syn`), the uncached branch decides (a
-        // closing entry is never cached).
-        let live = s.expires > now.0;
-        let hop = hops
-            .get(s.cache.get(dir, epoch).filter(|_| live)? as usize)
-            .filter(|h| takes(h))?;
-        let ((src, src_port), (dst, dst_port)) = raw_rewrite(s, dir);
-        let delta = flip_for(dir, s.delta);
-        advance(s, dir, tcp_flags, now, timeout_ms);
-        let tags = Tags {
-            frontend: s.tags[0],
-            backend: s.tags[1],
-        };
+        let (((src, src_port), (dst, dst_port)), hop, tags, delta) =
+            touch_cached(s, dir, epoch, hops, takes, tcp_flags, now, timeout_ms)?;
         Some((
             RewriteV4 {
                 src,
@@ -284,24 +272,8 @@ impl Conntrack {
         let Some(s) = self.v4.get_mut(id.0) else {
             return false;
         };
-        // Nothing is cached for an entry a client SYN would reopen
-        // (`Conntrack::reopened_by_syn`).
-        if epoch != 0 && !reopens(s.state) {
-            s.cache.set(dir, epoch, hop);
-            s.delta = flip_for(dir, delta);
-        }
+        set_cached(s, dir, epoch, hop, delta);
         true
-    }
-}
-
-/// The entry keeps its original direction's checksum change: this maps
-/// between that and `dir`'s, either way (reversing twice gives back every
-/// change a rewrite returns, as none is 0; see [`NatDelta::reversed`]).
-#[inline(always)]
-fn flip_for(dir: Direction, delta: NatDelta) -> NatDelta {
-    match dir {
-        Direction::Original => delta,
-        Direction::Reply => delta.reversed(),
     }
 }
 

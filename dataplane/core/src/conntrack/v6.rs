@@ -6,9 +6,15 @@
 //! They read the same table as [`Conntrack::lookup`] and
 //! [`Conntrack::rewrite`] and give the same answers (a test compares them
 //! on every entry of a busy table).
+//!
+//! The entry's flow cache ([`Conntrack::touch_cached_v6`],
+//! [`Conntrack::set_cached_hop_v6`]) is the IPv4 one's (`v4.rs`), with
+//! indices into the snapshot's IPv6 next hops.
 
 use super::table::RawKey;
-use super::{raw_rewrite, Conntrack, Direction, EntryId, V6_BIT};
+use super::{raw_rewrite, set_cached, touch_cached, Conntrack, Direction, EntryId, Tags, V6_BIT};
+use crate::nat::NatDelta;
+use crate::Tick;
 
 /// [`Rewrite`](super::Rewrite) of an IPv6 connection, as octets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +67,58 @@ impl Conntrack {
             dst,
             dst_port,
         })
+    }
+
+    /// [`Conntrack::touch_cached_v4`] of an IPv6 entry: `hops` is the
+    /// snapshot's IPv6 next-hop table. `None`, with nothing changed, for
+    /// a stale or IPv4 id or when the cache does not answer.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(crate) fn touch_cached_v6<'h, H>(
+        &mut self,
+        id: EntryId,
+        dir: Direction,
+        epoch: u64,
+        hops: &'h [H],
+        takes: impl Fn(&H) -> bool,
+        tcp_flags: u8,
+        now: Tick,
+    ) -> Option<(RewriteV6, &'h H, Tags, NatDelta)> {
+        if !id.is_v6() {
+            return None;
+        }
+        let timeout_ms = &self.timeout_ms;
+        let s = self.v6.get_mut(id.0 & !V6_BIT)?;
+        let (((src, src_port), (dst, dst_port)), hop, tags, delta) =
+            touch_cached(s, dir, epoch, hops, takes, tcp_flags, now, timeout_ms)?;
+        let rw = RewriteV6 {
+            src,
+            src_port,
+            dst,
+            dst_port,
+        };
+        Some((rw, hop, tags, delta))
+    }
+
+    /// [`Conntrack::set_cached_hop_v4`] of an IPv6 entry, `hop` an index
+    /// into the snapshot's IPv6 next hops; false for a stale or IPv4 id.
+    #[inline(always)]
+    pub(crate) fn set_cached_hop_v6(
+        &mut self,
+        id: EntryId,
+        dir: Direction,
+        epoch: u64,
+        hop: u32,
+        delta: NatDelta,
+    ) -> bool {
+        if !id.is_v6() {
+            return false;
+        }
+        let Some(s) = self.v6.get_mut(id.0 & !V6_BIT) else {
+            return false;
+        };
+        set_cached(s, dir, epoch, hop, delta);
+        true
     }
 }
 

@@ -721,6 +721,7 @@ impl<'p> SnapshotBuilder<'p> {
             connected_v4: routes.connected_v4.into_boxed_slice(),
             connected_v6: routes.connected_v6.into_boxed_slice(),
             hops_v4: routes.hops_v4.into_boxed_slice(),
+            hops_v6: routes.hops_v6.into_boxed_slice(),
             neighbors_v4: FlatMap::new(routes.neighbors_v4),
             neighbors_v6: routes.neighbors_v6,
             default_v4: routes.default_v4,

@@ -644,10 +644,14 @@ pub struct Snapshot {
     hops_v4: Box<[NextHop]>,
     /// IPv4 neighbor → index into `hops_v4`.
     neighbors_v4: FlatMap<u32, u32>,
-    neighbors_v6: HashMap<u128, NextHop>,
+    /// The resolved IPv6 next hops (`Snapshot::hop_v6`), as `hops_v4`.
+    hops_v6: Box<[NextHop]>,
+    /// IPv6 neighbor → index into `hops_v6`.
+    neighbors_v6: HashMap<u128, u32>,
     /// Index into `hops_v4`.
     default_v4: Option<u32>,
-    default_v6: Option<NextHop>,
+    /// Index into `hops_v6`.
+    default_v6: Option<u32>,
     frontend_slots: u32,
     backend_slots: u32,
     /// The builder's `max_ring_size` (0 for [`Snapshot::empty`]).
@@ -843,7 +847,10 @@ impl Snapshot {
                 let i = *self.neighbors_v4.get(u32::from(a))?;
                 self.hop_v4(i).map(|h| h.dst_mac)
             }
-            IpAddr::V6(a) => self.neighbors_v6.get(&u128::from(a)).map(|h| h.dst_mac),
+            IpAddr::V6(a) => {
+                let i = *self.neighbors_v6.get(&u128::from(a))?;
+                self.hop_v6(i).map(|h| h.dst_mac)
+            }
         }
     }
 
@@ -875,6 +882,34 @@ impl Snapshot {
     #[inline(always)]
     pub(crate) fn hops_v4(&self) -> &[NextHop] {
         &self.hops_v4
+    }
+
+    /// [`next_hop_index_v4`](Self::next_hop_index_v4) for an IPv6
+    /// address as a `u128`: `Some(i)` exactly when
+    /// [`next_hop`](Self::next_hop) of that address is `Some(h)`, and then
+    /// `hop_v6(i) == Some(&h)`.
+    #[inline(always)]
+    pub(crate) fn next_hop_index_v6(&self, a: u128) -> Option<u32> {
+        if let Some(&i) = self.neighbors_v6.get(&a) {
+            return Some(i);
+        }
+        if self.connected_v6.iter().any(|&(net, mask, _)| a & mask == net) {
+            return None;
+        }
+        self.default_v6
+    }
+
+    /// The resolved IPv6 next hop with index `i`, as
+    /// [`hop_v4`](Self::hop_v4).
+    #[inline(always)]
+    pub(crate) fn hop_v6(&self, i: u32) -> Option<&NextHop> {
+        self.hops_v6.get(i as usize)
+    }
+
+    /// The table [`hop_v6`](Self::hop_v6) reads.
+    #[inline(always)]
+    pub(crate) fn hops_v6(&self) -> &[NextHop] {
+        &self.hops_v6
     }
 
     /// [`next_hop`](Self::next_hop) toward an IPv4 address as a `u32`.
@@ -914,16 +949,10 @@ impl Snapshot {
     pub fn next_hop(&self, dst: IpAddr) -> Option<NextHop> {
         match dst {
             IpAddr::V4(a) => self.next_hop_v4(u32::from(a)),
-            IpAddr::V6(a) => {
-                let a = u128::from(a);
-                if let Some(h) = self.neighbors_v6.get(&a) {
-                    return Some(*h);
-                }
-                if self.connected_v6.iter().any(|&(net, mask, _)| a & mask == net) {
-                    return None;
-                }
-                self.default_v6
-            }
+            IpAddr::V6(a) => self
+                .next_hop_index_v6(u128::from(a))
+                .and_then(|i| self.hop_v6(i))
+                .copied(),
         }
     }
 

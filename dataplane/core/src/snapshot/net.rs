@@ -225,10 +225,12 @@ pub(super) struct Routes {
     /// index: one per neighbor in the order given, then the default
     /// route's unless it equals its gateway's neighbor hop.
     pub(super) hops_v4: Vec<NextHop>,
+    /// The same for IPv6.
+    pub(super) hops_v6: Vec<NextHop>,
     pub(super) neighbors_v4: HashMap<u32, u32>,
-    pub(super) neighbors_v6: HashMap<u128, NextHop>,
+    pub(super) neighbors_v6: HashMap<u128, u32>,
     pub(super) default_v4: Option<u32>,
-    pub(super) default_v6: Option<NextHop>,
+    pub(super) default_v6: Option<u32>,
 }
 
 impl Routes {
@@ -293,7 +295,14 @@ impl Routes {
                         None
                     }
                 },
-                IpAddr::V6(a) => r.neighbors_v6.insert(u128::from(a), hop),
+                IpAddr::V6(a) => match r.neighbors_v6.entry(u128::from(a)) {
+                    Entry::Occupied(o) => r.hops_v6.get(*o.get() as usize).copied(),
+                    Entry::Vacant(v) => {
+                        v.insert(r.hops_v6.len() as u32);
+                        r.hops_v6.push(hop);
+                        None
+                    }
+                },
             };
             if let Some(old) = old.filter(|o| o.dst_mac != mac) {
                 return Err(BuildError::NeighborConflict {
@@ -337,12 +346,22 @@ impl Routes {
                 r.hops_v4.len() as u32 - 1
             }
         });
-        r.default_v6 = ports_iter
+        let default_v6 = ports_iter
             .find_map(|(i, p)| {
                 let g = p.gateway_v6?;
-                Some(via(i, p, r.neighbors_v6.get(&u128::from(g)).map(|h| h.dst_mac)))
+                let gi = r.neighbors_v6.get(&u128::from(g)).copied();
+                let mac = gi.and_then(|gi| r.hops_v6.get(gi as usize)).map(|h| h.dst_mac);
+                Some(gi.zip(via(i, p, mac)))
             })
             .flatten();
+        r.default_v6 = default_v6.map(|(gi, hop)| {
+            if r.hops_v6.get(gi as usize) == Some(&hop) {
+                gi
+            } else {
+                r.hops_v6.push(hop);
+                r.hops_v6.len() as u32 - 1
+            }
+        });
         Ok(r)
     }
 }

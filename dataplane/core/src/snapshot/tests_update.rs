@@ -1,6 +1,6 @@
 //! [`Snapshot::with_services`]: only the named services change;
 //! [`Snapshot::with_neighbors`] and [`Snapshot::route`]; epochs and the
-//! IPv4 hop index.
+//! IPv4 and IPv6 hop indices.
 
 use std::sync::Arc;
 
@@ -66,7 +66,7 @@ fn replaces_only_the_named_services() {
 #[test]
 fn rechecks_the_replaced_services_frontends() {
     let mut b = SnapshotBuilder::new(1);
-    b.interface(0, super::tests::MAC0, "10.0.0.1/24".parse().unwrap(), None);
+    b.interface(0, MAC0, "10.0.0.1/24".parse().unwrap(), None);
     add_service(&mut b, "default/web", "192.0.2.1", 1);
     let s1 = b.build().unwrap();
     let mut spec = ServiceSpec::new("default/web");
@@ -274,4 +274,51 @@ fn the_ipv4_hop_index_names_the_resolved_route() {
     assert_eq!(idx(&s4, "8.8.8.8"), idx(&s4, "10.0.0.254"));
     assert_eq!(s4.hops_v4.len(), 1);
     assert!(s1.hop_v4(u32::MAX).is_none());
+}
+
+/// The IPv6 hop index, as the IPv4 one: `next_hop` of every destination
+/// (neighbor, connected without an entry, behind the gateway, none) is
+/// the hop the index names, on snapshots with and without the gateway's
+/// entry; the default route shares its gateway's hop when they are equal
+/// (here the gateway is on the default route's own port).
+#[test]
+fn the_ipv6_hop_index_names_the_resolved_route() {
+    let s1 = routed();
+    let (mac, gw) = ([2, 0, 0, 0, 0, 0x77], [2, 0, 0, 0, 0, 0xfe]);
+    let s2 = s1
+        .with_neighbors(&[(ip("2001:db8::7"), mac), (ip("2001:db8::fe"), gw)])
+        .unwrap();
+    let s3 = s1.with_neighbors(&[]).unwrap();
+    let hop = |port, dst_mac| NextHop {
+        port,
+        src_mac: MAC0,
+        dst_mac,
+        mtu: super::DEFAULT_MTU,
+    };
+    let cases: [(&Snapshot, &str, Option<NextHop>); 9] = [
+        (&s1, "2001:db8::7", Some(hop(0, super::tests::NMAC))),
+        (&s1, "2001:db8::8", None),
+        (&s1, "2001:db8:1::1", None),
+        (&s2, "2001:db8::7", Some(hop(0, mac))),
+        (&s2, "2001:db8::fe", Some(hop(0, gw))),
+        (&s2, "2001:db8:1::1", Some(hop(0, gw))),
+        (&s2, "2001:db8::8", None),
+        (&s3, "2001:db8::7", None),
+        (&Snapshot::empty(), "2001:db8::7", None),
+    ];
+    for (s, d, want) in cases {
+        let IpAddr::V6(a) = ip(d) else { unreachable!() };
+        let by_index = s
+            .next_hop_index_v6(u128::from(a))
+            .map(|i| *s.hop_v6(i).expect("index in range"));
+        assert_eq!(by_index, want, "{d}");
+        assert_eq!(s.next_hop(ip(d)), want, "{d}");
+    }
+    let idx = |s: &Snapshot, d: &str| {
+        let IpAddr::V6(a) = ip(d) else { unreachable!() };
+        s.next_hop_index_v6(u128::from(a))
+    };
+    assert_eq!(idx(&s2, "2001:db8:1::1"), idx(&s2, "2001:db8::fe"));
+    assert_eq!(s2.hops_v6().len(), 2);
+    assert!(s2.hop_v6(u32::MAX).is_none());
 }

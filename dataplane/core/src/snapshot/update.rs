@@ -157,6 +157,7 @@ impl Snapshot {
         let mut next = self.clone();
         next.epoch = super::next_epoch();
         next.hops_v4 = routes.hops_v4.into_boxed_slice();
+        next.hops_v6 = routes.hops_v6.into_boxed_slice();
         next.neighbors_v4 = FlatMap::new(routes.neighbors_v4);
         next.neighbors_v6 = routes.neighbors_v6;
         next.default_v4 = routes.default_v4;

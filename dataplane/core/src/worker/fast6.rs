@@ -23,8 +23,14 @@
 //! would reject), and the general path runs. A test feeds random and
 //! corrupted IPv6 traffic through both and compares.
 //!
-//! Not (yet) here: the IPv4 path's flow cache (the owner, frontend and
-//! route checks are made for every packet) and new connections.
+//! The flow cache is the IPv4 path's (`fast.rs`, "The flow cache"): once a
+//! direction of an entry has passed the owner, frontend and route checks
+//! under a snapshot, the index of its next hop among the snapshot's IPv6
+//! hops ([`Snapshot::next_hop_index_v6`]) and the checksum change of its
+//! rewrite are kept in the entry with the snapshot's epoch, and its later
+//! packets skip the checks and the sums.
+//!
+//! Not here (yet): new connections, which take the general path.
 
 use std::net::{IpAddr, Ipv6Addr};
 
@@ -32,7 +38,7 @@ use crate::conntrack::Direction;
 use crate::flow::{owner_of_client, owner_of_snat_port, Proto};
 use crate::nat;
 use crate::reject;
-use crate::snapshot::{OwnerKind, Snapshot};
+use crate::snapshot::{NextHop, OwnerKind, Snapshot};
 use crate::wire::{ip_proto, ipv6, TcpFlags};
 use crate::Tick;
 
@@ -159,43 +165,71 @@ impl Worker {
         };
         // A miss may open a connection: the general path's business.
         let (id, dir) = hit?;
-        // So is a client SYN that reopens a closing or expired entry
-        // (`paths::forward`).
-        if k.proto == Proto::Tcp
-            && k.flags & (TcpFlags::SYN.0 | TcpFlags::ACK.0) == TcpFlags::SYN.0
-            && dir == Direction::Original
-            && self.conntrack.reopened_by_syn(id, now)
-        {
-            return None;
-        }
-        let forward_path = self.fast_v6_dispatch(snap, k)?;
-        if !forward_path && dir != Direction::Reply {
-            return None;
-        }
-        let rw = self.conntrack.rewrite_v6(id, dir)?;
-        // --- `translate`: only a resolved next hop ---
-        let hop = snap.next_hop(IpAddr::V6(Ipv6Addr::from(rw.dst)))?;
-        // Too big for the port: answered or dropped by `paths::translate`.
-        if k.end - ETH > usize::from(hop.mtu) {
-            return None;
-        }
-        // --- no way back past this point ---
+        let epoch = snap.epoch();
+        // The flow cache (`fast.rs`) in one visit to the entry: rewrite,
+        // hop, state and tags; nothing can decline after it. A packet its
+        // cached hop's port cannot send declines below.
+        let takes = |h: &NextHop| k.end - ETH <= usize::from(h.mtu);
+        let cached = self
+            .conntrack
+            .touch_cached_v6(id, dir, epoch, snap.hops_v6(), takes, k.flags, now);
+        let (rw, hop, tags, delta, to_cache) = match cached {
+            Some((rw, hop, tags, delta)) => (rw, hop, Some(tags), Some(delta), None),
+            None => {
+                // A client SYN that reopens a closing or expired entry
+                // (the cache answers for neither) opens a new connection:
+                // the general path's business (`paths::forward`).
+                if k.proto == Proto::Tcp
+                    && k.flags & (TcpFlags::SYN.0 | TcpFlags::ACK.0) == TcpFlags::SYN.0
+                    && dir == Direction::Original
+                    && self.conntrack.reopened_by_syn(id, now)
+                {
+                    return None;
+                }
+                let forward_path = self.fast_v6_dispatch(snap, k)?;
+                if !forward_path && dir != Direction::Reply {
+                    return None;
+                }
+                let rw = self.conntrack.rewrite_v6(id, dir)?;
+                // --- `translate`: only a resolved next hop ---
+                let i = snap.next_hop_index_v6(u128::from_be_bytes(rw.dst))?;
+                let hop = snap.hop_v6(i)?;
+                // Too big for the port: answered or dropped by
+                // `paths::translate`.
+                if !takes(hop) {
+                    return None;
+                }
+                // --- no way back past this point ---
+                (
+                    rw,
+                    hop,
+                    self.conntrack.touch(id, dir, k.flags, now),
+                    None,
+                    Some(i),
+                )
+            }
+        };
+        let mut applied = None;
         // `read_v6` checked `end <= frame.len()`; the `if let` cannot fail.
         if let Some((head, l4)) = frame.get_mut(..k.end).map(|f| f.split_at_mut(ETH + IP)) {
             if let Ok(ip) = <&mut [u8; IP]>::try_from(&mut head[ETH..]) {
-                nat::rewrite_v6_whole(
+                applied = Some(nat::rewrite_v6_whole(
                     ip,
                     l4,
                     k.proto == Proto::Tcp,
                     (Ipv6Addr::from(rw.src), rw.src_port),
                     (Ipv6Addr::from(rw.dst), rw.dst_port),
-                    None,
+                    delta,
                     &meta.offload,
-                );
+                ));
             }
         }
         nat::set_l2(frame, hop.src_mac, hop.dst_mac);
-        if let Some(tags) = self.conntrack.touch(id, dir, k.flags, now) {
+        if let (Some(i), Some(applied)) = (to_cache, applied) {
+            // Cached with the checksum change the write summed.
+            self.conntrack.set_cached_hop_v6(id, dir, epoch, i, applied);
+        }
+        if let Some(tags) = tags {
             self.count_flow(tags, frame.len());
         }
         Some(Verdict::Transmit {
