@@ -1,6 +1,7 @@
-//! `pipeline.rs` in IPv6: every variant, environment variable and output
-//! of that bench (its module doc), with the services, backends, SNAT
-//! addresses and clients IPv6 and 74-byte frames. A binary of its own so
+//! `pipeline.rs` in IPv6: every variant, environment variable (but
+//! `PIPELINE_VLAN`: IPv6 on tagged ports takes the general path) and
+//! output of that bench (its module doc), with the services, backends,
+//! SNAT addresses and clients IPv6 and 74-byte frames. A binary of its own so
 //! that the IPv4 bench's binary compiles the worker's code for one frame
 //! type only, as it always has.
 //!

@@ -619,9 +619,9 @@ impl Conntrack {
     /// those; here a SYN would otherwise revive the old backend, perhaps
     /// drained or deleted since, and its SNAT pair). False for a stale id.
     /// Closing entries keep no next hop in the flow cache
-    /// (`Conntrack::set_cached_hop_v4`) and the cache does not answer for
-    /// an expired one (`Conntrack::touch_cached_v4`), so the IPv4 fast path
-    /// meets both on its uncached branch only.
+    /// (`Conntrack::set_cached_hop_v4`, `_v6`) and the cache does not
+    /// answer for an expired one (`Conntrack::touch_cached_v4`, `_v6`), so
+    /// the fast paths meet both on their uncached branch only.
     #[inline]
     pub fn reopened_by_syn(&self, id: EntryId, now: Tick) -> bool {
         with_slot!(self.get(id), |s| reopens(s.state) || s.expires <= now.0).unwrap_or(false)

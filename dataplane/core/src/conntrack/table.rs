@@ -60,10 +60,10 @@ const ORIGINAL_ROUTED: u8 = 8;
 /// Set by [`Table::insert`]: the reply key is in its cell, not the index.
 const REPLY_IN_CELL: u8 = 16;
 
-/// What the worker's IPv4 fast path computed for an entry from one
-/// snapshot (`worker/fast.rs`): for each direction, the index of the
-/// resolved next hop ([`Snapshot::next_hop_index_v4`]) that its packets go
-/// to, cached only after every owner and frontend check of that direction
+/// What the worker's fast paths computed for an entry from one snapshot
+/// (`worker/fast.rs`, `worker/fast6.rs`): for each direction, the index of
+/// the resolved next hop ([`Snapshot::next_hop_index_v4`], or `_v6` in an
+/// IPv6 entry) that its packets go to, cached only after every owner and frontend check of that direction
 /// passed, so a cached direction needs neither again. Valid only while the
 /// worker's snapshot has [`Snapshot::epoch`] `epoch` (never for epoch 0):
 /// a snapshot with another epoch may answer differently.

@@ -69,6 +69,17 @@ impl Conntrack {
         })
     }
 
+    /// The next-hop index cached for the IPv6 entry's `dir` under `epoch`
+    /// (`None` if none, or for a stale or IPv4 id): what tests read the
+    /// cache with.
+    #[cfg(test)]
+    pub(crate) fn cached_hop_v6(&self, id: EntryId, dir: Direction, epoch: u64) -> Option<u32> {
+        if !id.is_v6() {
+            return None;
+        }
+        self.v6.get(id.0 & !V6_BIT)?.cache.get(dir, epoch)
+    }
+
     /// [`Conntrack::touch_cached_v4`] of an IPv6 entry: `hops` is the
     /// snapshot's IPv6 next-hop table. `None`, with nothing changed, for
     /// a stale or IPv4 id or when the cache does not answer.

@@ -294,9 +294,10 @@ impl Wide {
 
 /// What a connection's translation does to checksums, folded, so that
 /// its packets need not sum the addresses and ports they replace: `ip`,
-/// the IPv4 header's change (the addresses), and `l4`, the TCP or UDP
-/// checksum's (addresses and ports). [`rewrite_v4_whole`] returns the one
-/// it applied; the fast path keeps it in the connection's entry with the
+/// the change of the addresses (the IPv4 header's; in IPv6, which has no
+/// header checksum, the pseudo-header's part), and `l4`, the TCP or UDP
+/// checksum's (addresses and ports). [`rewrite_v4_whole`] and
+/// [`rewrite_v6_whole`] return the one they applied; the fast path keeps it in the connection's entry with the
 /// flow cache and gives it back for the connection's later packets.
 /// Applied as the unfolded sum of the same terms would be: a folded sum
 /// keeps the residue modulo 2^16 - 1 and is zero only if the sum is, and

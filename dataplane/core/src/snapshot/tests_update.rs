@@ -322,3 +322,24 @@ fn the_ipv6_hop_index_names_the_resolved_route() {
     assert_eq!(s2.hops_v6().len(), 2);
     assert!(s2.hop_v6(u32::MAX).is_none());
 }
+
+/// The IPv6 default route gets a hop of its own when its gateway's
+/// neighbor hop is another: here the gateway is in a longer prefix on
+/// port 1, the default route out of port 0, which configures it.
+#[test]
+fn the_ipv6_default_route_keeps_its_own_hop() {
+    let mut b = base();
+    b.interface(1, MAC1, super::tests::cidr("2001:db8::81/121"), None)
+        .neighbor(ip("2001:db8::fe"), super::tests::GMAC);
+    let s = b.build().unwrap();
+    let idx = |d: &str| {
+        let IpAddr::V6(a) = ip(d) else { unreachable!() };
+        s.next_hop_index_v6(u128::from(a))
+    };
+    let (gw, default) = (idx("2001:db8::fe").unwrap(), idx("2001:db8:9::1").unwrap());
+    assert_ne!(gw, default);
+    assert_eq!(s.hops_v6().len(), 2);
+    assert_eq!(s.hop_v6(gw).map(|h| (h.port, h.src_mac)), Some((1, MAC1)));
+    assert_eq!(s.hop_v6(default).map(|h| (h.port, h.src_mac)), Some((0, MAC0)));
+    assert_eq!(s.next_hop(ip("2001:db8:9::1")), s.hop_v6(default).copied());
+}

@@ -38,7 +38,9 @@
 //! instructions a packet fewer), and in stage 3 they go through the fast
 //! path with their lookup; only if it declines are they parsed, then, and
 //! handed to the general path with the same lookup. The parsed frames'
-//! keys take the general lookup, which a burst of fast frames skips.
+//! keys take the general lookup, which a burst of fast frames skips; in
+//! stage 3 an untagged IPv6 TCP or UDP frame among them goes through the
+//! IPv6 fast path (`fast6.rs`) with its lookup before the general path.
 //!
 //! A packet that misses and may open a connection will, in stage 3, look up
 //! and insert its reply key: another cold index slot. Stage 2b warms those

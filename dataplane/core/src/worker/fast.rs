@@ -73,15 +73,16 @@ const IP: usize = 20;
 pub(super) const VLAN_TAG: usize = 4;
 
 #[inline(always)]
-fn be16(b: &[u8], at: usize) -> u16 {
+pub(super) fn be16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
 }
 
+/// The `N` bytes at `at`: an address.
 #[inline(always)]
-fn octets(b: &[u8], at: usize) -> [u8; 4] {
-    // One 4-byte load; built from four byte reads, the array was
+pub(super) fn octets<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
+    // One 4-byte load for IPv4; built from four byte reads, the array was
     // reassembled a byte at a time (~20 instructions a packet).
-    match b.get(at..at + 4).map(<[u8; 4]>::try_from) {
+    match b.get(at..at + N).map(<[u8; N]>::try_from) {
         Some(Ok(a)) => a,
         _ => panic!("octets past the frame's end"),
     }

@@ -9,13 +9,16 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 
-use super::super::burst::tests::{builder, ip, tcp, worker, Reply, Rng, MAC0, MAC1, PEER};
-use super::super::fast::tests::{grow, run_fast, Seen};
-use crate::flow::Proto;
+use super::super::burst::tests::{builder, ip, meta, tcp, worker, Reply, Rng, MAC0, MAC1, PEER};
+use super::super::fast::tests::{grow, run_fast, FastPath, Seen};
+use crate::conntrack::Direction;
+use crate::flow::{FlowKey, Proto};
 use crate::snapshot::{
     BackendSpec, Cidr, ForwardMode, FrontendKind, FrontendSpec, ServiceSpec, Snapshot, SnapshotBuilder,
 };
-use crate::worker::Worker;
+use crate::wire;
+use crate::worker::{Verdict, Worker};
+use crate::Tick;
 
 /// The burst tests' snapshot with a DNAT UDP service on [fd00::101]:53
 /// (backends fd01::11-13) and an IPv6 default route: fd02::fe on port 0.
@@ -261,4 +264,80 @@ fn ipv6_fast_path_declines_packets_too_big_for_the_port() {
         total.declined += s.declined;
     }
     assert!(total.fast > 500, "{total:?}");
+}
+
+/// `Worker::handle_packet` (the IPv4 fast path, then `not_fast_v4`: the
+/// IPv6 fast path with the lookup it hands the general path when it
+/// declines) against the general path alone, on the same IPv6 traffic.
+#[test]
+fn handle_packet_answers_ipv6_as_the_general_path() {
+    let snaps = [
+        snapshot6(),
+        snapshot6_unresolved(),
+        snapshot6(),
+        snapshot6_no_services(),
+    ];
+    let whole: FastPath = |w, now, snap, f, m| Some(w.handle_packet(now, snap, f, m));
+    for seed in 21..=24u64 {
+        let mk = || worker(1, 1024);
+        run_fast(
+            &snaps,
+            seed.wrapping_mul(0x2545_f491_4f6c_dd1d),
+            mk,
+            frame6,
+            None,
+            whole,
+            corrupt6,
+        );
+    }
+}
+
+/// A connection's first packets fill the flow cache of both directions
+/// (the SYN-ACK the reply's, the client's ACK the original's), for the
+/// snapshot's epoch only; a packet on another snapshot fills it anew.
+#[test]
+fn ipv6_packets_fill_the_flow_cache() {
+    let snap = snapshot6();
+    let mut w = worker(1, 1024);
+    let client = (ip("fd00::2"), 40000);
+    let web = (ip("fd00::100"), 80);
+    let send = |w: &mut Worker, snap: &Snapshot, mut f: Vec<u8>, port| {
+        let v = w.handle_packet(Tick(1), snap, &mut f, &meta(port));
+        assert!(matches!(v, Verdict::Transmit { .. }), "{v:?}");
+        f
+    };
+    let to_backend = send(&mut w, &snap, tcp(client, web, 1, 64), 0);
+    let p = wire::parse(&to_backend).unwrap();
+    let (id, _) = w
+        .conntrack()
+        .lookup(&FlowKey::new(client, web, Proto::Tcp).unwrap())
+        .unwrap();
+    let epoch = snap.epoch();
+    let cached = |w: &Worker, dir| w.conntrack().cached_hop_v6(id, dir, epoch);
+    // The SYN opened the connection on the general path: nothing cached.
+    assert_eq!(
+        (cached(&w, Direction::Original), cached(&w, Direction::Reply)),
+        (None, None)
+    );
+    send(
+        &mut w,
+        &snap,
+        tcp((p.dst, p.dst_port), (p.src, p.src_port), 3, 64),
+        1,
+    );
+    assert!(cached(&w, Direction::Reply).is_some());
+    assert_eq!(cached(&w, Direction::Original), None);
+    send(&mut w, &snap, tcp(client, web, 2, 64), 0);
+    let hop = cached(&w, Direction::Original).expect("cached");
+    assert_eq!(snap.hop_v6(hop).map(|h| h.port), Some(1), "the backends' port");
+    // Another snapshot (the same contents, another epoch): refilled for
+    // it, not trusted as is.
+    let next = snapshot6();
+    assert_ne!(next.epoch(), epoch);
+    send(&mut w, &next, tcp(client, web, 2, 64), 0);
+    assert_eq!(cached(&w, Direction::Original), None);
+    assert!(w
+        .conntrack()
+        .cached_hop_v6(id, Direction::Original, next.epoch())
+        .is_some());
 }

@@ -348,14 +348,22 @@ impl Worker {
     }
 
     /// What [`Worker::handle_one`] does with a frame the IPv4 fast path
-    /// declined: the IPv6 fast path (`fast6.rs`), then the general path.
-    /// Out of line, as `general` is, so that the IPv4 fast path is laid
-    /// out as without it.
+    /// declined: the IPv6 fast path (`fast6.rs`), then the general path,
+    /// which takes the IPv6 fast path's conntrack lookup (a new
+    /// connection's first packet is looked up once). Out of line, as
+    /// `general` is, so that the IPv4 fast path is laid out as without it.
     #[inline(never)]
     fn not_fast_v4(&mut self, now: Tick, snap: &Snapshot, frame: &mut [u8], meta: &PacketMeta) -> Verdict {
-        match self.fast_v6(now, snap, frame, meta) {
+        let Some(k) = fast6::read_v6(frame) else {
+            return self.general(now, snap, frame, meta, None);
+        };
+        let hit = self
+            .conntrack
+            .lookup_v6(k.src, k.dst, k.sport, k.dport, k.proto as u8);
+        match self.fast_v6_read(now, snap, frame, meta, &k, Some(hit)) {
             Some(v) => v,
-            None => self.general(now, snap, frame, meta),
+            // Declined having changed nothing: the lookup stands.
+            None => self.general(now, snap, frame, meta, Some(hit)),
         }
     }
 
@@ -419,22 +427,31 @@ impl Worker {
         if snap.vlan_tagged() {
             return self.handle_tagged(now, snap, frame, meta, false);
         }
-        self.general(now, snap, frame, meta)
+        self.general(now, snap, frame, meta, None)
     }
 
     /// The general path on untagged ports: parse, then `dispatch`.
-    fn general(&mut self, now: Tick, snap: &Snapshot, frame: &mut [u8], meta: &PacketMeta) -> Verdict {
+    /// `found`: the conntrack lookup of the frame's 5-tuple if it was done
+    /// ahead (`paths::Found`).
+    fn general(
+        &mut self,
+        now: Tick,
+        snap: &Snapshot,
+        frame: &mut [u8],
+        meta: &PacketMeta,
+        found: paths::Found,
+    ) -> Verdict {
         // Used in place: moving a `Parsed` out of the `Result` cost ~40
         // instructions a packet.
         match &wire::parse_with(frame, &meta.offload) {
-            Ok(p) => self.dispatch(now, snap, frame, p, meta, None),
+            Ok(p) => self.dispatch(now, snap, frame, p, meta, found),
             Err(reason) => self.drop(*reason),
         }
     }
 
     /// Everything after the parse. `found`, when given, is the result of
     /// `conntrack.lookup` for the packet's own 5-tuple, done ahead by
-    /// [`Worker::handle_burst`] and still valid.
+    /// [`Worker::handle_burst`] or the IPv6 fast path and still valid.
     #[inline(always)]
     fn dispatch(
         &mut self,

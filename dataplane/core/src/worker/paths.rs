@@ -19,8 +19,9 @@ use crate::{DropReason, Tick};
 
 use super::{release_snat, PacketMeta, Verdict, Worker};
 
-/// A conntrack lookup of the packet's own 5-tuple done ahead of time by the
-/// burst path (`Some(result)`), or `None`: look it up now.
+/// A conntrack lookup of the packet's own 5-tuple done ahead of time (by
+/// the burst path, or by the IPv6 fast path before it declined:
+/// `Some(result)`), or `None`: look it up now.
 pub(super) type Found = Option<Option<(EntryId, Direction)>>;
 
 /// The Maglev input for a new flow of `p`.
