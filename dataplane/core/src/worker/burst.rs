@@ -39,8 +39,8 @@
 //! path with their lookup; only if it declines are they parsed, then, and
 //! handed to the general path with the same lookup. The parsed frames'
 //! keys take the general lookup, which a burst of fast frames skips; in
-//! stage 3 an untagged IPv6 TCP or UDP frame among them goes through the
-//! IPv6 fast path (`fast6.rs`) with its lookup before the general path.
+//! stage 3 an IPv6 TCP or UDP frame among them goes through the IPv6 fast
+//! path (`fast6.rs`) with its lookup before the general path.
 //!
 //! A packet that misses and may open a connection will, in stage 3, look up
 //! and insert its reply key: another cold index slot. Stage 2b warms those
@@ -343,13 +343,12 @@ impl Worker {
             };
             let Ok(p) = &parsed[i] else { continue };
             // An IPv6 packet of a tracked connection: the IPv6 fast path
-            // with its lookup (untagged nodes only; it declines tagged
-            // frames, whose offsets it does not read). Inlined here, this
-            // costs an IPv4 packet at 1M 3 instructions (layout); out of
-            // line, 7.
-            if TAG == 0 && p.l3 == L3::Ipv6 {
-                if let Some(k) = fast6::read_v6(frame) {
-                    if let Some(v) = self.fast_v6_read(now, snap, frame, meta, &k, hint) {
+            // with its lookup (its tagged instantiation on a tagged node).
+            // Inlined here, this costs an IPv4 packet at 1M 3 instructions
+            // (layout); out of line, 7.
+            if p.l3 == L3::Ipv6 {
+                if let Some(k) = fast6::read_v6_at::<TAG>(frame) {
+                    if let Some(v) = self.fast_v6_read::<TAG>(now, snap, frame, meta, &k, hint) {
                         verdicts[i] = v;
                         continue;
                     }

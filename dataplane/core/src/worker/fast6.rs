@@ -5,7 +5,8 @@
 //! ~470 instructions here against ~1,200 on the general path (the IPv4
 //! fast path's, `fast.rs`, ~390; bench/RESULTS.md).
 //!
-//! It takes an untagged frame whose IPv6 header is followed directly by
+//! It takes an untagged frame (or, on a tagged node, one with its port's
+//! 802.1Q tag, as the IPv4 path does) whose IPv6 header is followed directly by
 //! TCP or UDP (no extension header), that the parse would accept with the
 //! same fields, whose hop limit is above 1 and whose 5-tuple is a tracked
 //! connection's, and does what the general path would do with it, with
@@ -43,8 +44,8 @@ use crate::snapshot::{NextHop, OwnerKind, Snapshot};
 use crate::wire::{ip_proto, ipv6, TcpFlags};
 use crate::Tick;
 
-use super::fast::{be16, octets};
-use super::paths::Found;
+use super::fast::{be16, octets, VLAN_TAG};
+use super::paths::{set_egress_vlan, Found};
 use super::{PacketMeta, Verdict, Worker};
 
 /// Ethernet header without a VLAN tag.
@@ -107,25 +108,37 @@ pub(super) struct FastV6 {
 /// and whose hop limit is above 1.
 #[inline(always)]
 pub(super) fn read_v6(f: &[u8]) -> Option<FastV6> {
-    let l4 = ETH + IP;
-    if f.len() < l4 + 8 || f[12] != 0x86 || f[13] != 0xdd || f[ETH] >> 4 != 6 {
+    read_v6_at::<0>(f)
+}
+
+/// [`read_v6`] for `TAG` 0, and for [`VLAN_TAG`] the same with one 802.1Q
+/// tag (TPID 0x8100) before the EtherType (as `fast::read_v4_at`); the
+/// caller checked the tag's VLAN id.
+#[inline(always)]
+pub(super) fn read_v6_at<const TAG: usize>(f: &[u8]) -> Option<FastV6> {
+    const { assert!(TAG == 0 || TAG == VLAN_TAG) };
+    let (eth, l4) = (ETH + TAG, ETH + TAG + IP);
+    if f.len() < l4 + 8 || f[eth - 2] != 0x86 || f[eth - 1] != 0xdd || f[eth] >> 4 != 6 {
         return None;
     }
-    let l4_len = usize::from(be16(f, ETH + 4));
+    if TAG == VLAN_TAG && (f[12] != 0x81 || f[13] != 0x00) {
+        return None;
+    }
+    let l4_len = usize::from(be16(f, eth + 4));
     let end = l4 + l4_len;
     // Hop limit 1 is dropped (or answered) by the general path.
-    if end > f.len() || f[ETH + 7] <= 1 {
+    if end > f.len() || f[eth + 7] <= 1 {
         return None;
     }
-    let (proto, flags) = read_l4(f, f[ETH + 6], l4, l4_len)?;
+    let (proto, flags) = read_l4(f, f[eth + 6], l4, l4_len)?;
     // A zero UDP checksum is no checksum, which IPv6 forbids: the parse
     // drops the datagram.
     if proto == Proto::Udp && be16(f, l4 + 6) == 0 {
         return None;
     }
     Some(FastV6 {
-        src: octets(f, ETH + 8),
-        dst: octets(f, ETH + 24),
+        src: octets(f, eth + 8),
+        dst: octets(f, eth + 24),
         sport: be16(f, l4),
         dport: be16(f, l4 + 2),
         proto,
@@ -149,15 +162,53 @@ impl Worker {
         meta: &PacketMeta,
     ) -> Option<Verdict> {
         let k = read_v6(frame)?;
-        self.fast_v6_read(now, snap, frame, meta, &k, None)
+        self.fast_v6_read::<0>(now, snap, frame, meta, &k, None)
+    }
+
+    /// [`Worker::fast_v6`] on a tagged node, for a frame whose VLAN id the
+    /// caller checked is its port's (what tests hold against the general
+    /// path; `Worker::handle_tagged` reads and looks up itself).
+    #[cfg(test)]
+    pub(super) fn fast_v6_tagged(
+        &mut self,
+        now: Tick,
+        snap: &Snapshot,
+        frame: &mut [u8],
+        meta: &PacketMeta,
+    ) -> Option<Verdict> {
+        let k = read_v6_at::<VLAN_TAG>(frame)?;
+        self.fast_v6_read::<VLAN_TAG>(now, snap, frame, meta, &k, None)
     }
 
     /// The IPv6 fast path after [`read_v6`] gave `k` for `frame`; `found`
     /// is the conntrack lookup of `k`'s 5-tuple done ahead (by the burst
     /// path, or by `Worker::not_fast_v4` to hand it to the general path
-    /// should this decline), if it is still valid.
+    /// should this decline), if it is still valid. With `TAG`
+    /// [`VLAN_TAG`], `k` was read from a tagged frame, and a frame sent
+    /// takes the egress port's VLAN id (priority kept), as on the general
+    /// path.
     #[inline(always)]
-    pub(super) fn fast_v6_read(
+    pub(super) fn fast_v6_read<const TAG: usize>(
+        &mut self,
+        now: Tick,
+        snap: &Snapshot,
+        frame: &mut [u8],
+        meta: &PacketMeta,
+        k: &FastV6,
+        found: Found,
+    ) -> Option<Verdict> {
+        let v = self.fast_v6_answer::<TAG>(now, snap, frame, meta, k, found)?;
+        if TAG != 0 {
+            if let Verdict::Transmit { port, .. } = v {
+                set_egress_vlan(frame, port, snap);
+            }
+        }
+        Some(v)
+    }
+
+    /// [`Worker::fast_v6_read`] but for the egress tag.
+    #[inline(always)]
+    fn fast_v6_answer<const TAG: usize>(
         &mut self,
         now: Tick,
         snap: &Snapshot,
@@ -178,7 +229,7 @@ impl Worker {
         // The flow cache (`fast.rs`) in one visit to the entry: rewrite,
         // hop, state and tags; nothing can decline after it. A packet its
         // cached hop's port cannot send declines below.
-        let takes = |h: &NextHop| k.end - ETH <= usize::from(h.mtu);
+        let takes = |h: &NextHop| k.end - (ETH + TAG) <= usize::from(h.mtu);
         let cached = self
             .conntrack
             .touch_cached_v6(id, dir, epoch, snap.hops_v6(), takes, k.flags, now);
@@ -220,8 +271,8 @@ impl Worker {
         };
         let mut applied = None;
         // `read_v6` checked `end <= frame.len()`; the `if let` cannot fail.
-        if let Some((head, l4)) = frame.get_mut(..k.end).map(|f| f.split_at_mut(ETH + IP)) {
-            if let Ok(ip) = <&mut [u8; IP]>::try_from(&mut head[ETH..]) {
+        if let Some((head, l4)) = frame.get_mut(..k.end).map(|f| f.split_at_mut(ETH + TAG + IP)) {
+            if let Ok(ip) = <&mut [u8; IP]>::try_from(&mut head[ETH + TAG..]) {
                 applied = Some(nat::rewrite_v6_whole(
                     ip,
                     l4,

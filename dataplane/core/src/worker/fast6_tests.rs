@@ -10,7 +10,7 @@
 use std::net::{IpAddr, Ipv6Addr};
 
 use super::super::burst::tests::{builder, ip, meta, tcp, worker, Reply, Rng, MAC0, MAC1, PEER};
-use super::super::fast::tests::{grow, run_fast, FastPath, Seen};
+use super::super::fast::tests::{grow, run_fast, FastPath, FastPaths, Seen};
 use crate::conntrack::Direction;
 use crate::flow::{FlowKey, Proto};
 use crate::snapshot::{
@@ -193,6 +193,12 @@ fn corrupt6(rng: &mut Rng, f: &mut Vec<u8>) {
     }
 }
 
+/// The IPv6 fast path's instantiations.
+const V6: FastPaths = FastPaths {
+    untagged: Worker::fast_v6,
+    tagged: Worker::fast_v6_tagged,
+};
+
 fn run6(seed: u64, n_workers: u16, capacity: u32) -> Seen {
     let snaps = [
         snapshot6(),
@@ -201,7 +207,7 @@ fn run6(seed: u64, n_workers: u16, capacity: u32) -> Seen {
         snapshot6_no_services(),
     ];
     let mk = || worker(n_workers, capacity);
-    run_fast(&snaps, seed, mk, frame6, None, Worker::fast_v6, corrupt6)
+    run_fast(&snaps, seed, mk, frame6, None, V6, corrupt6)
 }
 
 #[test]
@@ -257,7 +263,7 @@ fn ipv6_fast_path_declines_packets_too_big_for_the_port() {
             mk,
             grown_frame6,
             None,
-            Worker::fast_v6,
+            V6,
             corrupt6,
         );
         total.fast += s.fast;
@@ -278,6 +284,10 @@ fn handle_packet_answers_ipv6_as_the_general_path() {
         snapshot6_no_services(),
     ];
     let whole: FastPath = |w, now, snap, f, m| Some(w.handle_packet(now, snap, f, m));
+    let whole = FastPaths {
+        untagged: whole,
+        tagged: whole,
+    };
     for seed in 21..=24u64 {
         let mk = || worker(1, 1024);
         run_fast(
@@ -340,4 +350,53 @@ fn ipv6_packets_fill_the_flow_cache() {
         .conntrack()
         .cached_hop_v6(id, Direction::Original, next.epoch())
         .is_some());
+}
+
+/// The tagged instantiation on a node whose ports are on VLANs 10 and 20:
+/// the same IPv6 traffic, tagged (now and then with the other port's id,
+/// an 802.1ad TPID or no tag), the same answers (the egress port's id
+/// written on forwarded frames), one or two workers; and `handle_packet`
+/// on the same node.
+#[test]
+fn tagged_ipv6_fast_path_answers_exactly_as_the_general_path() {
+    let tagged = || {
+        let mut b = builder();
+        b.interface(
+            0,
+            MAC0,
+            Cidr::new(ip("fd02::1"), 64).unwrap(),
+            Some(ip("fd02::fe")),
+        );
+        b.neighbor(ip("fd02::fe"), PEER);
+        b.vlan(0, 10).vlan(1, 20);
+        b.build().unwrap()
+    };
+    let snaps = [tagged(), tagged()];
+    let mut total = Seen::default();
+    for seed in 1..=4u64 {
+        let workers = 1 + (seed % 2) as u16;
+        let mk = || worker(workers, 1024);
+        let s = run_fast(
+            &snaps,
+            seed.wrapping_mul(0x6a09_e667_f3bc_c909),
+            mk,
+            frame6,
+            Some([10, 20]),
+            V6,
+            corrupt6,
+        );
+        total.fast += s.fast;
+        total.declined += s.declined;
+    }
+    assert!(total.fast > 1000, "{total:?}");
+    assert!(total.declined > 1000, "{total:?}");
+    let whole: FastPath = |w, now, snap, f, m| Some(w.handle_packet(now, snap, f, m));
+    let whole = FastPaths {
+        untagged: whole,
+        tagged: whole,
+    };
+    for seed in 5..=6u64 {
+        let mk = || worker(1, 1024);
+        run_fast(&snaps, seed, mk, frame6, Some([10, 20]), whole, corrupt6);
+    }
 }

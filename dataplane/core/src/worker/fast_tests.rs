@@ -156,7 +156,11 @@ pub(super) fn run_switching(snaps: &[Snapshot], seed: u64, mk: impl Fn() -> Work
 /// against the general path where the frame carries its port's id (the
 /// check `handle_tagged` makes before it).
 fn run_on(snaps: &[Snapshot], seed: u64, mk: impl Fn() -> Worker, gen: Gen, vids: Option<[u16; 2]>) -> Seen {
-    run_fast(snaps, seed, mk, gen, vids, Worker::fast_v4, corrupt)
+    let paths = FastPaths {
+        untagged: Worker::fast_v4,
+        tagged: Worker::fast_v4_tagged,
+    };
+    run_fast(snaps, seed, mk, gen, vids, paths, corrupt)
 }
 
 /// A fast path held against the general path: `Worker::fast_v4` or
@@ -164,15 +168,23 @@ fn run_on(snaps: &[Snapshot], seed: u64, mk: impl Fn() -> Worker, gen: Gen, vids
 pub(in crate::worker) type FastPath =
     fn(&mut Worker, Tick, &Snapshot, &mut [u8], &PacketMeta) -> Option<Verdict>;
 
-/// [`run_on`] with `untagged` as the fast path of untagged frames, and
-/// `damage` as the corruption of a third of the frames.
+/// A fast path's instantiations for untagged frames and for tagged ones
+/// (on a tagged node, frames with their port's VLAN id).
+#[derive(Clone, Copy)]
+pub(in crate::worker) struct FastPaths {
+    pub(in crate::worker) untagged: FastPath,
+    pub(in crate::worker) tagged: FastPath,
+}
+
+/// [`run_on`] with `paths` as the fast path held against the general
+/// path, and `damage` as the corruption of a third of the frames.
 pub(in crate::worker) fn run_fast(
     snaps: &[Snapshot],
     seed: u64,
     mk: impl Fn() -> Worker,
     gen: Gen,
     vids: Option<[u16; 2]>,
-    untagged: FastPath,
+    paths: FastPaths,
     damage: fn(&mut Rng, &mut Vec<u8>),
 ) -> Seen {
     let mut fast = mk();
@@ -195,7 +207,7 @@ pub(in crate::worker) fn run_fast(
             damage(&mut rng, &mut f);
         }
         let fast_answer = match vids {
-            None => untagged,
+            None => paths.untagged,
             Some(vids) => {
                 f = tag_randomly(&mut rng, f, port, vids);
                 let own = wire::EthernetFrame::new_checked(&f[..])
@@ -203,7 +215,7 @@ pub(in crate::worker) fn run_fast(
                     .and_then(|e| e.vlan_id())
                     == Some(vids[usize::from(port & 1)]);
                 if own {
-                    Worker::fast_v4_tagged
+                    paths.tagged
                 } else {
                     |_: &mut Worker, _: Tick, _: &Snapshot, _: &mut [u8], _: &PacketMeta| None
                 }

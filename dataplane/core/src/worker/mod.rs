@@ -360,7 +360,7 @@ impl Worker {
         let hit = self
             .conntrack
             .lookup_v6(k.src, k.dst, k.sport, k.dport, k.proto as u8);
-        match self.fast_v6_read(now, snap, frame, meta, &k, Some(hit)) {
+        match self.fast_v6_read::<0>(now, snap, frame, meta, &k, Some(hit)) {
             Some(v) => v,
             // Declined having changed nothing: the lookup stands.
             None => self.general(now, snap, frame, meta, Some(hit)),
@@ -387,13 +387,27 @@ impl Worker {
         if !self.has_ports_vlan(snap, frame, meta) {
             return self.drop(DropReason::VlanMismatch);
         }
+        let mut found = None;
         if fast {
             if let Some(v) = self.fast_v4_tagged(now, snap, frame, meta) {
                 return v;
             }
+            // The IPv6 fast path's tagged instantiation, whose lookup the
+            // general path takes if it declines (as in `not_fast_v4`).
+            if let Some(k) = fast6::read_v6_at::<{ fast::VLAN_TAG }>(frame) {
+                let hit = self
+                    .conntrack
+                    .lookup_v6(k.src, k.dst, k.sport, k.dport, k.proto as u8);
+                if let Some(v) =
+                    self.fast_v6_read::<{ fast::VLAN_TAG }>(now, snap, frame, meta, &k, Some(hit))
+                {
+                    return v;
+                }
+                found = Some(hit);
+            }
         }
         match &wire::parse_with(frame, &meta.offload) {
-            Ok(p) => self.dispatch(now, snap, frame, p, meta, None),
+            Ok(p) => self.dispatch(now, snap, frame, p, meta, found),
             Err(reason) => self.drop(*reason),
         }
     }
