@@ -182,8 +182,9 @@ impl Worker {
 
     /// The IPv6 fast path after [`read_v6`] gave `k` for `frame`; `found`
     /// is the conntrack lookup of `k`'s 5-tuple done ahead (by the burst
-    /// path, or by `Worker::not_fast_v4` to hand it to the general path
-    /// should this decline), if it is still valid. With `TAG`
+    /// path, or by `Worker::not_fast_v4` and `Worker::handle_tagged` to
+    /// hand it to the general path should this decline), if it is still
+    /// valid. With `TAG`
     /// [`VLAN_TAG`], `k` was read from a tagged frame, and a frame sent
     /// takes the egress port's VLAN id (priority kept), as on the general
     /// path.

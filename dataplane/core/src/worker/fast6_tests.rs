@@ -11,6 +11,8 @@ use std::net::{IpAddr, Ipv6Addr};
 
 use super::super::burst::tests::{builder, ip, meta, tcp, worker, Reply, Rng, MAC0, MAC1, PEER};
 use super::super::fast::tests::{grow, run_fast, FastPath, FastPaths, Seen};
+use super::super::fast::VLAN_TAG;
+use super::read_v6_at;
 use crate::conntrack::Direction;
 use crate::flow::{FlowKey, Proto};
 use crate::snapshot::{
@@ -23,6 +25,11 @@ use crate::Tick;
 /// The burst tests' snapshot with a DNAT UDP service on [fd00::101]:53
 /// (backends fd01::11-13) and an IPv6 default route: fd02::fe on port 0.
 fn snapshot6() -> Snapshot {
+    builder6().build().unwrap()
+}
+
+/// The builder of [`snapshot6`], for tests that add to it.
+fn builder6() -> SnapshotBuilder<'static> {
     let mut b = builder();
     b.interface(
         0,
@@ -40,7 +47,7 @@ fn snapshot6() -> Snapshot {
         b.backend(dns, BackendSpec::new(ip(&format!("fd01::{i}")), 53))
             .unwrap();
     }
-    b.build().unwrap()
+    b
 }
 
 /// [`snapshot6`] with fd00::2 and backend fd01::13 unresolved.
@@ -360,14 +367,7 @@ fn ipv6_packets_fill_the_flow_cache() {
 #[test]
 fn tagged_ipv6_fast_path_answers_exactly_as_the_general_path() {
     let tagged = || {
-        let mut b = builder();
-        b.interface(
-            0,
-            MAC0,
-            Cidr::new(ip("fd02::1"), 64).unwrap(),
-            Some(ip("fd02::fe")),
-        );
-        b.neighbor(ip("fd02::fe"), PEER);
+        let mut b = builder6();
         b.vlan(0, 10).vlan(1, 20);
         b.build().unwrap()
     };
@@ -399,4 +399,42 @@ fn tagged_ipv6_fast_path_answers_exactly_as_the_general_path() {
         let mk = || worker(1, 1024);
         run_fast(&snaps, seed, mk, frame6, Some([10, 20]), whole, corrupt6);
     }
+}
+
+/// Tagged ports of MTU 1,400 (clients) and 1,280 (backends), traffic of
+/// every size around them: the tagged instantiation declines a packet too
+/// big for its egress port (its IP length counted past the tag).
+#[test]
+fn tagged_ipv6_fast_path_declines_packets_too_big_for_the_port() {
+    let mut b = builder6();
+    b.mtu(0, 1400).mtu(1, 1280).vlan(0, 10).vlan(1, 20);
+    let snap = b.build().unwrap();
+    let mut total = Seen::default();
+    for seed in 1..=4u64 {
+        let mk = || worker(1, 1024);
+        let s = run_fast(
+            std::slice::from_ref(&snap),
+            seed.wrapping_mul(0x3c6e_f372_fe94_f82b),
+            mk,
+            grown_frame6,
+            Some([10, 20]),
+            V6,
+            corrupt6,
+        );
+        total.fast += s.fast;
+        total.declined += s.declined;
+    }
+    assert!(total.fast > 300, "{total:?}");
+}
+
+/// The tagged read takes an 802.1Q tag only (TPID 0x8100), not 802.1ad's.
+#[test]
+fn tagged_ipv6_read_takes_only_an_8021q_tag() {
+    let mut f = tcp((ip("fd00::2"), 40000), (ip("fd00::100"), 80), 2, 64);
+    assert!(read_v6_at::<VLAN_TAG>(&f).is_none(), "untagged");
+    f.splice(12..12, [0x81, 0x00, 0x00, 10]);
+    assert!(read_v6_at::<VLAN_TAG>(&f).is_some());
+    f[12] = 0x88;
+    f[13] = 0xa8;
+    assert!(read_v6_at::<VLAN_TAG>(&f).is_none());
 }

@@ -371,9 +371,10 @@ impl Worker {
     /// ([`Snapshot::vlan_tagged`]): after a check that the frame carries
     /// its port's VLAN id, the IPv4 fast path's tagged instantiation
     /// (`fast_v4_tagged`, when `fast`; offsets 4 bytes on, the egress
-    /// port's id written on the way out), then the general path for what
-    /// it declines. Out of line, so that the untagged paths are laid out
-    /// as without it.
+    /// port's id written on the way out), then the IPv6 one's (`fast6.rs`,
+    /// likewise), then the general path for what they decline, with the
+    /// IPv6 fast path's lookup. Out of line, so that the untagged paths are
+    /// laid out as without it.
     #[cold]
     #[inline(never)]
     fn handle_tagged(
