@@ -10,7 +10,7 @@
 use std::net::{IpAddr, Ipv6Addr};
 
 use super::super::burst::tests::{builder, ip, meta, tcp, worker, Reply, Rng, MAC0, MAC1, PEER};
-use super::super::fast::tests::{grow, run_fast, FastPath, FastPaths, Seen};
+use super::super::fast::tests::{grow, run_fast, FastPaths, Seen};
 use super::super::fast::VLAN_TAG;
 use super::read_v6_at;
 use crate::conntrack::Direction;
@@ -19,7 +19,7 @@ use crate::snapshot::{
     BackendSpec, Cidr, ForwardMode, FrontendKind, FrontendSpec, ServiceSpec, Snapshot, SnapshotBuilder,
 };
 use crate::wire;
-use crate::worker::{Verdict, Worker};
+use crate::worker::{PacketMeta, Verdict, Worker};
 use crate::Tick;
 
 /// The burst tests' snapshot with a DNAT UDP service on [fd00::101]:53
@@ -206,6 +206,46 @@ const V6: FastPaths = FastPaths {
     tagged: Worker::fast_v6_tagged,
 };
 
+/// `Worker::handle_packet` as a whole, held against the general path.
+fn whole(w: &mut Worker, now: Tick, snap: &Snapshot, f: &mut [u8], m: &PacketMeta) -> Option<Verdict> {
+    Some(w.handle_packet(now, snap, f, m))
+}
+
+/// [`whole`] for both kinds of frame.
+const WHOLE: FastPaths = FastPaths {
+    untagged: whole,
+    tagged: whole,
+};
+
+/// What `run` saw over `seeds`, summed.
+fn over(seeds: std::ops::RangeInclusive<u64>, mut run: impl FnMut(u64) -> Seen) -> Seen {
+    let mut total = Seen::default();
+    for seed in seeds {
+        let s = run(seed);
+        total.fast += s.fast;
+        total.declined += s.declined;
+    }
+    total
+}
+
+/// [`grown_frame6`] traffic through the fast path's `paths` on `snap`
+/// (tagged with `vids`), four seeds.
+fn too_big(snap: &Snapshot, vids: Option<[u16; 2]>) -> Seen {
+    over(1..=4, |seed| {
+        let mk = || worker(1, 1024);
+        let seed = seed.wrapping_mul(0x3c6e_f372_fe94_f82b);
+        run_fast(
+            std::slice::from_ref(snap),
+            seed,
+            mk,
+            grown_frame6,
+            vids,
+            V6,
+            corrupt6,
+        )
+    })
+}
+
 fn run6(seed: u64, n_workers: u16, capacity: u32) -> Seen {
     let snaps = [
         snapshot6(),
@@ -219,12 +259,9 @@ fn run6(seed: u64, n_workers: u16, capacity: u32) -> Seen {
 
 #[test]
 fn ipv6_fast_path_answers_exactly_as_the_general_path() {
-    let mut total = Seen::default();
-    for seed in 1..=8u64 {
-        let s = run6(seed.wrapping_mul(0x2545_f491_4f6c_dd1d), 1, 1024);
-        total.fast += s.fast;
-        total.declined += s.declined;
-    }
+    let total = over(1..=8, |seed| {
+        run6(seed.wrapping_mul(0x2545_f491_4f6c_dd1d), 1, 1024)
+    });
     // The fast path must have taken a real share, or this compares
     // nothing.
     assert!(total.fast > 2000, "{total:?}");
@@ -235,12 +272,9 @@ fn ipv6_fast_path_answers_exactly_as_the_general_path() {
 /// and a small table that fills (evictions).
 #[test]
 fn ipv6_fast_path_with_two_workers_and_a_full_table() {
-    let mut total = Seen::default();
-    for seed in 11..=14u64 {
-        let s = run6(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15), 2, 64);
-        total.fast += s.fast;
-        total.declined += s.declined;
-    }
+    let total = over(11..=14, |seed| {
+        run6(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15), 2, 64)
+    });
     assert!(total.fast > 500, "{total:?}");
 }
 
@@ -260,22 +294,7 @@ fn grown_frame6(rng: &mut Rng, replies: &[Reply]) -> (Vec<u8>, u16) {
 fn ipv6_fast_path_declines_packets_too_big_for_the_port() {
     let mut b = builder();
     b.mtu(0, 1400).mtu(1, 1280);
-    let snap = b.build().unwrap();
-    let mut total = Seen::default();
-    for seed in 1..=4u64 {
-        let mk = || worker(1, 1024);
-        let s = run_fast(
-            std::slice::from_ref(&snap),
-            seed.wrapping_mul(0x3c6e_f372_fe94_f82b),
-            mk,
-            grown_frame6,
-            None,
-            V6,
-            corrupt6,
-        );
-        total.fast += s.fast;
-        total.declined += s.declined;
-    }
+    let total = too_big(&b.build().unwrap(), None);
     assert!(total.fast > 500, "{total:?}");
 }
 
@@ -290,11 +309,6 @@ fn handle_packet_answers_ipv6_as_the_general_path() {
         snapshot6(),
         snapshot6_no_services(),
     ];
-    let whole: FastPath = |w, now, snap, f, m| Some(w.handle_packet(now, snap, f, m));
-    let whole = FastPaths {
-        untagged: whole,
-        tagged: whole,
-    };
     for seed in 21..=24u64 {
         let mk = || worker(1, 1024);
         run_fast(
@@ -303,7 +317,7 @@ fn handle_packet_answers_ipv6_as_the_general_path() {
             mk,
             frame6,
             None,
-            whole,
+            WHOLE,
             corrupt6,
         );
     }
@@ -372,32 +386,17 @@ fn tagged_ipv6_fast_path_answers_exactly_as_the_general_path() {
         b.build().unwrap()
     };
     let snaps = [tagged(), tagged()];
-    let mut total = Seen::default();
-    for seed in 1..=4u64 {
+    let total = over(1..=4, |seed| {
         let workers = 1 + (seed % 2) as u16;
         let mk = || worker(workers, 1024);
-        let s = run_fast(
-            &snaps,
-            seed.wrapping_mul(0x6a09_e667_f3bc_c909),
-            mk,
-            frame6,
-            Some([10, 20]),
-            V6,
-            corrupt6,
-        );
-        total.fast += s.fast;
-        total.declined += s.declined;
-    }
+        let seed = seed.wrapping_mul(0x6a09_e667_f3bc_c909);
+        run_fast(&snaps, seed, mk, frame6, Some([10, 20]), V6, corrupt6)
+    });
     assert!(total.fast > 1000, "{total:?}");
     assert!(total.declined > 1000, "{total:?}");
-    let whole: FastPath = |w, now, snap, f, m| Some(w.handle_packet(now, snap, f, m));
-    let whole = FastPaths {
-        untagged: whole,
-        tagged: whole,
-    };
     for seed in 5..=6u64 {
         let mk = || worker(1, 1024);
-        run_fast(&snaps, seed, mk, frame6, Some([10, 20]), whole, corrupt6);
+        run_fast(&snaps, seed, mk, frame6, Some([10, 20]), WHOLE, corrupt6);
     }
 }
 
@@ -408,22 +407,7 @@ fn tagged_ipv6_fast_path_answers_exactly_as_the_general_path() {
 fn tagged_ipv6_fast_path_declines_packets_too_big_for_the_port() {
     let mut b = builder6();
     b.mtu(0, 1400).mtu(1, 1280).vlan(0, 10).vlan(1, 20);
-    let snap = b.build().unwrap();
-    let mut total = Seen::default();
-    for seed in 1..=4u64 {
-        let mk = || worker(1, 1024);
-        let s = run_fast(
-            std::slice::from_ref(&snap),
-            seed.wrapping_mul(0x3c6e_f372_fe94_f82b),
-            mk,
-            grown_frame6,
-            Some([10, 20]),
-            V6,
-            corrupt6,
-        );
-        total.fast += s.fast;
-        total.declined += s.declined;
-    }
+    let total = too_big(&b.build().unwrap(), Some([10, 20]));
     assert!(total.fast > 300, "{total:?}");
 }
 
