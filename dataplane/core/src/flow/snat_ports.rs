@@ -6,7 +6,7 @@
 //! is in use, and it never allocates after construction. Each pool is a
 //! FIFO ring, so a freed port is reused as late as possible.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::ops::RangeInclusive;
 
 use super::{snat_port_mask, Proto, WorkerId};
@@ -318,6 +318,14 @@ impl SnatPorts {
         if backend.0.is_ipv4() {
             return self.alloc_v4(proto).map(|(a, port)| (IpAddr::V4(a), port));
         }
+        self.alloc_v6(proto).map(|(a, port)| (IpAddr::V6(a), port))
+    }
+
+    /// [`SnatPorts::alloc`] toward an IPv6 backend: a free pair on one of
+    /// the IPv6 addresses, round-robin, or `None` when all are exhausted
+    /// (nothing changed).
+    #[inline]
+    pub fn alloc_v6(&mut self, proto: Proto) -> Option<(Ipv6Addr, u16)> {
         let n = self.addrs.len();
         let start = self.next_v6;
         let space = space_of(proto);
@@ -326,10 +334,9 @@ impl SnatPorts {
             if i >= n {
                 i -= n;
             }
-            let addr = self.addrs[i];
-            if addr.is_ipv4() {
+            let IpAddr::V6(addr) = self.addrs[i] else {
                 continue;
-            }
+            };
             if let Some(port) = self.pools[i * SPACES + space].pop() {
                 self.next_v6 = if i + 1 == n { 0 } else { i + 1 };
                 debug_assert_eq!(port & self.mask, self.worker.0);

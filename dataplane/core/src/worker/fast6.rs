@@ -19,8 +19,8 @@
 //! The contract is the IPv4 fast path's (`fast.rs`): `Some(verdict)` only
 //! for a packet that the general path would answer with that same
 //! verdict, the same output frame and the same counters; `None`, having
-//! written and counted nothing, for anything else (a new connection, a SYN
-//! that reopens a closing one, another worker's flow, a next hop to
+//! written and counted nothing, for anything else (a new connection that
+//! `fast_open6.rs` does not open, a SYN that reopens a closing one, another worker's flow, a next hop to
 //! resolve or no route, a packet too big for its port, anything the parse
 //! would reject), and the general path runs. A test feeds random and
 //! corrupted IPv6 traffic through both and compares.
@@ -32,13 +32,15 @@
 //! rewrite are kept in the entry with the snapshot's epoch, and its later
 //! packets skip the checks and the sums.
 //!
-//! Not here (yet): new connections, which take the general path.
+//! A miss goes to `fast_open6.rs`, which opens a new connection to an
+//! IPv6 frontend (Maglev, SNAT, insert, first packet forwarded) where the
+//! general path would, and declines otherwise.
 
 use std::net::{IpAddr, Ipv6Addr};
 
 use crate::conntrack::Direction;
 use crate::flow::{owner_of_client, owner_of_snat_port, Proto};
-use crate::nat;
+use crate::nat::{self, NatDelta};
 use crate::reject;
 use crate::snapshot::{NextHop, OwnerKind, Snapshot};
 use crate::wire::{ip_proto, ipv6, TcpFlags};
@@ -147,6 +149,29 @@ pub(super) fn read_v6_at<const TAG: usize>(f: &[u8]) -> Option<FastV6> {
     })
 }
 
+/// Rewrites the IPv6 TCP or UDP packet of `frame`, read as `k` (with
+/// `TAG` bytes of 802.1Q tag), to travel `src` → `dst` (hop limit
+/// decremented, checksums per `meta`'s offload, `delta` the flow cache's
+/// checksum change if known) and addresses it to `hop`. Returns the
+/// checksum change applied; `None`, having written nothing, only for a
+/// frame shorter than `k` says, which `read_v6_at` excludes.
+#[inline(always)]
+pub(super) fn write_v6<const TAG: usize>(
+    frame: &mut [u8],
+    k: &FastV6,
+    src: (Ipv6Addr, u16),
+    dst: (Ipv6Addr, u16),
+    delta: Option<NatDelta>,
+    hop: &NextHop,
+    meta: &PacketMeta,
+) -> Option<NatDelta> {
+    let (head, l4) = frame.get_mut(..k.end)?.split_at_mut(ETH + TAG + IP);
+    let ip = <&mut [u8; IP]>::try_from(&mut head[ETH + TAG..]).ok()?;
+    let applied = nat::rewrite_v6_whole(ip, l4, k.proto == Proto::Tcp, src, dst, delta, &meta.offload);
+    nat::set_l2(frame, hop.src_mac, hop.dst_mac);
+    Some(applied)
+}
+
 impl Worker {
     /// See the module doc: `Some` only where the general path would do
     /// exactly the same, `None` (nothing written or counted) otherwise.
@@ -224,8 +249,10 @@ impl Worker {
                 .conntrack
                 .lookup_v6(k.src, k.dst, k.sport, k.dport, k.proto as u8),
         };
-        // A miss may open a connection: the general path's business.
-        let (id, dir) = hit?;
+        let Some((id, dir)) = hit else {
+            // A miss may open a connection (`fast_open6.rs`).
+            return self.fast_open_v6::<TAG>(now, snap, frame, meta, k);
+        };
         let epoch = snap.epoch();
         // The flow cache (`fast.rs`) in one visit to the entry: rewrite,
         // hop, state and tags; nothing can decline after it. A packet its
@@ -270,22 +297,15 @@ impl Worker {
                 )
             }
         };
-        let mut applied = None;
-        // `read_v6` checked `end <= frame.len()`; the `if let` cannot fail.
-        if let Some((head, l4)) = frame.get_mut(..k.end).map(|f| f.split_at_mut(ETH + TAG + IP)) {
-            if let Ok(ip) = <&mut [u8; IP]>::try_from(&mut head[ETH + TAG..]) {
-                applied = Some(nat::rewrite_v6_whole(
-                    ip,
-                    l4,
-                    k.proto == Proto::Tcp,
-                    (Ipv6Addr::from(rw.src), rw.src_port),
-                    (Ipv6Addr::from(rw.dst), rw.dst_port),
-                    delta,
-                    &meta.offload,
-                ));
-            }
-        }
-        nat::set_l2(frame, hop.src_mac, hop.dst_mac);
+        let applied = write_v6::<TAG>(
+            frame,
+            k,
+            (Ipv6Addr::from(rw.src), rw.src_port),
+            (Ipv6Addr::from(rw.dst), rw.dst_port),
+            delta,
+            hop,
+            meta,
+        );
         if let (Some(i), Some(applied)) = (to_cache, applied) {
             // Cached with the checksum change the write summed.
             self.conntrack.set_cached_hop_v6(id, dir, epoch, i, applied);

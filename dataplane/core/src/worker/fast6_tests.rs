@@ -8,19 +8,23 @@
 //! gives; the two workers' whole state stays equal.
 
 use std::net::{IpAddr, Ipv6Addr};
+use std::time::Duration;
 
-use super::super::burst::tests::{builder, ip, meta, tcp, worker, Reply, Rng, MAC0, MAC1, PEER};
-use super::super::fast::tests::{grow, run_fast, FastPaths, Seen};
+use super::super::burst::tests::{
+    builder, ip, meta, tcp, worker, worker_with_ports, Reply, Rng, MAC0, MAC1, PEER,
+};
+use super::super::fast::tests::{grow, run_fast, state, FastPaths, Seen};
 use super::super::fast::VLAN_TAG;
 use super::read_v6_at;
 use crate::conntrack::Direction;
 use crate::flow::{FlowKey, Proto};
 use crate::snapshot::{
-    BackendSpec, Cidr, ForwardMode, FrontendKind, FrontendSpec, ServiceSpec, Snapshot, SnapshotBuilder,
+    BackendSpec, Cidr, ForwardMode, FrontendKind, FrontendSpec, ServiceSpec, SessionAffinity, Snapshot,
+    SnapshotBuilder,
 };
 use crate::wire;
 use crate::worker::{PacketMeta, Verdict, Worker};
-use crate::Tick;
+use crate::{DropReason, Tick};
 
 /// The burst tests' snapshot with a DNAT UDP service on [fd00::101]:53
 /// (backends fd01::11-13) and an IPv6 default route: fd02::fe on port 0.
@@ -324,8 +328,8 @@ fn handle_packet_answers_ipv6_as_the_general_path() {
 }
 
 /// A connection's first packets fill the flow cache of both directions
-/// (the SYN-ACK the reply's, the client's ACK the original's), for the
-/// snapshot's epoch only; a packet on another snapshot fills it anew.
+/// (the SYN the original's, the SYN-ACK the reply's), for the snapshot's
+/// epoch only; a packet on another snapshot fills it anew.
 #[test]
 fn ipv6_packets_fill_the_flow_cache() {
     let snap = snapshot6();
@@ -345,11 +349,11 @@ fn ipv6_packets_fill_the_flow_cache() {
         .unwrap();
     let epoch = snap.epoch();
     let cached = |w: &Worker, dir| w.conntrack().cached_hop_v6(id, dir, epoch);
-    // The SYN opened the connection on the general path: nothing cached.
-    assert_eq!(
-        (cached(&w, Direction::Original), cached(&w, Direction::Reply)),
-        (None, None)
-    );
+    // The SYN opened the connection on the fast path (`fast_open6.rs`):
+    // its direction cached, the other not yet.
+    let hop = cached(&w, Direction::Original).expect("cached by the open");
+    assert_eq!(snap.hop_v6(hop).map(|h| h.port), Some(1), "the backends' port");
+    assert_eq!(cached(&w, Direction::Reply), None);
     send(
         &mut w,
         &snap,
@@ -357,10 +361,8 @@ fn ipv6_packets_fill_the_flow_cache() {
         1,
     );
     assert!(cached(&w, Direction::Reply).is_some());
-    assert_eq!(cached(&w, Direction::Original), None);
     send(&mut w, &snap, tcp(client, web, 2, 64), 0);
-    let hop = cached(&w, Direction::Original).expect("cached");
-    assert_eq!(snap.hop_v6(hop).map(|h| h.port), Some(1), "the backends' port");
+    assert_eq!(cached(&w, Direction::Original), Some(hop));
     // Another snapshot (the same contents, another epoch): refilled for
     // it, not trusted as is.
     let next = snapshot6();
@@ -421,4 +423,172 @@ fn tagged_ipv6_read_takes_only_an_8021q_tag() {
     f[12] = 0x88;
     f[13] = 0xa8;
     assert!(read_v6_at::<VLAN_TAG>(&f).is_none());
+}
+
+/// [`builder`] with a port 0 prefix fd02::/64 (its IPv6 default route
+/// via fd02::fe when `gateway`) and IPv6 services that refuse or steer
+/// new connections: full-NAT TCP [fd00::102]:80 open to fd00::2/128
+/// only; full-NAT TCP [fd00::103]:80 with no backend; DNAT TCP
+/// [fd00::104]:80 (no SYN needed) to fd01::11 (resolved), fd01::20
+/// (unresolved: `Resolve`) and fd09::5 (behind the gateway, or no route);
+/// full-NAT TCP [fd00::105]:80 with client-IP affinity.
+fn snapshot6_policies(gateway: bool) -> Snapshot {
+    let mut b = builder();
+    let gw = ip("fd02::fe");
+    b.interface(
+        0,
+        MAC0,
+        Cidr::new(ip("fd02::1"), 64).unwrap(),
+        gateway.then_some(gw),
+    );
+    b.neighbor(gw, PEER);
+    let spec = |name: &str, mode| ServiceSpec {
+        mode,
+        ..ServiceSpec::new(name)
+    };
+    let backends = ["fd01::11", "fd01::12", "fd01::13"];
+    let only = ServiceSpec {
+        source_ranges: vec![Cidr::new(ip("fd00::2"), 128).unwrap()],
+        ..spec("default/only6", ForwardMode::FullNat)
+    };
+    let sticky = ServiceSpec {
+        affinity: SessionAffinity::ClientIp {
+            timeout: Duration::from_secs(60),
+        },
+        ..spec("default/sticky6", ForwardMode::FullNat)
+    };
+    let services = [
+        (only, "fd00::102", &backends[..]),
+        (spec("default/empty6", ForwardMode::FullNat), "fd00::103", &[]),
+        (
+            spec("default/dnat6", ForwardMode::Dnat),
+            "fd00::104",
+            &["fd01::11", "fd01::20", "fd09::5"],
+        ),
+        (sticky, "fd00::105", &backends[..]),
+    ];
+    for (spec, vip, backends) in services {
+        let svc = b.service(spec).unwrap();
+        let fe = FrontendSpec::new(ip(vip), 80, Proto::Tcp, FrontendKind::LoadBalancer);
+        b.frontend(svc, fe).unwrap();
+        for a in backends {
+            b.backend(svc, BackendSpec::new(ip(a), 8080)).unwrap();
+        }
+    }
+    b.build().unwrap()
+}
+
+/// A client of [`policy_frame6`]: [`client6`]'s, or one that may open
+/// nothing: link-local, or one of lbd's own addresses (port 0's
+/// interface address, the SNAT address, a VIP).
+fn policy_client6(rng: &mut Rng) -> (IpAddr, u16) {
+    match rng.below(8) {
+        0 => (ip("fe80::2"), 40000),
+        1 => (
+            ip(["fd00::1", "fd01::100", "fd00::100"][rng.below(3) as usize]),
+            40001,
+        ),
+        _ => client6(rng),
+    }
+}
+
+/// [`frame6`]'s traffic, a third of it new and established flows toward
+/// the services of [`snapshot6_policies`]: SYN, ACK, FIN+ACK, RST+ACK, or
+/// UDP to a TCP-only frontend; now and then to a link-layer group address.
+fn policy_frame6(rng: &mut Rng, replies: &[Reply]) -> (Vec<u8>, u16) {
+    if rng.below(3) != 0 {
+        return frame6(rng, replies);
+    }
+    let vip = format!("fd00::{}", 102 + rng.below(4));
+    let vip = (ip(&vip), 80);
+    let mut f = match rng.below(5) {
+        0..=3 => tcp(
+            policy_client6(rng),
+            vip,
+            [1, 1, 2, 6, 10][rng.below(5) as usize],
+            64,
+        ),
+        _ => udp6(policy_client6(rng), vip, 64),
+    };
+    if rng.below(16) == 0 {
+        f[0] |= 1;
+    }
+    (f, 0)
+}
+
+/// New IPv6 connections (`fast_open6.rs`) against the general path's:
+/// source ranges, client-IP affinity, no backend, unresolved and missing
+/// next hops, sources that may open nothing; with tables that fill
+/// (evictions, stateless DNAT forwards, `ConntrackFull`), an exhausted
+/// SNAT pool (8 ports), two workers.
+#[test]
+fn ipv6_fast_path_opens_connections_as_the_general_path() {
+    let snaps = [snapshot6_policies(true), snapshot6_policies(false)];
+    // A worker, a seed multiplier, and the least number of answers the
+    // fast path must give over two seeds (2,334, 921, 983 and 1,062 over
+    // four when written).
+    type Run = (fn() -> Worker, u64, u64);
+    let runs: [Run; 4] = [
+        (|| worker(1, 1024), 0x2d35_8dcc_aa6c_78a5, 800),
+        (|| worker(1, 8), 0x1b87_3593, 250),
+        (|| worker_with_ports(1, 256, 1024..=1031), 0x4cf5_ad43, 250),
+        (|| worker(2, 64), 0x9e37_79b9, 250),
+    ];
+    for (mk, mul, least) in runs {
+        let total = over(1..=2, |seed| {
+            run_fast(
+                &snaps,
+                seed.wrapping_mul(mul),
+                mk,
+                policy_frame6,
+                None,
+                V6,
+                corrupt6,
+            )
+        });
+        assert!(total.fast > least, "{total:?}");
+    }
+    for seed in 5..=6u64 {
+        let mk = || worker(1, 64);
+        run_fast(&snaps, seed, mk, policy_frame6, None, WHOLE, corrupt6);
+    }
+}
+
+/// An IPv6 table full of established connections: a new DNAT flow goes
+/// on without an entry (`stateless_forwards`), a new full-NAT one is
+/// dropped (`ConntrackFull`, its SNAT port given back); `handle_packet`
+/// (the IPv6 fast paths) as the general path, packet by packet.
+#[test]
+fn ipv6_opens_into_a_full_table_as_the_general_path() {
+    let snap = snapshot6();
+    let (mut fast, mut general) = (worker(1, 8), worker(1, 8));
+    let capacity = fast.conntrack().capacity().1;
+    let mut send = |f: Vec<u8>, port: u16| {
+        let (mut a, mut b) = (f.clone(), f);
+        let got = fast.handle_packet(Tick(1), &snap, &mut a, &meta(port));
+        let expect = general.handle_packet_general(Tick(1), &snap, &mut b, &meta(port));
+        assert_eq!((got, &a), (expect, &b));
+        assert_eq!(state(&fast), state(&general));
+        (
+            got,
+            a,
+            fast.counters().stateless_forwards.get(),
+            fast.counters().drops_of(DropReason::ConntrackFull),
+        )
+    };
+    let web = (ip("fd00::100"), 80);
+    for i in 0..capacity {
+        let client = (ip("fd00::2"), 41000 + i as u16);
+        let (v, out, ..) = send(tcp(client, web, 1, 64), 0);
+        assert!(matches!(v, Verdict::Transmit { port: 1, .. }), "{v:?}");
+        let p = wire::parse(&out).unwrap();
+        send(tcp((p.dst, p.dst_port), (p.src, p.src_port), 3, 64), 1);
+        send(tcp(client, web, 2, 64), 0);
+    }
+    let (v, _, stateless, full) = send(udp6((ip("fd00::2"), 50000), (ip("fd00::101"), 53), 64), 0);
+    assert!(matches!(v, Verdict::Transmit { port: 1, .. }), "{v:?}");
+    assert_eq!((stateless, full), (1, 0));
+    let (v, _, stateless, full) = send(tcp((ip("fd00::2"), 50001), web, 1, 64), 0);
+    assert_eq!(v, Verdict::Drop(DropReason::ConntrackFull));
+    assert_eq!((stateless, full), (1, 1));
 }

@@ -109,7 +109,7 @@ fn offload(rng: &mut Rng) -> ChecksumOffload {
 /// entries' flow caches (`HopCache`, and the `NatDelta` stored with them):
 /// the fast path fills them and the general path never does, and they
 /// change no answer.
-pub(super) fn state(w: &Worker) -> String {
+pub(in crate::worker) fn state(w: &Worker) -> String {
     let mut s = format!("{w:?}");
     for field in ["cache: HopCache {", "delta: NatDelta {"] {
         let mut out = String::with_capacity(s.len());

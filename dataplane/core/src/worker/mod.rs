@@ -47,7 +47,7 @@
 //!   node's [`AffinityTable`], shared by all workers: a client keeps its
 //!   backend while the backend stays eligible and the client opens a
 //!   connection within the timeout (see [`crate::affinity`]). Such new
-//!   connections take the general path, not the IPv4 fast path.
+//!   connections take the general path, not the fast paths.
 //! - Non-first fragments are dropped (`fragment`): they carry no ports.
 //! - TCP to a VIP port without a frontend is refused with a RST sent back
 //!   where it came from (`resets_sent`); UDP and the rest are dropped
@@ -70,6 +70,7 @@ pub use burst::BURST_LOOKUP_MIN_LEN;
 mod fast;
 mod fast6;
 mod fast_open;
+mod fast_open6;
 mod paths;
 
 use std::net::IpAddr;
@@ -428,7 +429,7 @@ impl Worker {
     }
 
     /// [`Worker::handle_packet`] without the IPv4 fast path (`fast.rs`,
-    /// `fast_open.rs`) and the IPv6 one (`fast6.rs`), which answer the TCP
+    /// `fast_open.rs`) and the IPv6 one (`fast6.rs`, `fast_open6.rs`), which answer the TCP
     /// and UDP packets they take exactly as this would; exposed so tests
     /// and benches can hold one against the other.
     #[doc(hidden)]

@@ -1,7 +1,7 @@
 //! The translation paths of [`Worker::handle_packet`]: forward, reply and
 //! ICMP error. See the module doc of [`super`] for the policies.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::time::Duration;
 
 use crate::affinity::{self, backend_tag, Pinned};
@@ -733,8 +733,16 @@ fn refused_opener(snap: &Snapshot, frame: &[u8], p: &Parsed) -> Option<DropReaso
 fn opens_from(snap: &Snapshot, src: IpAddr) -> bool {
     match src {
         IpAddr::V4(a) => opens_from_v4(snap, a.octets()),
-        IpAddr::V6(a) => reject::names_one_host(src) && !a.is_unicast_link_local(),
+        IpAddr::V6(a) => opens_from_v6(a),
     }
+}
+
+/// [`opens_from`] of an IPv6 source: one host's address
+/// ([`reject::names_one_host`]: not unspecified, loopback, multicast, ...)
+/// and not link-local.
+#[inline(always)]
+pub(super) fn opens_from_v6(a: Ipv6Addr) -> bool {
+    reject::names_one_host(IpAddr::V6(a)) && !a.is_unicast_link_local()
 }
 
 /// [`opens_from`] of an IPv4 source's octets (the fast path's form): not
