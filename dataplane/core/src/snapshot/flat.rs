@@ -1,6 +1,6 @@
-//! [`FlatMap`]: the immutable maps the workers' IPv4 fast paths read on
-//! every new connection (frontends, owned addresses, neighbors), keyed by
-//! integers.
+//! [`FlatMap`]: the immutable maps the workers' fast paths read on every
+//! new connection (frontends, owned addresses, neighbors), keyed by
+//! integers (IPv4 and IPv6 addresses, frontend keys).
 //!
 //! A snapshot's maps are built once and only read after, so they need no
 //! insert or removal path, no tombstones and no growth: open addressing
@@ -17,7 +17,9 @@ use core::fmt;
 
 /// An integer key of a [`FlatMap`].
 pub(crate) trait FlatKey: Copy + Eq {
-    /// The key as 64 bits (distinct keys, distinct values).
+    /// The key as 64 bits, the hash's input: the key itself when it fits,
+    /// else folded (keys that fold alike share a probe run, and are told
+    /// apart by comparing them whole).
     fn bits(self) -> u64;
 }
 
@@ -32,6 +34,14 @@ impl FlatKey for u64 {
     #[inline(always)]
     fn bits(self) -> u64 {
         self
+    }
+}
+
+impl FlatKey for u128 {
+    /// The two halves XORed: an IPv6 address's prefix and interface id.
+    #[inline(always)]
+    fn bits(self) -> u64 {
+        (self as u64) ^ ((self >> 64) as u64)
     }
 }
 
@@ -171,6 +181,23 @@ mod tests {
         let m = FlatMap::new(hosts.iter().map(|&a| (a, a)));
         assert!(hosts.iter().all(|&a| m.get(a) == Some(&a)));
         assert_eq!(m.get(0x0a00_0200), None);
+    }
+
+    #[test]
+    fn wide_keys_that_fold_alike_are_told_apart() {
+        // IPv6 addresses whose halves XOR to the same 64 bits share a
+        // probe run; each is still found with its own value, and a key
+        // that folds alike but is not there is not found.
+        let base = 0xfd00_0000_0000_0000_0000_0000_0000_0001u128;
+        let keys: Vec<u128> = (0..64u128).map(|i| base ^ (i << 64 | i)).collect();
+        assert!(keys.iter().all(|k| k.bits() == base.bits()));
+        let m = FlatMap::new(keys.iter().enumerate().map(|(i, &k)| (k, i)));
+        assert_eq!(m.len(), 64);
+        for (i, &k) in keys.iter().enumerate() {
+            assert_eq!(m.get(k), Some(&i));
+        }
+        assert_eq!(m.get(base ^ (64u128 << 64 | 64)), None);
+        assert_eq!(m.get(base + 1), None);
     }
 
     proptest! {

@@ -78,7 +78,7 @@ pub use spec::{BackendSpec, FrontendSpec, ServiceSpec};
 use crate::flow::Proto;
 use crate::local::LocalAddrs;
 use crate::maglev::{client_hash, MaglevRing};
-use flat::FlatMap;
+use flat::{FlatKey, FlatMap};
 use vip_sources::VipSources;
 
 /// A port's MTU when none is set ([`SnapshotBuilder::mtu`]): Ethernet's.
@@ -554,6 +554,15 @@ impl PortConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct V6Key(u128, u32);
 
+impl FlatKey for V6Key {
+    /// The address folded ([`FlatKey`] of `u128`), the
+    /// port and protocol in the upper half.
+    #[inline(always)]
+    fn bits(self) -> u64 {
+        self.0.bits() ^ (u64::from(self.1) << 32)
+    }
+}
+
 /// `addr << 24 | port << 8 | proto`: an IPv4 frontend in one `u64`.
 #[inline]
 pub(crate) fn v4_key(addr: Ipv4Addr, port: u16, proto: Proto) -> u64 {
@@ -625,9 +634,9 @@ pub struct Snapshot {
     services: Box<[Arc<Service>]>,
     service_names: HashMap<Box<str>, ServiceId>,
     frontends_v4: FlatMap<u64, Frontend>,
-    frontends_v6: HashMap<V6Key, Frontend>,
+    frontends_v6: FlatMap<V6Key, Frontend>,
     owned_v4: FlatMap<u32, OwnerKind>,
-    owned_v6: HashMap<u128, OwnerKind>,
+    owned_v6: FlatMap<u128, OwnerKind>,
     /// Per VIP address, who may be told which of its ports are closed.
     vip_sources: VipSources,
     snat_v4: Box<[Ipv4Addr]>,
@@ -647,7 +656,7 @@ pub struct Snapshot {
     /// The resolved IPv6 next hops (`Snapshot::hop_v6`), as `hops_v4`.
     hops_v6: Box<[NextHop]>,
     /// IPv6 neighbor → index into `hops_v6`.
-    neighbors_v6: HashMap<u128, u32>,
+    neighbors_v6: FlatMap<u128, u32>,
     /// Index into `hops_v4`.
     default_v4: Option<u32>,
     /// Index into `hops_v6`.
@@ -707,7 +716,7 @@ impl Snapshot {
     pub fn frontend(&self, addr: IpAddr, port: u16, proto: Proto) -> Option<&Frontend> {
         match addr {
             IpAddr::V4(a) => self.frontend_v4(u32::from(a), port, proto),
-            IpAddr::V6(a) => self.frontends_v6.get(&v6_key(a, port, proto)),
+            IpAddr::V6(a) => self.frontends_v6.get(v6_key(a, port, proto)),
         }
     }
 
@@ -788,7 +797,7 @@ impl Snapshot {
     pub fn owner_kind(&self, ip: IpAddr) -> Option<OwnerKind> {
         match ip {
             IpAddr::V4(a) => self.owner_kind_v4(u32::from(a)),
-            IpAddr::V6(a) => self.owned_v6.get(&u128::from(a)).copied(),
+            IpAddr::V6(a) => self.owned_v6.get(u128::from(a)).copied(),
         }
     }
 
@@ -848,7 +857,7 @@ impl Snapshot {
                 self.hop_v4(i).map(|h| h.dst_mac)
             }
             IpAddr::V6(a) => {
-                let i = *self.neighbors_v6.get(&u128::from(a))?;
+                let i = *self.neighbors_v6.get(u128::from(a))?;
                 self.hop_v6(i).map(|h| h.dst_mac)
             }
         }
@@ -890,7 +899,7 @@ impl Snapshot {
     /// `hop_v6(i) == Some(&h)`.
     #[inline(always)]
     pub(crate) fn next_hop_index_v6(&self, a: u128) -> Option<u32> {
-        if let Some(&i) = self.neighbors_v6.get(&a) {
+        if let Some(&i) = self.neighbors_v6.get(a) {
             return Some(i);
         }
         if self.connected_v6.iter().any(|&(net, mask, _)| a & mask == net) {

@@ -159,7 +159,7 @@ impl Snapshot {
         next.hops_v4 = routes.hops_v4.into_boxed_slice();
         next.hops_v6 = routes.hops_v6.into_boxed_slice();
         next.neighbors_v4 = FlatMap::new(routes.neighbors_v4);
-        next.neighbors_v6 = routes.neighbors_v6;
+        next.neighbors_v6 = FlatMap::new(routes.neighbors_v6);
         next.default_v4 = routes.default_v4;
         next.default_v6 = routes.default_v6;
         Ok(next)
