@@ -11,7 +11,7 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::time::Duration;
 
 use super::super::burst::tests::{
-    builder, ip, meta, tcp, worker, worker_with_ports, Reply, Rng, MAC0, MAC1, PEER,
+    builder, ip, meta, run_traffic, tcp, worker, worker_with_ports, Reply, Rng, MAC0, MAC1, PEER,
 };
 use super::super::fast::tests::{grow, run_fast, state, FastPaths, Seen};
 use super::super::fast::VLAN_TAG;
@@ -591,4 +591,36 @@ fn ipv6_opens_into_a_full_table_as_the_general_path() {
     let (v, _, stateless, full) = send(tcp((ip("fd00::2"), 50001), web, 1, 64), 0);
     assert_eq!(v, Verdict::Drop(DropReason::ConntrackFull));
     assert_eq!((stateless, full), (1, 1));
+}
+
+/// [`frame6`]'s traffic, a third of it damaged by [`corrupt6`].
+fn damaged_frame6(rng: &mut Rng, replies: &[Reply]) -> (Vec<u8>, u16) {
+    let (mut f, port) = frame6(rng, replies);
+    if rng.below(3) == 0 {
+        corrupt6(rng, &mut f);
+    }
+    (f, port)
+}
+
+/// The burst path on IPv6 traffic (`handle_burst`: IPv6 frames read, not
+/// parsed, in stage 1, through the IPv6 fast paths in stage 3 with their
+/// lookups, parsed then only if declined) against `handle_packet` frame
+/// by frame: with room, with evictions, with two workers, on tagged
+/// ports.
+#[test]
+fn burst_matches_packet_by_packet_on_ipv6_traffic() {
+    let snap = snapshot6();
+    let mut evictions = 0;
+    for seed in 1..=3u64 {
+        run_traffic(&snap, seed * 0x2545_f491, 1, 1024, None, damaged_frame6);
+        evictions += run_traffic(&snap, seed * 0x9e37_79b9, 1, 16, None, damaged_frame6).evictions;
+        run_traffic(&snap, seed * 0x51_7cc1, 2, 64, None, damaged_frame6);
+    }
+    assert!(evictions > 0);
+    let mut b = builder6();
+    b.vlan(0, 10).vlan(1, 20);
+    let tagged = b.build().unwrap();
+    for seed in 1..=2u64 {
+        run_traffic(&tagged, seed * 0x3c6e_f372, 1, 64, Some([10, 20]), damaged_frame6);
+    }
 }

@@ -95,7 +95,7 @@ fn corrupt(rng: &mut Rng, f: &mut Vec<u8>) {
     }
 }
 
-fn offload(rng: &mut Rng) -> ChecksumOffload {
+pub(in crate::worker) fn offload(rng: &mut Rng) -> ChecksumOffload {
     let b = rng.below(16);
     ChecksumOffload {
         rx_ipv4_verified: b & 1 != 0,
