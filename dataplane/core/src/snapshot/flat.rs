@@ -201,6 +201,21 @@ mod tests {
     }
 
     proptest! {
+        /// IPv6-like keys from a few halves (many fold alike, some are
+        /// equal): the same answers as a std `HashMap`.
+        #[test]
+        fn wide_keys_answer_as_a_hash_map(entries in prop::collection::vec((0..8u64, 0..8u64, any::<u16>()), 0..200),
+                                          probes in prop::collection::vec((0..9u64, 0..9u64), 0..100)) {
+            let key = |(hi, lo): (u64, u64)| (u128::from(hi) << 64) | u128::from(lo);
+            let entries: Vec<(u128, u16)> = entries.into_iter().map(|(h, l, v)| (key((h, l)), v)).collect();
+            let m = FlatMap::new(entries.iter().copied());
+            let reference: HashMap<u128, u16> = entries.iter().copied().collect();
+            prop_assert_eq!(m.len(), reference.len());
+            for k in entries.iter().map(|e| e.0).chain(probes.into_iter().map(key)) {
+                prop_assert_eq!(m.get(k), reference.get(&k));
+            }
+        }
+
         /// The same answers as a std `HashMap` built from the same entries,
         /// for every key given and for keys near them.
         #[test]

@@ -431,7 +431,9 @@ fn tagged_ipv6_read_takes_only_an_8021q_tag() {
 /// only; full-NAT TCP [fd00::103]:80 with no backend; DNAT TCP
 /// [fd00::104]:80 (no SYN needed) to fd01::11 (resolved), fd01::20
 /// (unresolved: `Resolve`) and fd09::5 (behind the gateway, or no route);
-/// full-NAT TCP [fd00::105]:80 with client-IP affinity.
+/// full-NAT TCP [fd00::105]:80 with client-IP affinity; DNAT TCP
+/// [fd00::106]:80 and [fd00::107]:80, both to fd01::11 alone (a client
+/// endpoint of both has one reply tuple: `ConntrackConflict`).
 fn snapshot6_policies(gateway: bool) -> Snapshot {
     let mut b = builder();
     let gw = ip("fd02::fe");
@@ -466,6 +468,16 @@ fn snapshot6_policies(gateway: bool) -> Snapshot {
             &["fd01::11", "fd01::20", "fd09::5"],
         ),
         (sticky, "fd00::105", &backends[..]),
+        (
+            spec("default/one6a", ForwardMode::Dnat),
+            "fd00::106",
+            &["fd01::11"],
+        ),
+        (
+            spec("default/one6b", ForwardMode::Dnat),
+            "fd00::107",
+            &["fd01::11"],
+        ),
     ];
     for (spec, vip, backends) in services {
         let svc = b.service(spec).unwrap();
@@ -499,7 +511,7 @@ fn policy_frame6(rng: &mut Rng, replies: &[Reply]) -> (Vec<u8>, u16) {
     if rng.below(3) != 0 {
         return frame6(rng, replies);
     }
-    let vip = format!("fd00::{}", 102 + rng.below(4));
+    let vip = format!("fd00::{}", 102 + rng.below(6));
     let vip = (ip(&vip), 80);
     let mut f = match rng.below(5) {
         0..=3 => tcp(
@@ -556,8 +568,8 @@ fn ipv6_fast_path_opens_connections_as_the_general_path() {
 
 /// An IPv6 table full of established connections: a new DNAT flow goes
 /// on without an entry (`stateless_forwards`), a new full-NAT one is
-/// dropped (`ConntrackFull`, its SNAT port given back); `handle_packet`
-/// (the IPv6 fast paths) as the general path, packet by packet.
+/// dropped (`ConntrackFull`, its SNAT port given back): the IPv6 fast
+/// paths answer every packet as the general path does.
 #[test]
 fn ipv6_opens_into_a_full_table_as_the_general_path() {
     let snap = snapshot6();
@@ -565,15 +577,17 @@ fn ipv6_opens_into_a_full_table_as_the_general_path() {
     let capacity = fast.conntrack().capacity().1;
     let mut send = |f: Vec<u8>, port: u16| {
         let (mut a, mut b) = (f.clone(), f);
-        let got = fast.handle_packet(Tick(1), &snap, &mut a, &meta(port));
-        let expect = general.handle_packet_general(Tick(1), &snap, &mut b, &meta(port));
-        assert_eq!((got, &a), (expect, &b));
+        let m = meta(port);
+        let got = fast.fast_v6(Tick(1), &snap, &mut a, &m);
+        let expect = general.handle_packet_general(Tick(1), &snap, &mut b, &m);
+        assert_eq!((got, &a), (Some(expect), &b), "the fast path answers");
         assert_eq!(state(&fast), state(&general));
+        let c = fast.counters();
         (
-            got,
+            expect,
             a,
-            fast.counters().stateless_forwards.get(),
-            fast.counters().drops_of(DropReason::ConntrackFull),
+            c.stateless_forwards.get(),
+            c.drops_of(DropReason::ConntrackFull),
         )
     };
     let web = (ip("fd00::100"), 80);
@@ -623,4 +637,33 @@ fn burst_matches_packet_by_packet_on_ipv6_traffic() {
     for seed in 1..=2u64 {
         run_traffic(&tagged, seed * 0x3c6e_f372, 1, 64, Some([10, 20]), damaged_frame6);
     }
+}
+
+/// Two DNAT frontends to one backend endpoint: the same client endpoint's
+/// connection to the second would share the first's reply tuple. While
+/// the first lives, the fast path drops it (`ConntrackConflict`), as the
+/// general path does; once the first has expired (not yet swept), it
+/// evicts it and opens the second (`Worker::retry_past_expired`).
+#[test]
+fn ipv6_fast_open_conflicts_as_the_general_path() {
+    let snap = snapshot6_policies(true);
+    let (mut fast, mut general) = (worker(1, 1024), worker(1, 1024));
+    let mut send = |now: u64, f: Vec<u8>| {
+        let (mut a, mut b) = (f.clone(), f);
+        let m = meta(0);
+        let got = fast.fast_v6(Tick(now), &snap, &mut a, &m);
+        let expect = general.handle_packet_general(Tick(now), &snap, &mut b, &m);
+        assert_eq!((got, &a), (Some(expect), &b), "the fast path answers");
+        assert_eq!(state(&fast), state(&general));
+        expect
+    };
+    let client = (ip("fd00::2"), 45000);
+    let (a, b) = ((ip("fd00::106"), 80), (ip("fd00::107"), 80));
+    let sent = |v: Verdict| matches!(v, Verdict::Transmit { port: 1, .. });
+    assert!(sent(send(1, tcp(client, a, 1, 64))));
+    let v = send(2, tcp(client, b, 1, 64));
+    assert_eq!(v, Verdict::Drop(DropReason::ConntrackConflict));
+    // An hour on, past any timeout of an embryonic connection.
+    assert!(sent(send(3_600_000, tcp(client, b, 1, 64))));
+    assert_eq!(general.counters().conntrack_expirations.get(), 1);
 }
