@@ -840,7 +840,7 @@ pub(crate) fn run<const N: usize>(six: bool) {
     NIC_OFFLOAD.store(std::env::var("PIPELINE_OFFLOAD").as_deref() == Ok("nic"), Relaxed);
     VLAN.store(std::env::var("PIPELINE_VLAN").as_deref() == Ok("1"), Relaxed);
     if six && VLAN.load(Relaxed) {
-        // A tagged IPv6 frame needs 78 bytes, and takes the general path.
+        // A tagged IPv6 frame needs 78 bytes, a frame size not built here.
         eprintln!("PIPELINE_VLAN=1: IPv4 only (pipeline, not pipeline_v6)");
         std::process::exit(2);
     }

@@ -1,5 +1,6 @@
 //! The IPv6 fast path of [`Worker::handle_packet`]: TCP and UDP packets of
-//! tracked IPv6 connections, read at fixed offsets where the general path
+//! IPv6 connections, tracked (here) or new (`fast_open6.rs`, on a miss),
+//! read at fixed offsets where the general path
 //! would parse into a [`Parsed`](crate::wire::Parsed) and build a
 //! [`FlowKey`](crate::flow::FlowKey). An established IPv6 packet costs
 //! ~470 instructions here against ~1,200 on the general path (the IPv4
@@ -8,8 +9,8 @@
 //! It takes an untagged frame (or, on a tagged node, one with its port's
 //! 802.1Q tag, as the IPv4 path does) whose IPv6 header is followed directly by
 //! TCP or UDP (no extension header), that the parse would accept with the
-//! same fields, whose hop limit is above 1 and whose 5-tuple is a tracked
-//! connection's, and does what the general path would do with it, with
+//! same fields and whose hop limit is above 1; for one whose 5-tuple is a
+//! tracked connection's, it does what the general path would do, with
 //! the IPv6 forms of each step ([`Conntrack::lookup_v6`](crate::conntrack::Conntrack::lookup_v6),
 //! [`Conntrack::rewrite_v6`](crate::conntrack::Conntrack::rewrite_v6), [`nat::rewrite_v6_whole`]): the owner and frontend
 //! checks of `paths::l4`, the direction check of `paths::reply`, the
