@@ -5,11 +5,11 @@
 use super::table::{Addr, HopCache, Loc, RawKey, Slot, Table, FULL_NAT, NEVER_EVICT};
 use super::{
     decode, raw_v4, raw_v6, ConnState, Conntrack, ConntrackStats, Endpoint, Entry, EntryId, EvictClass,
-    FlowKey, FlowKeyV4, InsertError, KeyHash, Nat, NatV4, Tags, V6_BIT,
+    FlowKey, FlowKeyV4, InsertError, KeyHash, Nat, NatV4, NatV6, Tags, V6_BIT,
 };
 use core::ops::RangeInclusive;
 
-use crate::flow::Proto;
+use crate::flow::{FlowKeyV6, Proto};
 use crate::nat::NatDelta;
 use crate::time::Tick;
 
@@ -115,6 +115,46 @@ impl Conntrack {
         );
         count_insert(&mut self.stats, &r);
         r.map(EntryId)
+    }
+
+    /// [`Conntrack::insert_missed_v4`] for an IPv6 connection, as the
+    /// worker's IPv6 fast path has it (`fast_open6.rs`): the same entry,
+    /// checks, errors, counts and evictions as `insert_missed` of the
+    /// general values, without building them.
+    #[inline]
+    pub(crate) fn insert_missed_v6(
+        &mut self,
+        original: &FlowKeyV6,
+        nat: NatV6,
+        tags: Tags,
+        now: Tick,
+        mut on_evicted: impl FnMut(Evicted),
+    ) -> Result<EntryId, InsertError> {
+        let ctx = InsertCtx {
+            tags,
+            now: now.0,
+            timeout_ms: &self.timeout_ms,
+            window: self.evict_window,
+            missed: true,
+            hashes: None,
+        };
+        let raw = RawNat {
+            backend: nat.backend.0.octets(),
+            backend_port: nat.backend.1,
+            snat: nat.snat.map(|(a, p)| (a.octets(), p)),
+        };
+        let on_evicted = &mut Released(&mut on_evicted);
+        let r = insert_in(
+            &mut self.v6,
+            raw_v6(original),
+            raw,
+            &ctx,
+            &mut self.stats,
+            on_evicted,
+        )
+        .map(|i| EntryId(i | V6_BIT));
+        count_insert(&mut self.stats, &r);
+        r
     }
 
     #[inline(always)]

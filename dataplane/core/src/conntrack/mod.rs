@@ -81,7 +81,7 @@ mod tests;
 mod v4;
 mod v6;
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub(crate) use insert::Evicted;
 pub use state::{tcp_flags, ConnState, EvictClass, Timeouts, UDP_STREAM_AFTER};
@@ -140,6 +140,16 @@ pub(crate) struct NatV4 {
     /// The balancer's source endpoint towards the backend (full-NAT), or
     /// `None` (DNAT).
     pub(crate) snat: Option<(Ipv4Addr, u16)>,
+}
+
+/// An IPv6 [`Nat`] in IPv6 types, for [`Conntrack::insert_missed_v6`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NatV6 {
+    /// The chosen backend.
+    pub(crate) backend: (Ipv6Addr, u16),
+    /// The balancer's source endpoint towards the backend (full-NAT), or
+    /// `None` (DNAT).
+    pub(crate) snat: Option<(Ipv6Addr, u16)>,
 }
 
 /// The translation applied to a connection.

@@ -895,16 +895,39 @@ fn full_table_victims_report_their_snat_pairs_to_warming_and_release() {
 
 #[test]
 fn insert_missed_v4_does_what_insert_missed_does() {
-    // Two tables, the same inserts: one through the general values, one
-    // through the IPv4 ones. DNAT and full-NAT, TCP and UDP, a table small
-    // enough that most inserts evict, and inserts whose reply tuple
-    // collides (a SNAT pair reused while its entry lives; a DNAT flow whose
-    // reply key is a tracked reply key). Same results, same evictions
-    // reported, same entries, same counts.
-    let (mut general, mut v4) = (table(48, 0), table(48, 0));
+    insert_missed_raw_does_what_insert_missed_does(false);
+}
+
+#[test]
+fn insert_missed_v6_does_what_insert_missed_does() {
+    insert_missed_raw_does_what_insert_missed_does(true);
+}
+
+/// Two tables, the same inserts: one through the general values, one
+/// through the IPv4 ones (`insert_missed_v4`), or with every address
+/// moved into fd00::/96 (`six`), the IPv6 ones (`insert_missed_v6`). DNAT
+/// and full-NAT, TCP and UDP, a table small enough that most inserts
+/// evict, and inserts whose reply tuple collides (a SNAT pair reused
+/// while its entry lives; a DNAT flow whose reply key is a tracked reply
+/// key). Same results, same evictions reported, same entries, same
+/// counts.
+fn insert_missed_raw_does_what_insert_missed_does(six: bool) {
+    let (mut general, mut v4) = if six {
+        (table(48, 48), table(48, 48))
+    } else {
+        (table(48, 0), table(48, 0))
+    };
+    let fam = |a: IpAddr| match a {
+        IpAddr::V4(v) if six => IpAddr::V6(Ipv6Addr::from((0xfd00u128 << 112) | u128::from(u32::from(v)))),
+        a => a,
+    };
     let v4_of = |ip: IpAddr| match ip {
         IpAddr::V4(a) => a,
         IpAddr::V6(_) => unreachable!(),
+    };
+    let v6_of = |ip: IpAddr| match ip {
+        IpAddr::V6(a) => a,
+        IpAddr::V4(_) => unreachable!(),
     };
     let mut ids = Vec::new();
     let mut conflicts = 0;
@@ -914,12 +937,13 @@ fn insert_missed_v4_does_what_insert_missed_does() {
         // one of them to one VIP may meet its flow to the other on the
         // same backend (the same reply key). Keys that are still tracked are skipped (both
         // APIs require a missed lookup).
-        let vip = (ip(192, 0, 2, 1 + (i / 4 % 2) as u8), 80);
+        let vip = (fam(ip(192, 0, 2, 1 + (i / 4 % 2) as u8)), 80);
         let c = if i % 4 == 1 {
             client(i % 13)
         } else {
             client(100 + i)
         };
+        let c = (fam(c.0), c.1);
         let k = key(c, vip, proto);
         if general.lookup(&k).is_some() {
             assert!(v4.lookup(&k).is_some());
@@ -927,12 +951,12 @@ fn insert_missed_v4_does_what_insert_missed_does() {
         }
         // Mostly one backend, so that reply keys meet.
         let backend = if i % 11 == 0 {
-            (ip(10, 9, 0, 2), 8080)
+            (fam(ip(10, 9, 0, 2)), 8080)
         } else {
-            BACKEND
+            (fam(BACKEND.0), BACKEND.1)
         };
         // SNAT ports from a pool of 7: some still held by a live entry.
-        let snat = (i % 2 == 0).then_some((SNAT, 3000 + i % 7));
+        let snat = (i % 2 == 0).then_some((fam(SNAT), 3000 + i % 7));
         let nat = match snat {
             Some(snat) => Nat::FullNat { backend, snat },
             None => Nat::Dnat { backend },
@@ -944,12 +968,23 @@ fn insert_missed_v4_does_what_insert_missed_does() {
         let now = Tick(u64::from(i) * 10);
         let (mut ev_general, mut ev_v4) = (Vec::new(), Vec::new());
         let a = general.insert_missed(k, nat, tags, now, None, |e| ev_general.push(e));
-        let FlowKey::V4(kv4) = k else { unreachable!() };
-        let nat_v4 = NatV4 {
-            backend: (v4_of(backend.0), backend.1),
-            snat: snat.map(|(a, p)| (v4_of(a), p)),
+        let b = match k {
+            FlowKey::V4(kv4) => {
+                let nat_v4 = NatV4 {
+                    backend: (v4_of(backend.0), backend.1),
+                    snat: snat.map(|(a, p)| (v4_of(a), p)),
+                };
+                v4.insert_missed_v4(&kv4, nat_v4, tags, now, None, |e| ev_v4.push(e))
+            }
+            FlowKey::V6(kv6) => {
+                let nat_v6 = NatV6 {
+                    backend: (v6_of(backend.0), backend.1),
+                    snat: snat.map(|(a, p)| (v6_of(a), p)),
+                };
+                v4.insert_missed_v6(&kv6, nat_v6, tags, now, |e| ev_v4.push(e))
+            }
         };
-        let b = v4.insert_missed_v4(&kv4, nat_v4, tags, now, None, |e| ev_v4.push(e));
+        assert_eq!(matches!(k, FlowKey::V6(_)), six);
         assert_eq!(a, b, "insert {i}");
         conflicts += usize::from(a == Err(InsertError::ReplyConflict) && snat.is_none());
         assert_eq!(ev_general, ev_v4, "insert {i}");

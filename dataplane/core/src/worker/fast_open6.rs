@@ -16,17 +16,18 @@
 //! (or, for affinity, pins; for no SNAT port left, may take one back from
 //! a connection not yet established: `paths::reclaim_snat`). Past the SNAT
 //! allocation the insert is the general path's own
-//! ([`Worker::insert_opened`] of a [`FlowKey`] and [`Nat`], with its
-//! retry past expired entries in the way), so every outcome is its
-//! outcome: a new entry (evicting one if the table is full), a stateless
+//! ([`Worker::insert_opened`], with its retry past expired entries in the
+//! way; the key and translation as IPv6 values,
+//! [`Conntrack::insert_missed_v6`](crate::conntrack::Conntrack::insert_missed_v6)),
+//! so every outcome is its outcome: a new entry (evicting one if the table is full), a stateless
 //! DNAT forward, `ConntrackFull` or `ConntrackConflict`. Tests:
 //! `fast6_tests.rs`, which holds both IPv6 fast paths against the
 //! general path.
 
 use std::net::{IpAddr, Ipv6Addr};
 
-use crate::conntrack::{ConnState, Direction, Nat, Tags};
-use crate::flow::{owner_of_client, FlowKey, FlowKeyV6, Proto};
+use crate::conntrack::{ConnState, Direction, NatV6, Tags};
+use crate::flow::{owner_of_client, FlowKeyV6, Proto};
 use crate::maglev::flow_hash_v6;
 use crate::snapshot::{Family, ForwardMode, OwnerKind, SessionAffinity, Snapshot};
 use crate::wire::TcpFlags;
@@ -113,13 +114,6 @@ impl Worker {
         if k.end - (ETH + TAG) > usize::from(hop.mtu) {
             return None;
         }
-        let key = FlowKey::V6(FlowKeyV6 {
-            src: client,
-            dst,
-            sport: k.sport,
-            dport: k.dport,
-            proto: k.proto,
-        });
         // An exhausted pool changes nothing: the general path takes a pair
         // back or counts the drop.
         let snat = if full_nat {
@@ -129,13 +123,16 @@ impl Worker {
         };
 
         // --- no way back past this point: a SNAT port may be taken ---
-        let be = (IpAddr::V6(be_addr), backend.port);
-        let nat = match snat {
-            Some((a, port)) => Nat::FullNat {
-                backend: be,
-                snat: (IpAddr::V6(a), port),
-            },
-            None => Nat::Dnat { backend: be },
+        let key = FlowKeyV6 {
+            src: client,
+            dst,
+            sport: k.sport,
+            dport: k.dport,
+            proto: k.proto,
+        };
+        let nat = NatV6 {
+            backend: (be_addr, backend.port),
+            snat,
         };
         let tags = Tags {
             frontend: fe.stats_slot,

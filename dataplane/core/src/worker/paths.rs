@@ -6,10 +6,12 @@ use std::time::Duration;
 
 use crate::affinity::{self, backend_tag, Pinned};
 use crate::conntrack::{
-    Conntrack, Direction, EntryId, Evicted, InsertError, KeyHash, Nat, NatV4, Rewrite, Tags,
+    Conntrack, Direction, EntryId, Evicted, InsertError, KeyHash, Nat, NatV4, NatV6, Rewrite, Tags,
 };
 use crate::counters::WorkerCounters;
-use crate::flow::{owner_of_client, owner_of_snat_port, FlowKey, FlowKeyV4, Proto, SnatPorts, WorkerId};
+use crate::flow::{
+    owner_of_client, owner_of_snat_port, FlowKey, FlowKeyV4, FlowKeyV6, Proto, SnatPorts, WorkerId,
+};
 use crate::maglev::{flow_hash_v4, flow_hash_v6};
 use crate::nat;
 use crate::reject;
@@ -820,9 +822,10 @@ fn count_opened(counters: &WorkerCounters, tags: Tags) {
 }
 
 /// A connection [`Worker::insert_opened`] opens: its key and translation
-/// as the general path has them, `(FlowKey, Nat)`, or as the IPv4 fast
-/// path does, `(FlowKeyV4, NatV4)`, which conntrack stores without
-/// building the general values ([`Conntrack::insert_missed_v4`]).
+/// as the general path has them, `(FlowKey, Nat)`, or as the IPv4 and
+/// IPv6 fast paths do, `(FlowKeyV4, NatV4)` and `(FlowKeyV6, NatV6)`,
+/// which conntrack stores without building the general values
+/// ([`Conntrack::insert_missed_v4`], [`Conntrack::insert_missed_v6`]).
 pub(super) trait Opening: Copy {
     /// True for a full-NAT connection (it holds a SNAT pair).
     fn is_full_nat(&self) -> bool;
@@ -911,5 +914,46 @@ impl Opening for (FlowKeyV4, NatV4) {
         on_evicted: impl FnMut(Evicted),
     ) -> Result<EntryId, InsertError> {
         ct.insert_missed_v4(&self.0, self.1, tags, now, hashes, on_evicted)
+    }
+}
+
+impl Opening for (FlowKeyV6, NatV6) {
+    #[inline(always)]
+    fn is_full_nat(&self) -> bool {
+        self.1.snat.is_some()
+    }
+    fn general(self) -> (FlowKey, Nat) {
+        let (k, n) = self;
+        let backend = (IpAddr::V6(n.backend.0), n.backend.1);
+        let nat = match n.snat {
+            Some((a, p)) => Nat::FullNat {
+                backend,
+                snat: (IpAddr::V6(a), p),
+            },
+            None => Nat::Dnat { backend },
+        };
+        (FlowKey::V6(k), nat)
+    }
+    /// The general path's retry: the IPv6 fast path answers a conflict as
+    /// the general path would, out of line.
+    #[inline(always)]
+    fn retry_past_expired(self, w: &mut Worker, tags: Tags, now: Tick) -> Option<EntryId> {
+        w.retry_past_expired(self, tags, now)
+    }
+    #[inline(always)]
+    fn release(self, snat: &mut SnatPorts) {
+        let pair = self.1.snat.map(|(a, port)| (IpAddr::V6(a), port));
+        release_snat(snat, pair, self.0.proto);
+    }
+    #[inline(always)]
+    fn insert(
+        self,
+        ct: &mut Conntrack,
+        tags: Tags,
+        now: Tick,
+        _: Option<(KeyHash, KeyHash)>,
+        on_evicted: impl FnMut(Evicted),
+    ) -> Result<EntryId, InsertError> {
+        ct.insert_missed_v6(&self.0, self.1, tags, now, on_evicted)
     }
 }
