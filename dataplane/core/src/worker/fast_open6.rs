@@ -34,7 +34,6 @@ use crate::wire::TcpFlags;
 use crate::Tick;
 
 use super::fast6::{write_v6, FastV6};
-use super::fast_open::Opened;
 use super::paths::{opens_from_v6, to_link_group};
 use super::{PacketMeta, Verdict, Worker};
 
@@ -56,20 +55,6 @@ impl Worker {
         meta: &PacketMeta,
         k: &FastV6,
     ) -> Option<Verdict> {
-        let opened = self.open_v6::<TAG>(now, snap, frame, meta, k)?;
-        Some(opened.verdict(frame.len()))
-    }
-
-    /// [`Worker::fast_open_v6`] but for the verdict's form.
-    #[inline(always)]
-    fn open_v6<const TAG: usize>(
-        &mut self,
-        now: Tick,
-        snap: &Snapshot,
-        frame: &mut [u8],
-        meta: &PacketMeta,
-        k: &FastV6,
-    ) -> Option<Opened> {
         // --- `paths::l4`: a frontend of an existing service on a VIP
         // that is no SNAT address, and a client of this worker's ---
         let dst = Ipv6Addr::from(k.dst);
@@ -141,8 +126,7 @@ impl Worker {
         let id = match self.insert_opened(now, (key, nat), tags, None) {
             Ok(id) => id,
             Err(reason) => {
-                self.drop(reason);
-                return Some(Opened::Dropped(reason));
+                return Some(self.drop(reason));
             }
         };
         let src = snat.unwrap_or((client, k.sport));
@@ -174,6 +158,9 @@ impl Worker {
             // A DNAT packet forwarded without an entry (`translate`).
             None => self.count_flow(tags, frame.len()),
         }
-        Some(Opened::Transmit(hop.port))
+        Some(Verdict::Transmit {
+            port: hop.port,
+            len: frame.len(),
+        })
     }
 }
