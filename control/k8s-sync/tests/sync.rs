@@ -297,7 +297,9 @@ async fn a_service_lbd_refuses_is_left_out_and_the_rest_pushed() {
     );
     // 10.1.0.100 is its SNAT address: lbd refuses it as a VIP.
     api.apply(Kind::Service, service("on-snat", "10.1.0.100"));
-    let (stop, task) = follow(&api, settings(&server));
+    let s = settings(&server);
+    let stats = std::sync::Arc::clone(&s.stats);
+    let (stop, task) = follow(&api, s);
     until("the rest is in lbd", || {
         k8s_backends(&server) == owned(&[("default/web", "10.1.0.11", "active")])
     })
@@ -326,6 +328,12 @@ async fn a_service_lbd_refuses_is_left_out_and_the_rest_pushed() {
     );
     until("the new endpoint is in lbd", || k8s_backends(&server).len() == 2).await;
     assert_eq!(server.revision(), revision + 1);
+    // lbd has the state before the sidecar has its answer: a stop before
+    // then would end the push, and return the first one.
+    until("the sidecar has lbd's answer", || {
+        stats.pushes.load(std::sync::atomic::Ordering::Relaxed) >= 2
+    })
+    .await;
     stop.send(()).unwrap();
     let Ended::Stopped(Some(p)) = task.await.unwrap().unwrap() else {
         panic!("no push")
