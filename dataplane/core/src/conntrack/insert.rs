@@ -120,7 +120,10 @@ impl Conntrack {
     /// [`Conntrack::insert_missed_v4`] for an IPv6 connection, as the
     /// worker's IPv6 fast path has it (`fast_open6.rs`): the same entry,
     /// checks, errors, counts and evictions as `insert_missed` of the
-    /// general values, without building them.
+    /// general values, without building them. `hashes`: the key's and its
+    /// reply key's places in the IPv6 table, if the caller has them
+    /// ([`Conntrack::lookup_burst_hashed`], [`Conntrack::warm_v6`]; debug
+    /// builds check them); computed here otherwise.
     #[inline]
     pub(crate) fn insert_missed_v6(
         &mut self,
@@ -128,6 +131,7 @@ impl Conntrack {
         nat: NatV6,
         tags: Tags,
         now: Tick,
+        hashes: Option<(KeyHash, KeyHash)>,
         mut on_evicted: impl FnMut(Evicted),
     ) -> Result<EntryId, InsertError> {
         let ctx = InsertCtx {
@@ -136,7 +140,7 @@ impl Conntrack {
             timeout_ms: &self.timeout_ms,
             window: self.evict_window,
             missed: true,
-            hashes: None,
+            hashes: hashes.map(|(o, r)| (o.0, r.0)),
         };
         let raw = RawNat {
             backend: nat.backend.0.octets(),

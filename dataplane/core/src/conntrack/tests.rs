@@ -839,13 +839,29 @@ fn sweep_removes_due_entries_in_slot_order_across_families() {
 
 #[test]
 fn full_table_victims_report_their_snat_pairs_to_warming_and_release() {
-    // A full table of embryonic entries, full-NAT and DNAT alternating,
-    // TCP and UDP: the victims' warming reports the SNAT pair and protocol
-    // of each full-NAT one of the next `n` from the hand, in order; the
-    // inserts that evict them hand the same to `insert_missed`'s caller
-    // (and nothing of the DNAT ones but the protocol).
-    let mut ct = table(8, 0);
-    let snat_of = |i: u16| (SNAT, 2000 + i);
+    full_table_victims_report_their_snat_pairs(false);
+}
+
+#[test]
+fn full_ipv6_table_victims_report_their_snat_pairs_to_warming_and_release() {
+    full_table_victims_report_their_snat_pairs(true);
+}
+
+/// A full table of embryonic entries, full-NAT and DNAT alternating, TCP
+/// and UDP: the victims' warming (`warm_victims_v4`, or with every address
+/// moved into fd00::/96, `warm_victims_v6`) reports the SNAT pair and
+/// protocol of each full-NAT one of the next `n` from the hand, in order;
+/// the inserts that evict them hand the same to `insert_missed`'s caller
+/// (and nothing of the DNAT ones but the protocol).
+fn full_table_victims_report_their_snat_pairs(six: bool) {
+    let fam = |a: IpAddr| match a {
+        IpAddr::V4(v) if six => IpAddr::V6(Ipv6Addr::from((0xfd00u128 << 112) | u128::from(u32::from(v)))),
+        a => a,
+    };
+    let at = |(a, port): (IpAddr, u16)| (fam(a), port);
+    let mut ct = if six { table(0, 8) } else { table(8, 0) };
+    let snat_of = |i: u16| (fam(SNAT), 2000 + i);
+    let dnat = || Nat::Dnat { backend: at(BACKEND) };
     let proto_of = |i: u16| {
         if i.is_multiple_of(3) {
             Proto::Udp
@@ -856,26 +872,35 @@ fn full_table_victims_report_their_snat_pairs_to_warming_and_release() {
     for i in 0..8u16 {
         let nat = if i % 2 == 0 {
             Nat::FullNat {
-                backend: BACKEND,
+                backend: at(BACKEND),
                 snat: snat_of(i),
             }
         } else {
             dnat()
         };
-        ins(&mut ct, key(client(i), VIP, proto_of(i)), nat, 0).unwrap();
+        ins(&mut ct, key(at(client(i)), at(VIP), proto_of(i)), nat, 0).unwrap();
     }
     let mut warmed = Vec::new();
-    ct.warm_victims_v4(&Loads, 5, |a, port, proto| {
-        warmed.push((IpAddr::V4(a), port, proto))
-    });
+    if six {
+        ct.warm_victims_v6(&Loads, 5, |a, port, proto| {
+            warmed.push((IpAddr::V6(a), port, proto))
+        });
+        // The IPv4 table is empty: nothing to warm there.
+        ct.warm_victims_v4(&Loads, 5, |_, _, _| panic!("no IPv4 victim"));
+    } else {
+        ct.warm_victims_v4(&Loads, 5, |a, port, proto| {
+            warmed.push((IpAddr::V4(a), port, proto))
+        });
+        ct.warm_victims_v6(&Loads, 5, |_, _, _| panic!("no IPv6 victim"));
+    }
     let want: Vec<_> = [0u16, 2, 4]
         .iter()
-        .map(|&i| (SNAT, 2000 + i, proto_of(i)))
+        .map(|&i| (fam(SNAT), 2000 + i, proto_of(i)))
         .collect();
     assert_eq!(warmed, want);
     let mut released = Vec::new();
     for i in 100..105u16 {
-        let k = key(client(i), VIP, Proto::Tcp);
+        let k = key(at(client(i)), at(VIP), Proto::Tcp);
         let tags = Tags {
             frontend: 1,
             backend: 2,
@@ -910,7 +935,8 @@ fn insert_missed_v6_does_what_insert_missed_does() {
 /// evict, and inserts whose reply tuple collides (a SNAT pair reused
 /// while its entry lives; a DNAT flow whose reply key is a tracked reply
 /// key). Same results, same evictions reported, same entries, same
-/// counts.
+/// counts; every third insert given its places as the burst path gives
+/// them.
 fn insert_missed_raw_does_what_insert_missed_does(six: bool) {
     let (mut general, mut v4) = if six {
         (table(48, 48), table(48, 48))
@@ -968,20 +994,49 @@ fn insert_missed_raw_does_what_insert_missed_does(six: bool) {
         let now = Tick(u64::from(i) * 10);
         let (mut ev_general, mut ev_v4) = (Vec::new(), Vec::new());
         let a = general.insert_missed(k, nat, tags, now, None, |e| ev_general.push(e));
+        // Every third insert with the places the burst path passes (the
+        // warming's of the key and its reply key; debug builds check
+        // them).
+        let warm = i % 3 == 0;
+        let (reply_dst, reply_dport) = snat.unwrap_or(c);
         let b = match k {
             FlowKey::V4(kv4) => {
                 let nat_v4 = NatV4 {
                     backend: (v4_of(backend.0), backend.1),
                     snat: snat.map(|(a, p)| (v4_of(a), p)),
                 };
-                v4.insert_missed_v4(&kv4, nat_v4, tags, now, None, |e| ev_v4.push(e))
+                let hashes = warm.then(|| {
+                    let o = v4.warm_v4(
+                        &Loads,
+                        kv4.src.octets(),
+                        kv4.dst.octets(),
+                        kv4.sport,
+                        kv4.dport,
+                        proto as u8,
+                    );
+                    let (b, d) = (v4_of(backend.0).octets(), v4_of(reply_dst).octets());
+                    (o, v4.warm_v4(&Loads, b, d, backend.1, reply_dport, proto as u8))
+                });
+                v4.insert_missed_v4(&kv4, nat_v4, tags, now, hashes, |e| ev_v4.push(e))
             }
             FlowKey::V6(kv6) => {
                 let nat_v6 = NatV6 {
                     backend: (v6_of(backend.0), backend.1),
                     snat: snat.map(|(a, p)| (v6_of(a), p)),
                 };
-                v4.insert_missed_v6(&kv6, nat_v6, tags, now, |e| ev_v4.push(e))
+                let hashes = warm.then(|| {
+                    let o = v4.warm_v6(
+                        &Loads,
+                        kv6.src.octets(),
+                        kv6.dst.octets(),
+                        kv6.sport,
+                        kv6.dport,
+                        proto as u8,
+                    );
+                    let (b, d) = (v6_of(backend.0).octets(), v6_of(reply_dst).octets());
+                    (o, v4.warm_v6(&Loads, b, d, backend.1, reply_dport, proto as u8))
+                });
+                v4.insert_missed_v6(&kv6, nat_v6, tags, now, hashes, |e| ev_v4.push(e))
             }
         };
         assert_eq!(matches!(k, FlowKey::V6(_)), six);

@@ -11,9 +11,13 @@
 //! [`Conntrack::set_cached_hop_v6`]) is the IPv4 one's (`v4.rs`), with
 //! indices into the snapshot's IPv6 next hops.
 
-use super::table::RawKey;
-use super::{raw_rewrite, set_cached, touch_cached, Conntrack, Direction, EntryId, Tags, V6_BIT};
+use std::net::Ipv6Addr;
+
+use super::table::{RawKey, FULL_NAT};
+use super::{raw_rewrite, set_cached, touch_cached, Conntrack, Direction, EntryId, KeyHash, Tags, V6_BIT};
+use crate::flow::Proto;
 use crate::nat::NatDelta;
+use crate::prefetch::Prefetch;
 use crate::Tick;
 
 /// [`Rewrite`](super::Rewrite) of an IPv6 connection, as octets.
@@ -51,6 +55,46 @@ impl Conntrack {
         self.v6
             .find(&k, self.v6.locate(&k))
             .map(|(i, d)| (EntryId(i | V6_BIT), d))
+    }
+
+    /// [`Conntrack::warm_v4`] of the IPv6 key `src:sport → dst:dport`: warms
+    /// the index line of its probe run (or its reply cell), a key about to
+    /// be looked up and inserted (the burst path's new IPv6 connections'
+    /// reply keys), and returns its place for
+    /// [`Conntrack::insert_missed_v6`].
+    #[inline]
+    pub(crate) fn warm_v6(
+        &self,
+        p: &impl Prefetch,
+        src: [u8; 16],
+        dst: [u8; 16],
+        sport: u16,
+        dport: u16,
+        proto: u8,
+    ) -> KeyHash {
+        let k = RawKey {
+            src,
+            dst,
+            sport,
+            dport,
+            proto,
+        };
+        let h = self.v6.locate(&k);
+        self.v6.prefetch_key(p, &k, h);
+        KeyHash(h)
+    }
+
+    /// [`Conntrack::warm_victims_v4`] in the IPv6 table: warms the index
+    /// slots the next `n` evictions from a full table will edit, and
+    /// passes the SNAT pair and protocol of each full-NAT one to `snat`.
+    /// Reads only.
+    #[inline]
+    pub fn warm_victims_v6(&self, p: &impl Prefetch, n: u32, mut snat: impl FnMut(Ipv6Addr, u16, Proto)) {
+        self.v6.warm_victims(p, n, |s| {
+            if s.flags & FULL_NAT != 0 {
+                snat(Ipv6Addr::from(s.snat), s.snat_port, s.proto());
+            }
+        })
     }
 
     /// [`Conntrack::rewrite`] of an IPv6 connection; `None` for a stale or

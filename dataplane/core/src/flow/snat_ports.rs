@@ -160,7 +160,7 @@ impl PortPool {
 /// ([`SnatPorts::alloc_guess`] starts one).
 #[derive(Debug, Clone, Copy)]
 pub struct AllocGuess {
-    /// The position in the IPv4 round-robin of the next guess.
+    /// The position in its family's round-robin of the next guess.
     pos: usize,
     /// Guesses made, modulo the number of IPv4 addresses.
     lap: usize,
@@ -402,8 +402,45 @@ impl SnatPorts {
         g: &mut AllocGuess,
         proto: Proto,
     ) -> Option<(Ipv4Addr, u16)> {
-        let n = self.v4_order.len();
-        let &(a, i) = self.v4_order.get(g.pos)?;
+        self.warm_alloc_in(&self.v4_order, p, g, proto)
+    }
+
+    /// The start of a run of [`SnatPorts::warm_alloc_v6`] guesses: at the
+    /// next IPv6 allocation.
+    #[inline]
+    pub fn alloc_guess_v6(&self) -> AllocGuess {
+        AllocGuess {
+            pos: self.next_v6,
+            lap: 0,
+            ahead: 0,
+        }
+    }
+
+    /// [`SnatPorts::warm_alloc_v4`] for [`SnatPorts::alloc_v6`]: a guess
+    /// at the IPv6 pair the next allocation after those `g` (from
+    /// [`SnatPorts::alloc_guess_v6`]) already guessed will hand out, with
+    /// the in-use word it will set warmed. For warming only.
+    #[inline]
+    pub fn warm_alloc_v6(
+        &self,
+        p: &impl Prefetch,
+        g: &mut AllocGuess,
+        proto: Proto,
+    ) -> Option<(Ipv6Addr, u16)> {
+        self.warm_alloc_in(&self.v6_order, p, g, proto)
+    }
+
+    /// A guess of [`SnatPorts::warm_alloc_v4`] in the round-robin `order`.
+    #[inline(always)]
+    fn warm_alloc_in<A: Copy>(
+        &self,
+        order: &[(A, u8)],
+        p: &impl Prefetch,
+        g: &mut AllocGuess,
+        proto: Proto,
+    ) -> Option<(A, u16)> {
+        let n = order.len();
+        let &(a, i) = order.get(g.pos)?;
         let pool = &self.pools[usize::from(i) * SPACES + space_of(proto)];
         if g.ahead >= pool.len {
             return None;
@@ -450,15 +487,30 @@ impl SnatPorts {
     #[inline]
     pub fn warm_free_v4(&self, p: &impl Prefetch, addr: Ipv4Addr, port: u16, proto: Proto) {
         if let Some(i) = self.v4_position(u32::from(addr)) {
-            let pool = &self.pools[i * SPACES + space_of(proto)];
-            p.prefetch(&pool.in_use[usize::from(port) / 64]);
-            let mut tail = pool.head + pool.len;
-            if tail >= pool.ring.len() {
-                tail -= pool.ring.len();
-            }
-            if let Some(slot) = pool.ring.get(tail) {
-                p.prefetch(slot);
-            }
+            self.warm_free_at(p, i, port, proto);
+        }
+    }
+
+    /// What freeing `port` of `proto` on the `i`-th address will touch.
+    #[inline(always)]
+    fn warm_free_at(&self, p: &impl Prefetch, i: usize, port: u16, proto: Proto) {
+        let pool = &self.pools[i * SPACES + space_of(proto)];
+        p.prefetch(&pool.in_use[usize::from(port) / 64]);
+        let mut tail = pool.head + pool.len;
+        if tail >= pool.ring.len() {
+            tail -= pool.ring.len();
+        }
+        if let Some(slot) = pool.ring.get(tail) {
+            p.prefetch(slot);
+        }
+    }
+
+    /// [`SnatPorts::warm_free_v4`] of an IPv6 pair: what a
+    /// [`SnatPorts::free`] of it will touch. Reads only.
+    #[inline]
+    pub fn warm_free_v6(&self, p: &impl Prefetch, addr: Ipv6Addr, port: u16, proto: Proto) {
+        if let Some(&(_, i)) = self.v6_order.iter().find(|(a, _)| *a == addr) {
+            self.warm_free_at(p, usize::from(i), port, proto);
         }
     }
 
@@ -631,6 +683,69 @@ mod tests {
             None
         );
         assert_eq!(p.alloc(be, Proto::Tcp), None);
+    }
+
+    #[test]
+    fn snat_peek_guesses_the_next_ipv6_allocations() {
+        // As for IPv4, in the IPv6 round-robin (an IPv4 address among the
+        // IPv6 ones is not in it), from wherever the last IPv6 allocation
+        // left it; the frees the guesses warm are those of the pairs taken.
+        let six = |i: u16| IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, i));
+        let addrs = [six(1), v4(198, 51, 100, 1), six(2), six(3)];
+        let mut p = SnatPorts::new(WorkerId(1), 2, &addrs, 1024..=1039).unwrap();
+        let word_of = |p: &SnatPorts, (a, port): (Ipv6Addr, u16), proto: Proto| {
+            let i = addrs.iter().position(|x| *x == IpAddr::V6(a)).unwrap();
+            &p.pools[i * SPACES + space_of(proto)].in_use[usize::from(port) / 64] as *const u64 as usize
+        };
+        // An IPv4 allocation moves nothing of the IPv6 round-robin.
+        assert_eq!(
+            p.alloc_v4(Proto::Tcp),
+            Some((Ipv4Addr::new(198, 51, 100, 1), 1025))
+        );
+        let mut held = Vec::new();
+        for round in 0..6 {
+            let rec = Recorder::default();
+            let mut g = p.alloc_guess_v6();
+            let guesses: Vec<_> = (0..4)
+                .map(|_| p.warm_alloc_v6(&rec, &mut g, Proto::Udp))
+                .collect();
+            for (n, g) in guesses.into_iter().enumerate() {
+                assert!(g.is_some(), "round {round} guess {n}");
+                let got = p.alloc_v6(Proto::Udp);
+                assert_eq!(g, got, "round {round} guess {n}");
+                assert_eq!(rec.0.borrow()[n], word_of(&p, got.unwrap(), Proto::Udp));
+                held.push(got.unwrap());
+            }
+        }
+        // Past the ports left: no guess.
+        let mut g = p.alloc_guess_v6();
+        assert!(p
+            .warm_alloc_v6(&Recorder::default(), &mut g, Proto::Udp)
+            .is_none());
+        assert_eq!(p.alloc_v6(Proto::Udp), None);
+        // Freeing: the in-use word it clears and the ring slot it writes.
+        for &(a, port) in held.iter().rev() {
+            let rec = Recorder::default();
+            p.warm_free_v6(&rec, a, port, Proto::Udp);
+            let i = addrs.iter().position(|x| *x == IpAddr::V6(a)).unwrap();
+            let pool = &p.pools[i * SPACES + space_of(Proto::Udp)];
+            let tail = (pool.head + pool.len) % pool.ring.len();
+            let slot = &pool.ring[tail] as *const u16 as usize;
+            assert_eq!(*rec.0.borrow(), [word_of(&p, (a, port), Proto::Udp), slot]);
+            p.free((IpAddr::V6(a), port), Proto::Udp).unwrap();
+            assert_eq!(p.pools[i * SPACES + space_of(Proto::Udp)].ring[tail], port);
+        }
+        // An address that is not an IPv6 SNAT address warms nothing.
+        let rec = Recorder::default();
+        p.warm_free_v6(&rec, "2001:db8::9".parse().unwrap(), 1025, Proto::Udp);
+        assert!(rec.0.borrow().is_empty());
+        // No IPv6 address at all: no guess, and no panic.
+        let only4 = SnatPorts::new(WorkerId(0), 1, &addrs[1..2], 2000..=2000).unwrap();
+        let mut g = only4.alloc_guess_v6();
+        assert_eq!(
+            only4.warm_alloc_v6(&Recorder::default(), &mut g, Proto::Tcp),
+            None
+        );
     }
 
     #[test]

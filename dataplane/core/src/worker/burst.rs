@@ -57,7 +57,14 @@
 //! (the next ones from the eviction hand) and the in-use words of their
 //! SNAT ports, which the evictions release. It only reads: a wrong
 //! guess wastes a prefetch and changes no answer. The Maglev picks it makes
-//! are handed to stage 3's open, which would make the same ones.
+//! are handed to stage 3's open, which would make the same ones. IPv6
+//! frames the IPv6 fast path read are warmed the same way, out of line
+//! (`Worker::warm_opens_v6`: [`SnatPorts::warm_alloc_v6`](crate::flow::SnatPorts::warm_alloc_v6),
+//! [`Conntrack::warm_victims_v6`](crate::conntrack::Conntrack::warm_victims_v6)),
+//! their picks and hashes handed to `fast_open_v6` (a new IPv6 connection,
+//! `new_flow_no_tick/handle_burst` in `pipeline_v6`, ~10-20% faster on the
+//! fourth machine; an established IPv6 packet at 1M pays 14 instructions,
+//! bench/RESULTS.md).
 //!
 //! Below [`BURST_LOOKUP_MIN_LEN`] live connections (the default of
 //! [`WorkerConfig::burst_lookup_min_len`](super::WorkerConfig::burst_lookup_min_len))
@@ -66,6 +73,8 @@
 //! a packet, callgrind on an established forward packet, 518 staged
 //! against 385 packet by packet, bench/RESULTS.md), and the burst is
 //! handled packet by packet instead.
+
+use std::net::Ipv6Addr;
 
 use crate::conntrack::{Direction, EntryId, KeyHash, KeyV4, BURST};
 use crate::flow::{FlowKey, FlowKeyV4, FlowKeyV6, Proto};
@@ -89,6 +98,9 @@ pub const BURST_LOOKUP_MIN_LEN: usize = if cfg!(test) { 0 } else { 1 << 12 };
 
 // A burst's frames fit the bit masks of `burst_chunk`.
 const _: () = assert!(BURST <= 32);
+
+/// The burst's general keys, their lookups and their hashes (stage 2).
+type LookedUp<'a> = (&'a [FlowKey], &'a [Option<(EntryId, Direction)>], &'a [KeyHash]);
 
 /// Fills unused key slots; never looked up.
 const NO_KEY: FlowKey = FlowKey::V4(FlowKeyV4 {
@@ -245,8 +257,9 @@ impl Worker {
         let mut key_of = [BURST as u8; BURST];
         let (mut n4, mut nk) = (0, 0);
         // Bit i: frame i was read by the fast path and may open a connection
-        // (untagged nodes: what stage 2b warms).
+        // (untagged nodes: what stage 2b warms); `opens6` for IPv6.
         let mut opens = 0u32;
+        let mut opens6 = 0u32;
         for (i, (frame, meta)) in frames.iter_mut().zip(metas).enumerate() {
             if TAG != 0 && !self.has_ports_vlan(snap, frame.as_mut(), meta) {
                 verdicts[i] = self.drop(DropReason::VlanMismatch);
@@ -276,6 +289,9 @@ impl Worker {
                 key_of[i] = nk as u8;
                 nk += 1;
                 six |= 1 << i;
+                if TAG == 0 {
+                    opens6 |= u32::from(k.may_open()) << i;
+                }
                 rest6[i] = (k.flags, k.end as u32);
                 continue;
             }
@@ -322,6 +338,11 @@ impl Worker {
         let snat = &self.snat;
         self.conntrack
             .warm_victims_v4(p, n_open, |a, port, proto| snat.warm_free_v4(p, a, port, proto));
+        // The same for the IPv6 ones, in the IPv6 table.
+        let mut picks6: [Option<Pick<'_, Ipv6Addr>>; BURST] = [None; BURST];
+        if opens6 != 0 {
+            self.warm_opens_v6(p, snap, opens6, (&keys, &found, &hashes), &key_of, &mut picks6);
+        }
         self.conntrack.mark();
         // Stage 3: each packet in order, with its lookup, done again (from
         // its hash, on a line stage 2 loaded) where it may have changed: a
@@ -381,7 +402,9 @@ impl Worker {
                 // The IPv6 fast path with its lookup (its tagged
                 // instantiation on a tagged node); if it declines, the
                 // general path, parsed now, as for IPv4.
-                if let Some(v) = self.fast_v6_read::<TAG>(now, snap, frame, meta, &k, hint) {
+                if let Some(v) =
+                    self.fast_v6_read::<TAG>(now, snap, frame, meta, &k, hint, picks6[i].as_ref())
+                {
                     verdicts[i] = v;
                     continue;
                 }
@@ -394,6 +417,41 @@ impl Worker {
             let Ok(p) = &parsed[i] else { continue };
             verdicts[i] = self.dispatch(now, snap, frame, p, meta, hint);
         }
+    }
+
+    /// Stage 2b for the IPv6 frames of a burst: each frame `i` of `opens`
+    /// (read by the IPv6 fast path, may open) whose key `keys[key_of[i]]`
+    /// missed is warmed as a new connection ([`Worker::warm_open_v6`], its
+    /// pick left in `picks[i]`), and in a full table the victims its
+    /// insert will evict. Out of line: bursts without IPv6 openings do not
+    /// carry it.
+    #[inline(never)]
+    fn warm_opens_v6<'s>(
+        &self,
+        p: &impl Prefetch,
+        snap: &'s Snapshot,
+        mut opens: u32,
+        looked_up: LookedUp<'_>,
+        key_of: &[u8; BURST],
+        picks: &mut [Option<Pick<'s, Ipv6Addr>>; BURST],
+    ) {
+        let (keys, found, hashes) = looked_up;
+        let mut guess = self.snat.alloc_guess_v6();
+        let mut n_open = 0;
+        while opens != 0 {
+            let i = opens.trailing_zeros() as usize;
+            opens &= opens - 1;
+            let k = usize::from(key_of[i]);
+            if let (Some(FlowKey::V6(key)), Some(None), Some(&hash)) =
+                (keys.get(k), found.get(k), hashes.get(k))
+            {
+                self.warm_open_v6(p, snap, key, hash, &mut guess, &mut picks[i]);
+                n_open += 1;
+            }
+        }
+        let snat = &self.snat;
+        self.conntrack
+            .warm_victims_v6(p, n_open, |a, port, proto| snat.warm_free_v6(p, a, port, proto));
     }
 }
 

@@ -48,6 +48,7 @@ use crate::wire::{ip_proto, ipv6, TcpFlags};
 use crate::Tick;
 
 use super::fast::{be16, octets, VLAN_TAG};
+use super::fast_open::Pick;
 use super::paths::{set_egress_vlan, Found};
 use super::{PacketMeta, Verdict, Worker};
 
@@ -102,6 +103,15 @@ pub(super) struct FastV6 {
     pub(super) flags: u8,
     /// End of the IP packet.
     pub(super) end: usize,
+}
+
+impl FastV6 {
+    /// Whether the packet may open a connection: a UDP datagram or a TCP
+    /// SYN (what the burst path warms a reply key for).
+    #[inline(always)]
+    pub(super) fn may_open(&self) -> bool {
+        self.proto == Proto::Udp || self.flags & (TcpFlags::SYN.0 | TcpFlags::ACK.0) == TcpFlags::SYN.0
+    }
 }
 
 /// The fast path's read of `frame`: `Some` for an untagged IPv6 frame
@@ -188,7 +198,7 @@ impl Worker {
         meta: &PacketMeta,
     ) -> Option<Verdict> {
         let k = read_v6(frame)?;
-        self.fast_v6_read::<0>(now, snap, frame, meta, &k, None)
+        self.fast_v6_read::<0>(now, snap, frame, meta, &k, None, None)
     }
 
     /// [`Worker::fast_v6`] on a tagged node, for a frame whose VLAN id the
@@ -203,17 +213,19 @@ impl Worker {
         meta: &PacketMeta,
     ) -> Option<Verdict> {
         let k = read_v6_at::<VLAN_TAG>(frame)?;
-        self.fast_v6_read::<VLAN_TAG>(now, snap, frame, meta, &k, None)
+        self.fast_v6_read::<VLAN_TAG>(now, snap, frame, meta, &k, None, None)
     }
 
     /// The IPv6 fast path after [`read_v6`] gave `k` for `frame`; `found`
     /// is the conntrack lookup of `k`'s 5-tuple done ahead (by the burst
     /// path, or by `Worker::not_fast_v4` and `Worker::handle_tagged` to
     /// hand it to the general path should this decline), if it is still
-    /// valid. With `TAG`
+    /// valid, and `pick` what the burst path's warming found for a new
+    /// connection (`Worker::warm_open_v6`). With `TAG`
     /// [`VLAN_TAG`], `k` was read from a tagged frame, and a frame sent
     /// takes the egress port's VLAN id (priority kept), as on the general
     /// path.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub(super) fn fast_v6_read<const TAG: usize>(
         &mut self,
@@ -223,8 +235,9 @@ impl Worker {
         meta: &PacketMeta,
         k: &FastV6,
         found: Found,
+        pick: Option<&Pick<'_, Ipv6Addr>>,
     ) -> Option<Verdict> {
-        let v = self.fast_v6_answer::<TAG>(now, snap, frame, meta, k, found)?;
+        let v = self.fast_v6_answer::<TAG>(now, snap, frame, meta, k, found, pick)?;
         if TAG != 0 {
             if let Verdict::Transmit { port, .. } = v {
                 set_egress_vlan(frame, port, snap);
@@ -234,6 +247,7 @@ impl Worker {
     }
 
     /// [`Worker::fast_v6_read`] but for the egress tag.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn fast_v6_answer<const TAG: usize>(
         &mut self,
@@ -243,6 +257,7 @@ impl Worker {
         meta: &PacketMeta,
         k: &FastV6,
         found: Found,
+        pick: Option<&Pick<'_, Ipv6Addr>>,
     ) -> Option<Verdict> {
         let hit = match found {
             Some(hit) => hit,
@@ -252,7 +267,7 @@ impl Worker {
         };
         let Some((id, dir)) = hit else {
             // A miss may open a connection (`fast_open6.rs`).
-            return self.fast_open_v6::<TAG>(now, snap, frame, meta, k);
+            return self.fast_open_v6::<TAG>(now, snap, frame, meta, k, pick);
         };
         let epoch = snap.epoch();
         // The flow cache (`fast.rs`) in one visit to the entry: rewrite,

@@ -219,27 +219,29 @@ impl Opened {
     }
 }
 
-/// What [`Worker::warm_open_v4`] found ahead for a new connection: the
+/// What [`Worker::warm_open_v4`] (or, with `A` [`Ipv6Addr`](std::net::Ipv6Addr),
+/// [`Worker::warm_open_v6`]) found ahead for a new connection: the
 /// frontend's service and counter slot, and the backend Maglev picks, with
 /// its address.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Pick<'s> {
+pub(super) struct Pick<'s, A = Ipv4Addr> {
     pub(super) svc: &'s Service,
     pub(super) fe_slot: u32,
     pub(super) backend: &'s Backend,
-    pub(super) addr: Ipv4Addr,
+    pub(super) addr: A,
     /// The hashes the insert needs, when the warming got that far.
-    pub(super) hashes: Option<OpenHashes>,
+    pub(super) hashes: Option<OpenHashes<A>>,
 }
 
-/// What [`Worker::warm_open_v4`] hashed for a new connection: its key (as
-/// stage 2 looked it up) and its reply key, which assumed the SNAT pair
-/// `snat` (full-NAT; `None` for DNAT, whose reply key is the client's).
+/// What [`Worker::warm_open_v4`] (`warm_open_v6`) hashed for a new
+/// connection: its key (as stage 2 looked it up) and its reply key, which
+/// assumed the SNAT pair `snat` (full-NAT; `None` for DNAT, whose reply
+/// key is the client's).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct OpenHashes {
+pub(super) struct OpenHashes<A = Ipv4Addr> {
     pub(super) key: KeyHash,
     pub(super) reply: KeyHash,
-    pub(super) snat: Option<(Ipv4Addr, u16)>,
+    pub(super) snat: Option<(A, u16)>,
 }
 
 /// The backend Maglev picks for a new connection read as `k` to `svc`

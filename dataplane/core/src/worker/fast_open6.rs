@@ -20,20 +20,25 @@
 //! way; the key and translation as IPv6 values,
 //! [`Conntrack::insert_missed_v6`](crate::conntrack::Conntrack::insert_missed_v6)),
 //! so every outcome is its outcome: a new entry (evicting one if the table is full), a stateless
-//! DNAT forward, `ConntrackFull` or `ConntrackConflict`. Tests:
+//! DNAT forward, `ConntrackFull` or `ConntrackConflict`. The burst path
+//! warms a new connection's reply-key slot ahead ([`Worker::warm_open_v6`])
+//! and hands its frontend, Maglev pick and hashes to the open, as for
+//! IPv4. Tests:
 //! `fast6_tests.rs`, which holds both IPv6 fast paths against the
 //! general path.
 
 use std::net::{IpAddr, Ipv6Addr};
 
-use crate::conntrack::{ConnState, Direction, NatV6, Tags};
-use crate::flow::{owner_of_client, FlowKeyV6, Proto};
+use crate::conntrack::{ConnState, Direction, KeyHash, NatV6, Tags};
+use crate::flow::{owner_of_client, AllocGuess, FlowKeyV6, Proto};
 use crate::maglev::flow_hash_v6;
-use crate::snapshot::{Family, ForwardMode, OwnerKind, SessionAffinity, Snapshot};
+use crate::prefetch::Prefetch;
+use crate::snapshot::{Backend, Family, ForwardMode, OwnerKind, Service, SessionAffinity, Snapshot};
 use crate::wire::TcpFlags;
 use crate::Tick;
 
 use super::fast6::{write_v6, FastV6};
+use super::fast_open::{OpenHashes, Pick};
 use super::paths::{opens_from_v6, to_link_group};
 use super::{PacketMeta, Verdict, Worker};
 
@@ -41,11 +46,65 @@ use super::{PacketMeta, Verdict, Worker};
 const ETH: usize = 14;
 
 impl Worker {
+    /// [`Worker::warm_open_v4`] for a frame of the burst path read by the
+    /// IPv6 fast path, whose key `k` missed (looked up with `hash`): if it
+    /// may open a connection to a frontend, warms (with `p`) the index
+    /// slot of the reply key [`Worker::fast_open_v6`] will check and
+    /// insert, which takes the backend Maglev picks and the next IPv6 SNAT
+    /// pair `guess` points at, and the in-use word of the SNAT ports that
+    /// allocation will set. Reads only. What it found is left in `pick`
+    /// for stage 3 not to look up, pick or hash again.
+    #[inline]
+    pub(super) fn warm_open_v6<'s>(
+        &self,
+        p: &impl Prefetch,
+        snap: &'s Snapshot,
+        k: &FlowKeyV6,
+        hash: KeyHash,
+        guess: &mut AllocGuess,
+        pick: &mut Option<Pick<'s, Ipv6Addr>>,
+    ) {
+        let Some((fe, svc)) = snap.lookup(IpAddr::V6(k.dst), k.dport, k.proto) else {
+            return;
+        };
+        let (src, dst) = (k.src.octets(), k.dst.octets());
+        let Some((b, be)) = pick_v6(svc, src, dst, k.sport, k.dport, k.proto) else {
+            return;
+        };
+        let pick = pick.insert(Pick {
+            svc,
+            fe_slot: fe.stats_slot,
+            backend: b,
+            addr: be,
+            hashes: None,
+        });
+        let (snat, (rdst, rdport)) = if svc.mode() == ForwardMode::FullNat {
+            let Some((a, port)) = self.snat.warm_alloc_v6(p, guess, k.proto) else {
+                return;
+            };
+            (Some((a, port)), (a.octets(), port))
+        } else {
+            (None, (src, k.sport))
+        };
+        let reply = self
+            .conntrack
+            .warm_v6(p, be.octets(), rdst, b.port, rdport, k.proto as u8);
+        pick.hashes = Some(OpenHashes {
+            key: hash,
+            reply,
+            snat,
+        });
+    }
+
     /// A packet read as `k` from `frame` (`TAG` bytes of 802.1Q tag) whose
     /// 5-tuple conntrack has just missed: if it opens a connection to an
     /// IPv6 frontend of this worker's, opens it and forwards the packet,
-    /// as the general path would; `None` (nothing changed) otherwise. Out
-    /// of line: established traffic, which hits, does not carry its code.
+    /// or drops it as the general path would (`ConntrackFull`,
+    /// `ConntrackConflict`); `None` (nothing changed) otherwise.
+    /// `picked`: what [`Worker::warm_open_v6`] found for `k`, if the burst
+    /// path warmed it (the frontend, its service, the backend and the
+    /// hashes); looked up, picked and hashed here otherwise. Out of line:
+    /// established traffic, which hits, does not carry its code.
     #[inline(never)]
     pub(super) fn fast_open_v6<const TAG: usize>(
         &mut self,
@@ -54,15 +113,25 @@ impl Worker {
         frame: &mut [u8],
         meta: &PacketMeta,
         k: &FastV6,
+        picked: Option<&Pick<'_, Ipv6Addr>>,
     ) -> Option<Verdict> {
         // --- `paths::l4`: a frontend of an existing service on a VIP
         // that is no SNAT address, and a client of this worker's ---
         let dst = Ipv6Addr::from(k.dst);
-        let owned = snap.owner_kind(IpAddr::V6(dst))?;
-        if owned.contains(OwnerKind::SNAT) || !owned.contains(OwnerKind::VIP) {
-            return None;
-        }
-        let (fe, svc) = snap.lookup(IpAddr::V6(dst), k.dport, k.proto)?;
+        let (fe_slot, svc) = match picked {
+            // The warming found the frontend: a frontend's address is
+            // owned as a VIP and never as SNAT, an invariant of every
+            // snapshot, so `l4` would find the same.
+            Some(pk) => (pk.fe_slot, pk.svc),
+            None => {
+                let owned = snap.owner_kind(IpAddr::V6(dst))?;
+                if owned.contains(OwnerKind::SNAT) || !owned.contains(OwnerKind::VIP) {
+                    return None;
+                }
+                let (fe, svc) = snap.lookup(IpAddr::V6(dst), k.dport, k.proto)?;
+                (fe.stats_slot, svc)
+            }
+        };
         let client = Ipv6Addr::from(k.src);
         if self.n_workers > 1 && owner_of_client(IpAddr::V6(client), k.sport, self.n_workers) != self.id {
             return None;
@@ -81,15 +150,9 @@ impl Worker {
         if k.proto == Proto::Tcp && full_nat && !syn {
             return None;
         }
-        // A pick with client-IP affinity reads and writes the affinity
-        // table, and counts, even when the packet is then refused.
-        if svc.affinity() != SessionAffinity::None {
-            return None;
-        }
-        let flow = flow_hash_v6(k.src, k.dst, k.sport, k.dport, k.proto as u8);
-        let backend = svc.pick(flow, Family::V6)?;
-        let IpAddr::V6(be_addr) = backend.addr else {
-            return None;
+        let (backend, be_addr) = match picked {
+            Some(pk) => (pk.backend, pk.addr),
+            None => pick_v6(svc, k.src, k.dst, k.sport, k.dport, k.proto)?,
         };
         // `translate` would drop (`NoRoute`) or hold the packet
         // (`Resolve`) after creating the entry: the general path's
@@ -120,10 +183,15 @@ impl Worker {
             snat,
         };
         let tags = Tags {
-            frontend: fe.stats_slot,
+            frontend: fe_slot,
             backend: backend.stats_slot,
         };
-        let id = match self.insert_opened(now, (key, nat), tags, None) {
+        // The warming's hashes hold if its SNAT guess was the pair taken.
+        let hashes = picked
+            .and_then(|p| p.hashes)
+            .filter(|h| h.snat == snat)
+            .map(|h| (h.key, h.reply));
+        let id = match self.insert_opened(now, (key, nat), tags, hashes) {
             Ok(id) => id,
             Err(reason) => {
                 return Some(self.drop(reason));
@@ -162,5 +230,31 @@ impl Worker {
             port: hop.port,
             len: frame.len(),
         })
+    }
+}
+
+/// The backend Maglev picks for a new IPv6 connection
+/// `src:sport → dst:dport` to `svc`, with its address: what `paths::open`
+/// picks for the same packet. `None` for a service with client-IP
+/// affinity, whose pick reads and writes the affinity table (and counts,
+/// even when the packet is then refused): such new connections take the
+/// general path.
+#[inline(always)]
+fn pick_v6(
+    svc: &Service,
+    src: [u8; 16],
+    dst: [u8; 16],
+    sport: u16,
+    dport: u16,
+    proto: Proto,
+) -> Option<(&Backend, Ipv6Addr)> {
+    if svc.affinity() != SessionAffinity::None {
+        return None;
+    }
+    let flow = flow_hash_v6(src, dst, sport, dport, proto as u8);
+    let b = svc.pick(flow, Family::V6)?;
+    match b.addr {
+        IpAddr::V6(a) => Some((b, a)),
+        IpAddr::V4(_) => None,
     }
 }

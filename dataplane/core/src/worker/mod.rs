@@ -361,7 +361,7 @@ impl Worker {
         let hit = self
             .conntrack
             .lookup_v6(k.src, k.dst, k.sport, k.dport, k.proto as u8);
-        match self.fast_v6_read::<0>(now, snap, frame, meta, &k, Some(hit)) {
+        match self.fast_v6_read::<0>(now, snap, frame, meta, &k, Some(hit), None) {
             Some(v) => v,
             // Declined having changed nothing: the lookup stands.
             None => self.general(now, snap, frame, meta, Some(hit)),
@@ -401,7 +401,7 @@ impl Worker {
                     .conntrack
                     .lookup_v6(k.src, k.dst, k.sport, k.dport, k.proto as u8);
                 if let Some(v) =
-                    self.fast_v6_read::<{ fast::VLAN_TAG }>(now, snap, frame, meta, &k, Some(hit))
+                    self.fast_v6_read::<{ fast::VLAN_TAG }>(now, snap, frame, meta, &k, Some(hit), None)
                 {
                     return v;
                 }

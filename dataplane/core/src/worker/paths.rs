@@ -329,8 +329,10 @@ impl Worker {
     /// returned and the packet dropped (`ConntrackFull`). A connection whose
     /// tuples collide with a tracked one's (its replies would be taken for
     /// the other's) is dropped, DNAT or full-NAT, as `ConntrackConflict`,
-    /// its SNAT port returned. `hashes`: the IPv4 key's and its reply
-    /// key's, if known ([`Conntrack::insert_missed`]).
+    /// its SNAT port returned. `hashes`: the key's and its reply key's
+    /// places, if known ([`Conntrack::insert_missed`] for an IPv4 key,
+    /// [`Conntrack::insert_missed_v6`]; the general values' IPv6 insert
+    /// ignores them).
     pub(super) fn insert_opened(
         &mut self,
         now: Tick,
@@ -951,9 +953,9 @@ impl Opening for (FlowKeyV6, NatV6) {
         ct: &mut Conntrack,
         tags: Tags,
         now: Tick,
-        _: Option<(KeyHash, KeyHash)>,
+        hashes: Option<(KeyHash, KeyHash)>,
         on_evicted: impl FnMut(Evicted),
     ) -> Result<EntryId, InsertError> {
-        ct.insert_missed_v6(&self.0, self.1, tags, now, on_evicted)
+        ct.insert_missed_v6(&self.0, self.1, tags, now, hashes, on_evicted)
     }
 }
