@@ -187,10 +187,10 @@ impl Worker {
             backend: backend.stats_slot,
         };
         // The warming's hashes hold if its SNAT guess was the pair taken.
-        let hashes = picked
-            .and_then(|p| p.hashes)
-            .filter(|h| h.snat == snat)
-            .map(|h| (h.key, h.reply));
+        let hashes = match picked.and_then(|p| p.hashes.as_ref()) {
+            Some(h) if h.snat == snat => Some((h.key, h.reply)),
+            _ => None,
+        };
         let id = match self.insert_opened(now, (key, nat), tags, hashes) {
             Ok(id) => id,
             Err(reason) => {
