@@ -21,7 +21,9 @@
 //!   services on fd00::100-102, backends and SNAT addresses in fd01::/64,
 //!   clients in 2001:db8::/64 behind the default gateway fd00::fe, 74-byte
 //!   frames, the conntrack's IPv6 table as large as the IPv4 one is
-//!   otherwise (criterion's groups end with `_v6`).
+//!   otherwise (criterion's groups end with `_v6`); `pipeline_v6_tagged`
+//!   runs them on a tagged node, as `PIPELINE_VLAN=1` does in IPv4
+//!   (78-byte frames; groups end with `_v6_tagged`).
 //! - Established: the table is filled with n = 1k or 1M connections (a SYN,
 //!   the backend's SYN-ACK and the client's ACK each, through
 //!   `handle_packet`, so every entry is ESTABLISHED). The timed
@@ -78,6 +80,10 @@ const FRAME: usize = 60;
 /// An IPv6 frame (`pipeline_v6.rs`): 74 bytes of headers.
 #[allow(dead_code)] // in this binary: IPv4 only
 pub(crate) const FRAME6: usize = 74;
+/// A tagged IPv6 frame (`pipeline_v6_tagged.rs`): the 74 bytes and an
+/// 802.1Q tag.
+#[allow(dead_code)] // in this binary: IPv4 only
+pub(crate) const FRAME6_TAGGED: usize = FRAME6 + 4;
 /// A frame of `N` bytes: [`FRAME`] or [`FRAME6`]. Everything that holds
 /// frames is generic over `N`, so the IPv4 variants compile as they did
 /// before IPv6 was measured.
@@ -604,12 +610,13 @@ fn criterion_benches<const N: usize>() {
     c.final_summary();
 }
 
-/// What criterion's group names end with: nothing for IPv4, `_v6`.
+/// What criterion's group names end with: nothing for IPv4, `_v6`, or
+/// `_v6_tagged` (`pipeline_v6_tagged`).
 fn group_suffix() -> &'static str {
-    if six() {
-        "_v6"
-    } else {
-        ""
+    match (six(), VLAN.load(Relaxed)) {
+        (false, _) => "",
+        (true, false) => "_v6",
+        (true, true) => "_v6_tagged",
     }
 }
 
@@ -825,23 +832,30 @@ fn full_table<const N: usize>(big: bool, dnat: bool) -> NewFlows<N> {
 }
 
 fn main() {
-    run::<FRAME>(false);
+    run::<FRAME>(false, false);
 }
 
-/// The bench, in IPv6 if `six` (frames of [`FRAME6`] bytes; `N` is
-/// [`FRAME`] otherwise). `pipeline_v6.rs` calls it with IPv6: a binary of
-/// its own, so that this one holds the IPv4 instances of the worker's
-/// code only and compiles them as it did before IPv6 was measured (a
-/// second instance in the same binary moved the IPv4 forward packet's
-/// count by +5 instructions).
-pub(crate) fn run<const N: usize>(six: bool) {
+/// The bench, in IPv6 if `six` (frames of [`FRAME6`] bytes, or
+/// [`FRAME6_TAGGED`] if `tagged`; `N` is [`FRAME`] otherwise), on a tagged
+/// node if `tagged` or `PIPELINE_VLAN=1` (IPv4 only: an IPv6 frame needs 4
+/// bytes more for the tag). `pipeline_v6.rs` and `pipeline_v6_tagged.rs`
+/// call it with IPv6: binaries of their own, so that this one holds the
+/// IPv4 instances of the worker's code only and compiles them as it did
+/// before IPv6 was measured (a second instance in the same binary moved
+/// the IPv4 forward packet's count by +5 instructions), and the untagged
+/// IPv6 one likewise.
+pub(crate) fn run<const N: usize>(six: bool, tagged: bool) {
     SIX.store(six, Relaxed);
     WARM_BY_LOADS.store(std::env::var("PIPELINE_WARM").as_deref() == Ok("loads"), Relaxed);
     NIC_OFFLOAD.store(std::env::var("PIPELINE_OFFLOAD").as_deref() == Ok("nic"), Relaxed);
-    VLAN.store(std::env::var("PIPELINE_VLAN").as_deref() == Ok("1"), Relaxed);
-    if six && VLAN.load(Relaxed) {
-        // A tagged IPv6 frame needs 78 bytes, a frame size not built here.
-        eprintln!("PIPELINE_VLAN=1: IPv4 only (pipeline, not pipeline_v6)");
+    VLAN.store(
+        tagged || std::env::var("PIPELINE_VLAN").as_deref() == Ok("1"),
+        Relaxed,
+    );
+    if six && VLAN.load(Relaxed) && !tagged {
+        // A tagged IPv6 frame needs 78 bytes, a frame size this binary
+        // does not build.
+        eprintln!("PIPELINE_VLAN=1 in IPv6: run the pipeline_v6_tagged bench instead");
         std::process::exit(2);
     }
     if std::env::var("PIPELINE_MEDIANS").is_ok() {
