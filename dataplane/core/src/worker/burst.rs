@@ -257,7 +257,8 @@ impl Worker {
         let mut key_of = [BURST as u8; BURST];
         let (mut n4, mut nk) = (0, 0);
         // Bit i: frame i was read by the fast path and may open a connection
-        // (untagged nodes: what stage 2b warms); `opens6` for IPv6.
+        // (untagged nodes: what stage 2b warms); `opens6` for IPv6 (on
+        // every node).
         let mut opens = 0u32;
         let mut opens6 = 0u32;
         for (i, (frame, meta)) in frames.iter_mut().zip(metas).enumerate() {
@@ -289,9 +290,8 @@ impl Worker {
                 key_of[i] = nk as u8;
                 nk += 1;
                 six |= 1 << i;
-                if TAG == 0 {
-                    opens6 |= u32::from(k.may_open()) << i;
-                }
+                // Tagged nodes too: the warming is out of line.
+                opens6 |= u32::from(k.may_open()) << i;
                 rest6[i] = (k.flags, k.end as u32);
                 continue;
             }
