@@ -84,7 +84,7 @@ pub(crate) const FRAME6: usize = 74;
 /// 802.1Q tag.
 #[allow(dead_code)] // in this binary: IPv4 only
 pub(crate) const FRAME6_TAGGED: usize = FRAME6 + 4;
-/// A frame of `N` bytes: [`FRAME`] or [`FRAME6`]. Everything that holds
+/// A frame of `N` bytes: [`FRAME`], [`FRAME6`] or [`FRAME6_TAGGED`]. Everything that holds
 /// frames is generic over `N`, so the IPv4 variants compile as they did
 /// before IPv6 was measured.
 type Frame<const N: usize> = [u8; N];

@@ -157,12 +157,13 @@ impl PortPool {
 }
 
 /// Where a run of [`SnatPorts::warm_alloc_v4`] guesses stands
-/// ([`SnatPorts::alloc_guess`] starts one).
+/// ([`SnatPorts::alloc_guess`] starts one), or of
+/// [`SnatPorts::warm_alloc_v6`] guesses ([`SnatPorts::alloc_guess_v6`]).
 #[derive(Debug, Clone, Copy)]
 pub struct AllocGuess {
     /// The position in its family's round-robin of the next guess.
     pos: usize,
-    /// Guesses made, modulo the number of IPv4 addresses.
+    /// Guesses made, modulo the number of its family's addresses.
     lap: usize,
     /// How many ports on from its pool's head the next guess takes: the
     /// completed rounds of the round-robin.

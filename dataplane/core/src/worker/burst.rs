@@ -61,10 +61,10 @@
 //! frames the IPv6 fast path read are warmed the same way, out of line
 //! (`Worker::warm_opens_v6`: [`SnatPorts::warm_alloc_v6`](crate::flow::SnatPorts::warm_alloc_v6),
 //! [`Conntrack::warm_victims_v6`](crate::conntrack::Conntrack::warm_victims_v6)),
-//! their picks and hashes handed to `fast_open_v6` (a new IPv6 connection,
-//! `new_flow_no_tick/handle_burst` in `pipeline_v6`, ~10-20% faster on the
-//! fourth machine; an established IPv6 packet at 1M pays 14 instructions,
-//! bench/RESULTS.md).
+//! their picks and hashes handed to `fast_open_v6`, on tagged nodes too
+//! (a SYN flood to a DNAT service into a full table ~1.15-1.65x faster a
+//! SYN in `pipeline_v6`, full-NAT floods and other new flows mixed; an
+//! established IPv6 packet at 1M pays 14 instructions, bench/RESULTS.md).
 //!
 //! Below [`BURST_LOOKUP_MIN_LEN`] live connections (the default of
 //! [`WorkerConfig::burst_lookup_min_len`](super::WorkerConfig::burst_lookup_min_len))

@@ -288,7 +288,7 @@ pub(in crate::worker) struct Seen {
 
 /// A warming that counts its calls and loads nothing.
 #[derive(Debug, Default)]
-struct CountingPrefetch(std::cell::Cell<u64>);
+pub(in crate::worker) struct CountingPrefetch(pub(in crate::worker) std::cell::Cell<u64>);
 
 impl crate::prefetch::Prefetch for CountingPrefetch {
     fn prefetch<T: Copy>(&self, _: &T) {

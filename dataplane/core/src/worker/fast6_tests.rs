@@ -11,7 +11,8 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::time::Duration;
 
 use super::super::burst::tests::{
-    builder, ip, meta, run_traffic, tcp, worker, worker_with_ports, Reply, Rng, MAC0, MAC1, PEER,
+    builder, ip, meta, run_traffic, tcp, worker, worker_with_ports, CountingPrefetch, Reply, Rng, MAC0, MAC1,
+    PEER,
 };
 use super::super::fast::tests::{grow, run_fast, state, FastPaths, Seen};
 use super::super::fast::VLAN_TAG;
@@ -435,6 +436,11 @@ fn tagged_ipv6_read_takes_only_an_8021q_tag() {
 /// [fd00::106]:80 and [fd00::107]:80, both to fd01::11 alone (a client
 /// endpoint of both has one reply tuple: `ConntrackConflict`).
 fn snapshot6_policies(gateway: bool) -> Snapshot {
+    policies6_builder(gateway).build().unwrap()
+}
+
+/// The builder of [`snapshot6_policies`], for tests that add to it.
+fn policies6_builder(gateway: bool) -> SnapshotBuilder<'static> {
     let mut b = builder();
     let gw = ip("fd02::fe");
     b.interface(
@@ -487,7 +493,7 @@ fn snapshot6_policies(gateway: bool) -> Snapshot {
             b.backend(svc, BackendSpec::new(ip(a), 8080)).unwrap();
         }
     }
-    b.build().unwrap()
+    b
 }
 
 /// A client of [`policy_frame6`]: [`client6`]'s, or one that may open
@@ -636,6 +642,70 @@ fn burst_matches_packet_by_packet_on_ipv6_traffic() {
     let tagged = b.build().unwrap();
     for seed in 1..=2u64 {
         run_traffic(&tagged, seed * 0x3c6e_f372, 1, 64, Some([10, 20]), damaged_frame6);
+    }
+}
+
+/// The burst path's warmed openings (`Worker::warm_opens_v6`: the
+/// frontend, Maglev pick and hashes handed to `fast_open_v6`) against
+/// `handle_packet` frame by frame, on the policy services (source ranges,
+/// no backend, unresolved and missing next hops, client-IP affinity,
+/// conflicting DNAT frontends, sources that may open nothing), with room
+/// and with evictions, with two workers, untagged and tagged.
+#[test]
+fn burst_opens_ipv6_connections_as_packet_by_packet() {
+    let mut evictions = 0;
+    for gateway in [true, false] {
+        let snap = snapshot6_policies(gateway);
+        let mut b = policies6_builder(gateway);
+        b.vlan(0, 10).vlan(1, 20);
+        let tagged = b.build().unwrap();
+        for seed in 1..=2u64 {
+            run_traffic(&snap, seed * 0x2d35_8dcc, 1, 1024, None, policy_frame6);
+            evictions += run_traffic(&snap, seed * 0x1b87_3593, 1, 16, None, policy_frame6).evictions;
+            run_traffic(&snap, seed * 0x4cf5_ad43, 2, 64, None, policy_frame6);
+            run_traffic(&tagged, seed * 0x9e37_79b9, 1, 64, Some([10, 20]), policy_frame6);
+        }
+    }
+    assert!(evictions > 0);
+}
+
+/// The burst path warms the new IPv6 connections of a burst, on untagged
+/// and tagged nodes: eight SYNs that miss, to a full-NAT frontend, warm at
+/// least two lines each more than eight ACKs that miss (which may open
+/// nothing): the reply key's index line or cell, and the in-use word of
+/// the SNAT pair the allocation will take.
+#[test]
+fn burst_warms_new_ipv6_connections() {
+    let mut b = builder6();
+    b.vlan(0, 10).vlan(1, 20);
+    let tagged = b.build().unwrap();
+    for (snap, tag) in [(snapshot6(), None), (tagged, Some(10u16))] {
+        let warmed = |flags: u64| {
+            let mut w = worker(1, 1024);
+            let mut frames: Vec<Vec<u8>> = (0..8u16)
+                .map(|i| {
+                    let mut f = tcp((ip("2001:db8::2"), 40000 + i), (ip("fd00::100"), 80), flags, 64);
+                    if let Some(vid) = tag {
+                        let t = vid.to_be_bytes();
+                        f.splice(12..12, [0x81, 0x00, t[0], t[1]]);
+                    }
+                    f
+                })
+                .collect();
+            let metas = vec![meta(0); frames.len()];
+            let mut verdicts = vec![Verdict::ToHost; frames.len()];
+            let p = CountingPrefetch::default();
+            w.handle_burst_with(&p, Tick(1), &snap, &mut frames, &metas, &mut verdicts);
+            let opened = w.counters().new_connections.get();
+            (p.0.get(), opened)
+        };
+        let (syn, opened) = warmed(1);
+        let (ack, none) = warmed(2);
+        assert_eq!((opened, none), (8, 0), "tag {tag:?}");
+        assert!(
+            syn >= ack + 2 * 8,
+            "tag {tag:?}: {syn} lines warmed for SYNs, {ack} for ACKs"
+        );
     }
 }
 
