@@ -89,32 +89,23 @@ impl Conntrack {
         tags: Tags,
         now: Tick,
         hashes: Option<(KeyHash, KeyHash)>,
-        mut on_evicted: impl FnMut(Evicted),
+        on_evicted: impl FnMut(Evicted),
     ) -> Result<EntryId, InsertError> {
-        let ctx = InsertCtx {
-            tags,
-            now: now.0,
-            timeout_ms: &self.timeout_ms,
-            window: self.evict_window,
-            missed: true,
-            hashes: hashes.map(|(o, r)| (o.0, r.0)),
-        };
-        let raw = RawNat {
+        let nat = RawNat {
             backend: nat.backend.0.octets(),
             backend_port: nat.backend.1,
             snat: nat.snat.map(|(a, p)| (a.octets(), p)),
         };
-        let on_evicted = &mut Released(&mut on_evicted);
-        let r = insert_in(
+        let ctx = InsertCtx::missed(tags, now, hashes, &self.timeout_ms, self.evict_window);
+        insert_missed_in(
             &mut self.v4,
             raw_v4(original),
-            raw,
+            nat,
             &ctx,
             &mut self.stats,
             on_evicted,
-        );
-        count_insert(&mut self.stats, &r);
-        r.map(EntryId)
+        )
+        .map(EntryId)
     }
 
     /// [`Conntrack::insert_missed_v4`] for an IPv6 connection, as the
@@ -132,33 +123,23 @@ impl Conntrack {
         tags: Tags,
         now: Tick,
         hashes: Option<(KeyHash, KeyHash)>,
-        mut on_evicted: impl FnMut(Evicted),
+        on_evicted: impl FnMut(Evicted),
     ) -> Result<EntryId, InsertError> {
-        let ctx = InsertCtx {
-            tags,
-            now: now.0,
-            timeout_ms: &self.timeout_ms,
-            window: self.evict_window,
-            missed: true,
-            hashes: hashes.map(|(o, r)| (o.0, r.0)),
-        };
-        let raw = RawNat {
+        let nat = RawNat {
             backend: nat.backend.0.octets(),
             backend_port: nat.backend.1,
             snat: nat.snat.map(|(a, p)| (a.octets(), p)),
         };
-        let on_evicted = &mut Released(&mut on_evicted);
-        let r = insert_in(
+        let ctx = InsertCtx::missed(tags, now, hashes, &self.timeout_ms, self.evict_window);
+        insert_missed_in(
             &mut self.v6,
             raw_v6(original),
-            raw,
+            nat,
             &ctx,
             &mut self.stats,
             on_evicted,
         )
-        .map(|i| EntryId(i | V6_BIT));
-        count_insert(&mut self.stats, &r);
-        r
+        .map(|i| EntryId(i | V6_BIT))
     }
 
     #[inline(always)]
@@ -357,6 +338,45 @@ struct InsertCtx<'a> {
     /// The key's and the reply key's places in the table, if the caller
     /// has them.
     hashes: Option<(Loc, Loc)>,
+}
+
+impl<'a> InsertCtx<'a> {
+    /// The context of an insert of a key the caller has just looked up and
+    /// missed ([`Conntrack::insert_missed_v4`], `_v6`).
+    #[inline(always)]
+    fn missed(
+        tags: Tags,
+        now: Tick,
+        hashes: Option<(KeyHash, KeyHash)>,
+        timeout_ms: &'a [u64; ConnState::COUNT],
+        window: u32,
+    ) -> Self {
+        InsertCtx {
+            tags,
+            now: now.0,
+            timeout_ms,
+            window,
+            missed: true,
+            hashes: hashes.map(|(o, r)| (o.0, r.0)),
+        }
+    }
+}
+
+/// [`Conntrack::insert_missed_v4`] and [`Conntrack::insert_missed_v6`] in
+/// one family's table `t`: the key and translation as its raw values.
+/// Counted.
+#[inline(always)]
+fn insert_missed_in<A: Addr>(
+    t: &mut Table<A>,
+    key: RawKey<A>,
+    nat: RawNat<A>,
+    ctx: &InsertCtx<'_>,
+    stats: &mut ConntrackStats,
+    mut on_evicted: impl FnMut(Evicted),
+) -> Result<u32, InsertError> {
+    let r = insert_in(t, key, nat, ctx, stats, &mut Released(&mut on_evicted));
+    count_insert(stats, &r);
+    r
 }
 
 /// A [`Nat`] as one family's raw addresses.

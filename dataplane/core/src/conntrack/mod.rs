@@ -1023,6 +1023,19 @@ fn raw_v4(k: &FlowKeyV4) -> RawKey<[u8; 4]> {
     }
 }
 
+/// The raw key `src:sport → dst:dport`, IP protocol `proto`, of the
+/// fast paths' accessors (`v4.rs`, `v6.rs`).
+#[inline(always)]
+fn raw_key<A>(src: A, dst: A, sport: u16, dport: u16, proto: u8) -> RawKey<A> {
+    RawKey {
+        src,
+        dst,
+        sport,
+        dport,
+        proto,
+    }
+}
+
 #[inline]
 fn raw_v6(k: &FlowKeyV6) -> RawKey<[u8; 16]> {
     RawKey {

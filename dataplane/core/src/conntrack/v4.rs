@@ -14,22 +14,13 @@
 use std::net::Ipv4Addr;
 
 use super::table::{RawKey, FULL_NAT};
-use super::{raw_rewrite, set_cached, touch_cached, Conntrack, Direction, EntryId, KeyHash, Tags, BURST};
+use super::{
+    raw_key, raw_rewrite, set_cached, touch_cached, Conntrack, Direction, EntryId, KeyHash, Tags, BURST,
+};
 use crate::flow::Proto;
 use crate::nat::NatDelta;
 use crate::prefetch::Prefetch;
 use crate::Tick;
-
-#[inline(always)]
-fn raw_key(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, proto: u8) -> RawKey<[u8; 4]> {
-    RawKey {
-        src,
-        dst,
-        sport,
-        dport,
-        proto,
-    }
-}
 
 /// An IPv4 key as the burst path's fast frames hold it, for
 /// [`Conntrack::lookup_burst_v4`]: the table's own form, so a burst's

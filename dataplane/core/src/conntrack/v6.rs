@@ -13,8 +13,10 @@
 
 use std::net::Ipv6Addr;
 
-use super::table::{RawKey, FULL_NAT};
-use super::{raw_rewrite, set_cached, touch_cached, Conntrack, Direction, EntryId, KeyHash, Tags, V6_BIT};
+use super::table::FULL_NAT;
+use super::{
+    raw_key, raw_rewrite, set_cached, touch_cached, Conntrack, Direction, EntryId, KeyHash, Tags, V6_BIT,
+};
 use crate::flow::Proto;
 use crate::nat::NatDelta;
 use crate::prefetch::Prefetch;
@@ -45,13 +47,7 @@ impl Conntrack {
         dport: u16,
         proto: u8,
     ) -> Option<(EntryId, Direction)> {
-        let k = RawKey {
-            src,
-            dst,
-            sport,
-            dport,
-            proto,
-        };
+        let k = raw_key(src, dst, sport, dport, proto);
         self.v6
             .find(&k, self.v6.locate(&k))
             .map(|(i, d)| (EntryId(i | V6_BIT), d))
@@ -72,13 +68,7 @@ impl Conntrack {
         dport: u16,
         proto: u8,
     ) -> KeyHash {
-        let k = RawKey {
-            src,
-            dst,
-            sport,
-            dport,
-            proto,
-        };
+        let k = raw_key(src, dst, sport, dport, proto);
         let h = self.v6.locate(&k);
         self.v6.prefetch_key(p, &k, h);
         KeyHash(h)
