@@ -641,8 +641,8 @@ impl Conntrack {
     /// [`Conntrack::lookup_burst_hashed`]) was not inserted, in either
     /// direction, since the last [`Conntrack::mark`]: a lookup that missed
     /// before the mark still misses (removals never add a key). True
-    /// for some keys that were not inserted (a 256-bit filter of hashes,
-    /// ~11% of keys over a burst of inserts on average).
+    /// for some keys that were not inserted (a 1024-bit filter of hashes,
+    /// ~3% of keys over a burst of inserts on average).
     #[inline(always)]
     pub(crate) fn maybe_inserted_since_mark(&self, key: &FlowKey, hash: KeyHash) -> bool {
         match key {

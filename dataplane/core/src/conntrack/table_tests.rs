@@ -110,6 +110,7 @@ fn bucket_searches_agree_with_plain_scans() {
             for h in 0..5 {
                 let plain = b.occupied().find(|s| s.hash == h).map_or(NONE, |s| s.val);
                 assert_eq!(b.first_with(h), plain, "len {len}, hash {h}");
+                assert_eq!(b.first_with_masked(h), plain, "masked: len {len}, hash {h}");
             }
         }
     }

@@ -28,11 +28,17 @@ pub(super) const BUCKET: usize = 8;
 /// have no branch. Those that insertions and removals make ([`Bucket::len`],
 /// [`Bucket::position_of`]) compare all eight lanes in two 128-bit vector
 /// compares ([`eq_mask`], SSE2, which every x86-64 CPU has) and take the
-/// answer from the bit mask. [`Bucket::first_with`], whose answer a lookup
-/// loads the entry with, looks at the eight hashes with conditional moves
+/// answer from the bit mask, and so does the burst's
+/// [`Bucket::first_with_masked`]. [`Bucket::first_with`], whose answer a
+/// lookup of one packet loads the entry with, is written as eight selects
 /// instead: from the bucket's load to the value, the vector compare, mask
 /// and bit scan take ~8 cycles longer, and the 1k established forward path
-/// was 4 ns slower with it (bench/RESULTS.md).
+/// was 4 ns slower with it (bench/RESULTS.md). LLVM lowers those selects
+/// to a chain of branches (x86's cmov conversion), which predicts well
+/// where keys sit first in their buckets (a sparse table, as below
+/// `BURST_LOOKUP_MIN_LEN` live connections) and not in a loaded one: in
+/// the burst's stage 2 at 1M connections they cost 0.84 mispredicts a
+/// lookup (callgrind's branch simulation), hence the masked form there.
 #[derive(Debug, Clone, Copy)]
 #[repr(C, align(64))]
 pub(super) struct Bucket {
@@ -106,8 +112,8 @@ impl Bucket {
 
     /// The value of the first slot with `hash`, or `NONE`: an occupied
     /// slot if any occupied slot matches, since those come first (an
-    /// empty slot's hash is 0, its value `NONE`). Conditional moves, not
-    /// [`eq_mask`]: see [`Bucket`].
+    /// empty slot's hash is 0, its value `NONE`). Selects, not
+    /// [`eq_mask`], compiled to branches: see [`Bucket`].
     #[inline(always)]
     pub(super) fn first_with(&self, hash: u32) -> u32 {
         let mut val = NONE;
@@ -115,6 +121,18 @@ impl Bucket {
             val = if self.hash[i] == hash { self.val[i] } else { val };
         }
         val
+    }
+
+    /// [`Bucket::first_with`] from [`eq_mask`]: the first lane with `hash`
+    /// by a bit scan, then its value, with no branch at all
+    /// (`select_unpredictable` keeps the last select a conditional move).
+    /// For the burst's stage 2 ([`Table::peek`](super::Table::peek)),
+    /// whose lookups overlap, so the longer latency costs nothing and a
+    /// mispredict would.
+    #[inline(always)]
+    pub(super) fn first_with_masked(&self, hash: u32) -> u32 {
+        let i = (eq_mask(&self.hash, hash) | 1 << BUCKET).trailing_zeros() as usize;
+        std::hint::select_unpredictable(i < BUCKET, self.val[i & (BUCKET - 1)], NONE)
     }
 
     /// Removes slot `at` of the `len` occupied ones, moving the last into
