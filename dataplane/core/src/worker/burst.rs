@@ -329,8 +329,11 @@ impl Worker {
             opens &= opens - 1;
             if let (Some(k), Some(None)) = (&fast[i], found4.get(usize::from(key_of[i]))) {
                 let hash = hashes4[usize::from(key_of[i])];
-                self.warm_open_v4(p, snap, k, hash, &mut guess, &mut picks[i]);
-                n_open += 1;
+                // Only a pick opens (and in a full table evicts): a miss
+                // to no frontend, or to a service without a backend,
+                // warms no victim.
+                let picked = self.warm_open_v4(p, snap, k, hash, &mut guess, &mut picks[i]);
+                n_open += u32::from(picked);
             }
         }
         // In a full table each of them evicts: the victims' index slots
@@ -445,8 +448,8 @@ impl Worker {
             if let (Some(FlowKey::V6(key)), Some(None), Some(&hash)) =
                 (keys.get(k), found.get(k), hashes.get(k))
             {
-                self.warm_open_v6(p, snap, key, hash, &mut guess, &mut picks[i]);
-                n_open += 1;
+                let picked = self.warm_open_v6(p, snap, key, hash, &mut guess, &mut picks[i]);
+                n_open += u32::from(picked);
             }
         }
         let snat = &self.snat;

@@ -392,6 +392,47 @@ pub(in crate::worker) fn run_traffic(
     }
 }
 
+/// In a full table, stage 2b warms the victims of the burst's openings
+/// only: in each family, SYNs that miss to no frontend (a VIP's port
+/// without one) warm as many lines as ACKs that miss; SYNs to the
+/// frontend warm more (the victims' index lines and SNAT words) and
+/// evict.
+#[test]
+fn burst_warms_victims_for_openings_only() {
+    let snap = snapshot();
+    for (client, vip) in [
+        (ip("10.0.0.2"), ip("10.0.0.100")),
+        (ip("fd00::2"), ip("fd00::100")),
+    ] {
+        let warmed = |port: u16, flags: u64| {
+            // 16 IPv4 and 8 IPv6 entries, filled by the first SYNs.
+            let mut w = worker(1, 16);
+            for i in 0..16u16 {
+                let mut f = tcp((client, 20000 + i), (vip, 80), 1, 64);
+                w.handle_packet(Tick(1), &snap, &mut f, &meta(0));
+            }
+            let mut frames: Vec<Vec<u8>> = (0..8u16)
+                .map(|i| tcp((client, 40000 + i), (vip, port), flags, 64))
+                .collect();
+            let metas = vec![meta(0); frames.len()];
+            let mut verdicts = vec![Verdict::ToHost; frames.len()];
+            let p = CountingPrefetch::default();
+            let evicted = w.counters().conntrack_evictions.get();
+            w.handle_burst_with(&p, Tick(2), &snap, &mut frames, &metas, &mut verdicts);
+            (p.0.get(), w.counters().conntrack_evictions.get() - evicted)
+        };
+        let (syn, _) = warmed(81, 1);
+        let (ack, _) = warmed(81, 2);
+        assert_eq!(syn, ack, "{vip}: SYNs to no frontend warm as ACKs do");
+        let (open, evicted) = warmed(80, 1);
+        assert_eq!(evicted, 8, "{vip}");
+        assert!(
+            open > syn,
+            "{vip}: {open} lines warmed for openings, {syn} for SYNs to nowhere"
+        );
+    }
+}
+
 #[test]
 fn burst_matches_packet_by_packet_with_evictions() {
     let snap = snapshot();

@@ -44,7 +44,9 @@ impl Worker {
     /// What it found (the frontend's service and counter slot, the pick,
     /// the reply key's hash and the SNAT pair it assumed) is left in
     /// `pick`, with `hash`, the hash stage 2 looked `k`'s key up with, for
-    /// stage 3 not to look up, pick or hash again.
+    /// stage 3 not to look up, pick or hash again. Returns whether it
+    /// picked (the packet goes to a backend of a frontend's service: only
+    /// then may it insert, and evict).
     #[inline]
     pub(super) fn warm_open_v4<'s>(
         &self,
@@ -54,15 +56,15 @@ impl Worker {
         hash: KeyHash,
         guess: &mut AllocGuess,
         pick: &mut Option<Pick<'s>>,
-    ) {
+    ) -> bool {
         let Some(fe) = snap.frontend_v4(u32::from_be_bytes(k.dst), k.dport, k.proto) else {
-            return;
+            return false;
         };
         let Some(svc) = snap.get_service(fe.service) else {
-            return;
+            return false;
         };
         let Some((b, be)) = pick_v4(svc, k) else {
-            return;
+            return false;
         };
         let pick = pick.insert(Pick {
             svc,
@@ -73,7 +75,7 @@ impl Worker {
         });
         let (snat, (dst, dport)) = if svc.mode() == ForwardMode::FullNat {
             let Some((a, port)) = self.snat.warm_alloc_v4(p, guess, k.proto) else {
-                return;
+                return true;
             };
             (Some((a, port)), (a.octets(), port))
         } else {
@@ -87,6 +89,7 @@ impl Worker {
             reply,
             snat,
         });
+        true
     }
 
     /// A new connection to `svc` (frontend counter slot `fe_slot`) opened

@@ -53,7 +53,8 @@ impl Worker {
     /// insert, which takes the backend Maglev picks and the next IPv6 SNAT
     /// pair `guess` points at, and the in-use word of the SNAT ports that
     /// allocation will set. Reads only. What it found is left in `pick`
-    /// for stage 3 not to look up, pick or hash again.
+    /// for stage 3 not to look up, pick or hash again; whether it picked
+    /// is returned.
     #[inline]
     pub(super) fn warm_open_v6<'s>(
         &self,
@@ -63,13 +64,13 @@ impl Worker {
         hash: KeyHash,
         guess: &mut AllocGuess,
         pick: &mut Option<Pick<'s, Ipv6Addr>>,
-    ) {
+    ) -> bool {
         let Some((fe, svc)) = snap.lookup(IpAddr::V6(k.dst), k.dport, k.proto) else {
-            return;
+            return false;
         };
         let (src, dst) = (k.src.octets(), k.dst.octets());
         let Some((b, be)) = pick_v6(svc, src, dst, k.sport, k.dport, k.proto) else {
-            return;
+            return false;
         };
         let pick = pick.insert(Pick {
             svc,
@@ -80,7 +81,7 @@ impl Worker {
         });
         let (snat, (rdst, rdport)) = if svc.mode() == ForwardMode::FullNat {
             let Some((a, port)) = self.snat.warm_alloc_v6(p, guess, k.proto) else {
-                return;
+                return true;
             };
             (Some((a, port)), (a.octets(), port))
         } else {
@@ -94,6 +95,7 @@ impl Worker {
             reply,
             snat,
         });
+        true
     }
 
     /// A packet read as `k` from `frame` (`TAG` bytes of 802.1Q tag) whose
