@@ -1036,6 +1036,33 @@ fn raw_key<A>(src: A, dst: A, sport: u16, dport: u16, proto: u8) -> RawKey<A> {
     }
 }
 
+/// [`Conntrack::warm_v4`] and [`Conntrack::warm_v6`] in their family's
+/// table: warms what looking `k` up and inserting it reads, and returns
+/// its place.
+#[inline(always)]
+fn warm_in<A: Addr>(t: &Table<A>, p: &impl Prefetch, k: RawKey<A>) -> KeyHash {
+    let h = t.locate(&k);
+    t.prefetch_key(p, &k, h);
+    KeyHash(h)
+}
+
+/// [`Conntrack::warm_victims_v4`] and [`Conntrack::warm_victims_v6`] in
+/// their family's table: `snat` gets the SNAT pair (as the family's
+/// address type `I`) and protocol of each full-NAT victim.
+#[inline(always)]
+fn warm_victims_in<A: Addr, I: From<A>>(
+    t: &Table<A>,
+    p: &impl Prefetch,
+    n: u32,
+    mut snat: impl FnMut(I, u16, Proto),
+) {
+    t.warm_victims(p, n, |s| {
+        if s.flags & FULL_NAT != 0 {
+            snat(I::from(s.snat), s.snat_port, s.proto());
+        }
+    })
+}
+
 #[inline]
 fn raw_v6(k: &FlowKeyV6) -> RawKey<[u8; 16]> {
     RawKey {

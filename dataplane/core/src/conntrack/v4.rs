@@ -13,9 +13,10 @@
 
 use std::net::Ipv4Addr;
 
-use super::table::{RawKey, FULL_NAT};
+use super::table::RawKey;
 use super::{
-    raw_key, raw_rewrite, set_cached, touch_cached, Conntrack, Direction, EntryId, KeyHash, Tags, BURST,
+    raw_key, raw_rewrite, set_cached, touch_cached, warm_in, warm_victims_in, Conntrack, Direction, EntryId,
+    KeyHash, Tags, BURST,
 };
 use crate::flow::Proto;
 use crate::nat::NatDelta;
@@ -134,10 +135,7 @@ impl Conntrack {
         dport: u16,
         proto: u8,
     ) -> KeyHash {
-        let k = raw_key(src, dst, sport, dport, proto);
-        let h = self.v4.locate(&k);
-        self.v4.prefetch_key(p, &k, h);
-        KeyHash(h)
+        warm_in(&self.v4, p, raw_key(src, dst, sport, dport, proto))
     }
 
     /// Warms the index slots the next `n` evictions from a full IPv4 table
@@ -146,12 +144,8 @@ impl Conntrack {
     /// full-NAT one to `snat`, for the caller to warm what releasing it
     /// will touch. Reads only.
     #[inline]
-    pub fn warm_victims_v4(&self, p: &impl Prefetch, n: u32, mut snat: impl FnMut(Ipv4Addr, u16, Proto)) {
-        self.v4.warm_victims(p, n, |s| {
-            if s.flags & FULL_NAT != 0 {
-                snat(Ipv4Addr::from(s.snat), s.snat_port, s.proto());
-            }
-        })
+    pub fn warm_victims_v4(&self, p: &impl Prefetch, n: u32, snat: impl FnMut(Ipv4Addr, u16, Proto)) {
+        warm_victims_in(&self.v4, p, n, snat)
     }
 
     /// [`Conntrack::rewrite`] of an IPv4 connection; `None` for a stale or

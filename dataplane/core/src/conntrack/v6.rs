@@ -13,9 +13,9 @@
 
 use std::net::Ipv6Addr;
 
-use super::table::FULL_NAT;
 use super::{
-    raw_key, raw_rewrite, set_cached, touch_cached, Conntrack, Direction, EntryId, KeyHash, Tags, V6_BIT,
+    raw_key, raw_rewrite, set_cached, touch_cached, warm_in, warm_victims_in, Conntrack, Direction, EntryId,
+    KeyHash, Tags, V6_BIT,
 };
 use crate::flow::Proto;
 use crate::nat::NatDelta;
@@ -68,10 +68,7 @@ impl Conntrack {
         dport: u16,
         proto: u8,
     ) -> KeyHash {
-        let k = raw_key(src, dst, sport, dport, proto);
-        let h = self.v6.locate(&k);
-        self.v6.prefetch_key(p, &k, h);
-        KeyHash(h)
+        warm_in(&self.v6, p, raw_key(src, dst, sport, dport, proto))
     }
 
     /// [`Conntrack::warm_victims_v4`] in the IPv6 table: warms the index
@@ -79,12 +76,8 @@ impl Conntrack {
     /// passes the SNAT pair and protocol of each full-NAT one to `snat`.
     /// Reads only.
     #[inline]
-    pub fn warm_victims_v6(&self, p: &impl Prefetch, n: u32, mut snat: impl FnMut(Ipv6Addr, u16, Proto)) {
-        self.v6.warm_victims(p, n, |s| {
-            if s.flags & FULL_NAT != 0 {
-                snat(Ipv6Addr::from(s.snat), s.snat_port, s.proto());
-            }
-        })
+    pub fn warm_victims_v6(&self, p: &impl Prefetch, n: u32, snat: impl FnMut(Ipv6Addr, u16, Proto)) {
+        warm_victims_in(&self.v6, p, n, snat)
     }
 
     /// [`Conntrack::rewrite`] of an IPv6 connection; `None` for a stale or
