@@ -61,7 +61,7 @@ const fn space_of(proto: Proto) -> usize {
     }
 }
 
-/// Slots of [`SnatPorts`]' IPv4 address map: a power of two, four times
+/// Slots of [`SnatPorts`]' IPv4 and IPv6 address maps: a power of two, four times
 /// [`SnatPorts::MAX_ADDRESSES`].
 const V4_SLOTS: usize = 256;
 /// An empty slot of that map (no address index reaches it).
@@ -76,6 +76,15 @@ const _: () =
 #[inline(always)]
 pub(crate) fn v4_home(a: u32) -> usize {
     (a.wrapping_mul(0x9E37_79B9) >> 24) as usize
+}
+
+/// The home slot of an IPv6 address in `SnatPorts::v6_index`: [`v4_home`]
+/// of the address folded to 32 bits.
+#[inline(always)]
+fn v6_home(a: &Ipv6Addr) -> usize {
+    let w = u128::from(*a);
+    let x = (w as u64) ^ (w >> 64) as u64;
+    v4_home((x as u32) ^ (x >> 32) as u32)
 }
 
 /// A fixed-capacity FIFO of free ports with an in-use bitmap. Its
@@ -198,6 +207,13 @@ pub struct SnatPorts {
     /// lookup is one or two probes (a scan of 32 addresses was ~100
     /// instructions).
     v4_index: Box<[(u32, u8)]>,
+    /// The same for the IPv6 addresses, homed by the address folded to
+    /// 32 bits ([`v6_home`]), for [`SnatPorts::free`] and
+    /// [`SnatPorts::warm_free_v6`] of IPv6 pairs: a scan of `v6_order`
+    /// stopped at a random place, a mispredicted loop exit a free (over
+    /// one a SYN in an IPv6 SYN flood into a full table: the eviction's
+    /// free and its warming; callgrind's branch simulation).
+    v6_index: Box<[(Ipv6Addr, u8)]>,
     /// The IPv4 entries of `addrs` in order, with their index in `addrs`:
     /// the round-robin of [`SnatPorts::alloc_v4`], which runs on every new
     /// full-NAT flow (going through `addrs` and skipping the other family
@@ -271,6 +287,16 @@ impl SnatPorts {
                 v4_index[h] = (a, i as u8);
             }
         }
+        let mut v6_index = vec![(Ipv6Addr::UNSPECIFIED, NO_ADDR); V4_SLOTS].into_boxed_slice();
+        for (i, a) in addresses.iter().enumerate() {
+            if let IpAddr::V6(a) = a {
+                let mut h = v6_home(a);
+                while v6_index[h].1 != NO_ADDR {
+                    h = (h + 1) % V4_SLOTS;
+                }
+                v6_index[h] = (*a, i as u8);
+            }
+        }
         let v4_order = addresses
             .iter()
             .enumerate()
@@ -293,6 +319,7 @@ impl SnatPorts {
             mask,
             addrs: addresses.into(),
             v4_index,
+            v6_index,
             v4_order,
             v6_order,
             pools,
@@ -466,7 +493,7 @@ impl SnatPorts {
     pub fn free(&mut self, snat: (IpAddr, u16), proto: Proto) -> Result<(), SnatFreeError> {
         let i = match snat.0 {
             IpAddr::V4(a) => return self.free_v4(a, snat.1, proto),
-            IpAddr::V6(_) => self.addrs.iter().position(|a| *a == snat.0),
+            IpAddr::V6(a) => self.v6_position(&a),
         }
         .ok_or(SnatFreeError::UnknownAddress)?;
         self.pools[i * SPACES + space_of(proto)].push(snat.1)
@@ -510,8 +537,8 @@ impl SnatPorts {
     /// [`SnatPorts::free`] of it will touch. Reads only.
     #[inline]
     pub fn warm_free_v6(&self, p: &impl Prefetch, addr: Ipv6Addr, port: u16, proto: Proto) {
-        if let Some(&(_, i)) = self.v6_order.iter().find(|(a, _)| *a == addr) {
-            self.warm_free_at(p, usize::from(i), port, proto);
+        if let Some(i) = self.v6_position(&addr) {
+            self.warm_free_at(p, i, port, proto);
         }
     }
 
@@ -526,6 +553,23 @@ impl SnatPorts {
                 return None;
             }
             if k == a {
+                return Some(usize::from(i));
+            }
+            h = (h + 1) % V4_SLOTS;
+        }
+    }
+
+    /// The index in `addrs` of the IPv6 address `a`.
+    #[inline]
+    fn v6_position(&self, a: &Ipv6Addr) -> Option<usize> {
+        let mut h = v6_home(a);
+        // Never full, as `v4_index`.
+        loop {
+            let (k, i) = self.v6_index[h];
+            if i == NO_ADDR {
+                return None;
+            }
+            if k == *a {
                 return Some(usize::from(i));
             }
             h = (h + 1) % V4_SLOTS;
@@ -614,8 +658,8 @@ mod tests {
 
     #[test]
     fn snat_free_finds_each_address_of_mixed_families() {
-        // IPv6 entries between IPv4 ones: the IPv4 index must map each
-        // address to its own pool, the IPv6 scan likewise.
+        // IPv6 entries between IPv4 ones: the IPv4 and IPv6 indexes must
+        // map each address to its own pool.
         let addrs: [IpAddr; 4] = [
             "2001:db8::1".parse().unwrap(),
             v4(198, 51, 100, 1),
@@ -644,6 +688,34 @@ mod tests {
             p.free(("2001:db8::3".parse().unwrap(), 1024), Proto::Tcp),
             Err(SnatFreeError::UnknownAddress)
         );
+    }
+
+    #[test]
+    fn snat_ipv6_index_finds_every_address() {
+        // The most addresses, IPv6 after 16 IPv4 ones, in pairs that fold
+        // to the same 32 bits (one home slot, one probe run): each is
+        // found at its own index; others folding alike too are not.
+        let base = 0x2001_0db8_0000_0000_0000_0000_0000_0000u128;
+        // Address i with both halves XORed by j: it folds as address i.
+        let twin = |i: u128, j: u128| Ipv6Addr::from((base + i) ^ (j << 64 | j));
+        let mut addrs: Vec<IpAddr> = (0..16).map(|i| v4(198, 51, 100, i)).collect();
+        for i in 0..24u128 {
+            addrs.push(IpAddr::V6(twin(i, 0)));
+            addrs.push(IpAddr::V6(twin(i, 1000 + i)));
+        }
+        assert_eq!(addrs.len(), SnatPorts::MAX_ADDRESSES);
+        let p = SnatPorts::new(WorkerId(0), 1, &addrs, 1024..=1031).unwrap();
+        for (i, a) in addrs.iter().enumerate() {
+            if let IpAddr::V6(a) = a {
+                assert_eq!(p.v6_position(a), Some(i), "{a}");
+            }
+        }
+        for i in 0..24u128 {
+            let absent = twin(i, 5000);
+            assert_eq!(v6_home(&absent), v6_home(&twin(i, 0)));
+            assert_eq!(p.v6_position(&absent), None, "{absent}");
+        }
+        assert_eq!(p.v6_position(&"2001:db8::ffff".parse().unwrap()), None);
     }
 
     #[test]
