@@ -11,8 +11,8 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::time::Duration;
 
 use super::super::burst::tests::{
-    builder, ip, meta, run_traffic, tcp, worker, worker_with_ports, CountingPrefetch, Reply, Rng, MAC0, MAC1,
-    PEER,
+    builder, ip, meta, run_traffic, run_traffic_ports, tcp, worker, worker_with_ports, CountingPrefetch,
+    Reply, Rng, MAC0, MAC1, PEER,
 };
 use super::super::fast::tests::{grow, run_fast, state, FastPaths, Seen};
 use super::super::fast::VLAN_TAG;
@@ -650,10 +650,11 @@ fn burst_matches_packet_by_packet_on_ipv6_traffic() {
 /// `handle_packet` frame by frame, on the policy services (source ranges,
 /// no backend, unresolved and missing next hops, client-IP affinity,
 /// conflicting DNAT frontends, sources that may open nothing), with room
-/// and with evictions, with two workers, untagged and tagged.
+/// and with evictions, with two workers, with a small SNAT pool, untagged
+/// and tagged.
 #[test]
 fn burst_opens_ipv6_connections_as_packet_by_packet() {
-    let mut evictions = 0;
+    let (mut evictions, mut exhausted) = (0, 0);
     for gateway in [true, false] {
         let snap = snapshot6_policies(gateway);
         let mut b = policies6_builder(gateway);
@@ -663,10 +664,17 @@ fn burst_opens_ipv6_connections_as_packet_by_packet() {
             run_traffic(&snap, seed * 0x2d35_8dcc, 1, 1024, None, policy_frame6);
             evictions += run_traffic(&snap, seed * 0x1b87_3593, 1, 16, None, policy_frame6).evictions;
             run_traffic(&snap, seed * 0x4cf5_ad43, 2, 64, None, policy_frame6);
+            // 8 SNAT ports: exhaustion, and the burst's SNAT guesses off.
+            exhausted +=
+                run_traffic_ports(&snap, seed * 0x7f4a_7c15, 1, 64, 1024..=1031, None, policy_frame6)
+                    .snat_exhausted;
             run_traffic(&tagged, seed * 0x9e37_79b9, 1, 64, Some([10, 20]), policy_frame6);
         }
     }
-    assert!(evictions > 0);
+    assert!(
+        evictions > 0 && exhausted > 0,
+        "{evictions} evictions, {exhausted} exhausted"
+    );
 }
 
 /// The burst path warms the new IPv6 connections of a burst, on untagged
