@@ -78,13 +78,51 @@ pub(crate) fn v4_home(a: u32) -> usize {
     (a.wrapping_mul(0x9E37_79B9) >> 24) as usize
 }
 
-/// The home slot of an IPv6 address in `SnatPorts::v6_index`: [`v4_home`]
-/// of the address folded to 32 bits.
+/// The home slot of an IPv6 address (as a `u128`) in `SnatPorts::v6_index`:
+/// [`v4_home`] of the address folded to 32 bits.
 #[inline(always)]
-fn v6_home(a: &Ipv6Addr) -> usize {
-    let w = u128::from(*a);
+fn v6_home(w: u128) -> usize {
     let x = (w as u64) ^ (w >> 64) as u64;
     v4_home((x as u32) ^ (x >> 32) as u32)
+}
+
+/// An open-addressed map of [`V4_SLOTS`] `(address, index in addrs)`
+/// pairs of one family, linear probing from the address's home slot
+/// ([`v4_home`], [`v6_home`]), [`NO_ADDR`] marking an empty slot. At most
+/// a quarter full (`MAX_ADDRESSES`), so a lookup is one or two probes and
+/// always meets an empty slot.
+#[derive(Debug, Clone)]
+struct AddrIndex<K>(Box<[(K, u8)]>);
+
+impl<K: Copy + Eq + Default> AddrIndex<K> {
+    /// The map of `entries` (address, index in `addrs`), each homed by
+    /// `home`.
+    fn new(entries: impl Iterator<Item = (K, u8)>, home: impl Fn(K) -> usize) -> Self {
+        let mut slots = vec![(K::default(), NO_ADDR); V4_SLOTS].into_boxed_slice();
+        for (a, i) in entries {
+            let mut h = home(a);
+            while slots[h].1 != NO_ADDR {
+                h = (h + 1) % V4_SLOTS;
+            }
+            slots[h] = (a, i);
+        }
+        AddrIndex(slots)
+    }
+
+    /// The index in `addrs` of `a`, whose home slot is `h`.
+    #[inline(always)]
+    fn position(&self, a: K, mut h: usize) -> Option<usize> {
+        loop {
+            let (k, i) = self.0[h];
+            if i == NO_ADDR {
+                return None;
+            }
+            if k == a {
+                return Some(usize::from(i));
+            }
+            h = (h + 1) % V4_SLOTS;
+        }
+    }
 }
 
 /// A fixed-capacity FIFO of free ports with an in-use bitmap. Its
@@ -201,19 +239,16 @@ pub struct SnatPorts {
     mask: u16,
     addrs: Box<[IpAddr]>,
     /// The IPv4 entries of `addrs` by value, for `free`, which runs on
-    /// every expiry and eviction of a full-NAT flow: an open-addressed map
-    /// of [`V4_SLOTS`] `(address, index in addrs)` pairs, linear probing,
-    /// [`NO_ADDR`] marking an empty slot. At most a quarter full, so a
-    /// lookup is one or two probes (a scan of 32 addresses was ~100
-    /// instructions).
-    v4_index: Box<[(u32, u8)]>,
+    /// every expiry and eviction of a full-NAT flow (a scan of 32
+    /// addresses was ~100 instructions).
+    v4_index: AddrIndex<u32>,
     /// The same for the IPv6 addresses, homed by the address folded to
     /// 32 bits ([`v6_home`]), for [`SnatPorts::free`] and
     /// [`SnatPorts::warm_free_v6`] of IPv6 pairs: a scan of `v6_order`
     /// stopped at a random place, a mispredicted loop exit a free (over
     /// one a SYN in an IPv6 SYN flood into a full table: the eviction's
     /// free and its warming; callgrind's branch simulation).
-    v6_index: Box<[(Ipv6Addr, u8)]>,
+    v6_index: AddrIndex<u128>,
     /// The IPv4 entries of `addrs` in order, with their index in `addrs`:
     /// the round-robin of [`SnatPorts::alloc_v4`], which runs on every new
     /// full-NAT flow (going through `addrs` and skipping the other family
@@ -275,28 +310,21 @@ impl SnatPorts {
         let pools = (0..addresses.len() * SPACES)
             .map(|_| PortPool::new(&ports))
             .collect();
-        let mut v4_index = vec![(0, NO_ADDR); V4_SLOTS].into_boxed_slice();
-        for (i, a) in addresses.iter().enumerate() {
-            if let IpAddr::V4(a) = a {
-                let a = u32::from(*a);
-                let mut h = v4_home(a);
-                while v4_index[h].1 != NO_ADDR {
-                    h = (h + 1) % V4_SLOTS;
-                }
-                // MAX_ADDRESSES keeps the index within a u8, below NO_ADDR.
-                v4_index[h] = (a, i as u8);
-            }
-        }
-        let mut v6_index = vec![(Ipv6Addr::UNSPECIFIED, NO_ADDR); V4_SLOTS].into_boxed_slice();
-        for (i, a) in addresses.iter().enumerate() {
-            if let IpAddr::V6(a) = a {
-                let mut h = v6_home(a);
-                while v6_index[h].1 != NO_ADDR {
-                    h = (h + 1) % V4_SLOTS;
-                }
-                v6_index[h] = (*a, i as u8);
-            }
-        }
+        // MAX_ADDRESSES keeps the index within a u8, below NO_ADDR.
+        let v4_index = AddrIndex::new(
+            addresses.iter().enumerate().filter_map(|(i, a)| match a {
+                IpAddr::V4(a) => Some((u32::from(*a), i as u8)),
+                IpAddr::V6(_) => None,
+            }),
+            v4_home,
+        );
+        let v6_index = AddrIndex::new(
+            addresses.iter().enumerate().filter_map(|(i, a)| match a {
+                IpAddr::V4(_) => None,
+                IpAddr::V6(a) => Some((u128::from(*a), i as u8)),
+            }),
+            v6_home,
+        );
         let v4_order = addresses
             .iter()
             .enumerate()
@@ -545,35 +573,14 @@ impl SnatPorts {
     /// The index in `addrs` of the IPv4 address `a`.
     #[inline]
     fn v4_position(&self, a: u32) -> Option<usize> {
-        let mut h = v4_home(a);
-        // Never full (MAX_ADDRESSES < V4_SLOTS): the loop meets an empty slot.
-        loop {
-            let (k, i) = self.v4_index[h];
-            if i == NO_ADDR {
-                return None;
-            }
-            if k == a {
-                return Some(usize::from(i));
-            }
-            h = (h + 1) % V4_SLOTS;
-        }
+        self.v4_index.position(a, v4_home(a))
     }
 
     /// The index in `addrs` of the IPv6 address `a`.
     #[inline]
     fn v6_position(&self, a: &Ipv6Addr) -> Option<usize> {
-        let mut h = v6_home(a);
-        // Never full, as `v4_index`.
-        loop {
-            let (k, i) = self.v6_index[h];
-            if i == NO_ADDR {
-                return None;
-            }
-            if k == *a {
-                return Some(usize::from(i));
-            }
-            h = (h + 1) % V4_SLOTS;
-        }
+        let w = u128::from(*a);
+        self.v6_index.position(w, v6_home(w))
     }
 
     /// Free ports left on `addr` for `proto`; 0 for an unknown address.
@@ -712,7 +719,7 @@ mod tests {
         }
         for i in 0..24u128 {
             let absent = twin(i, 5000);
-            assert_eq!(v6_home(&absent), v6_home(&twin(i, 0)));
+            assert_eq!(v6_home(u128::from(absent)), v6_home(u128::from(twin(i, 0))));
             assert_eq!(p.v6_position(&absent), None, "{absent}");
         }
         assert_eq!(p.v6_position(&"2001:db8::ffff".parse().unwrap()), None);
